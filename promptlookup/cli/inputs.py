@@ -1,0 +1,125 @@
+"""Prompts for run.py: ``--input_text`` (repeatable) or ``--input_file``.
+
+``--input_file`` formats (kept stable; scripts depend on them):
+
+- ``.txt``: the whole file is one text prompt;
+- ``.json``: a list of prompts, each a string (text) or a list of token ids;
+- ``.csv``: one prompt of token ids per row (comma separated), as TensorRT-LLM;
+- ``.npy``: token ids; a 1-D array is one prompt, a 2-D array one prompt per row, with
+  trailing ``end_id`` padding removed, as TensorRT-LLM pads such files.
+
+Text prompts are tokenized (wrapped in the chat template with ``--use_chat_template``);
+token-id prompts are used exactly as given: no chat template, no BOS.
+"""
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from ..errors import UserError
+
+INPUT_FILE_TYPES = (".txt", ".json", ".csv", ".npy")
+
+
+@dataclass
+class Prompt:
+    ids: list[int]
+    text: str | None  # None for token-id prompts
+
+
+def _ids(row: Sequence[Any], where: str) -> list[int]:
+    try:
+        ids = [int(x) for x in row]
+    except (TypeError, ValueError):
+        raise UserError(f"{where}: token ids must be integers") from None
+    if any(isinstance(x, bool) or (isinstance(x, float) and not float(x).is_integer()) for x in row):
+        raise UserError(f"{where}: token ids must be integers")
+    return ids
+
+
+def read_input_file(path: str, end_id: int | None) -> list[str | list[int]]:
+    p = Path(path)
+    if not p.is_file():
+        raise UserError(f"--input_file {path} does not exist")
+    suffix = p.suffix.lower()
+    if suffix == ".txt":
+        return [p.read_text(encoding="utf-8")]
+    if suffix == ".json":
+        try:
+            data = json.loads(p.read_text(encoding="utf-8"))
+        except ValueError as exc:
+            raise UserError(f"--input_file {path} is not valid JSON ({exc})") from None
+        if not isinstance(data, list):
+            raise UserError(f"--input_file {path} must hold a JSON list of prompts (strings or lists of token ids)")
+        out: list[str | list[int]] = []
+        for i, item in enumerate(data):
+            if isinstance(item, str):
+                out.append(item)
+            elif isinstance(item, list):
+                out.append(_ids(item, f"{path} item {i}"))
+            else:
+                raise UserError(f"{path} item {i} must be a string or a list of token ids")
+        return out
+    if suffix == ".csv":
+        with p.open(newline="") as fh:
+            rows = [[c for c in row if c.strip() != ""] for row in csv.reader(fh)]
+        return [_ids(row, f"{path} row {i + 1}") for i, row in enumerate(rows) if row]
+    if suffix == ".npy":
+        import numpy as np
+
+        try:
+            arr = np.load(p, allow_pickle=False)
+        except (ValueError, OSError) as exc:
+            raise UserError(f"--input_file {path} is not a readable .npy file ({exc})") from None
+        if arr.ndim not in (1, 2) or not np.issubdtype(arr.dtype, np.integer):
+            raise UserError(f"--input_file {path} must be a 1-D or 2-D integer array of token ids")
+        rows = [arr] if arr.ndim == 1 else list(arr)
+        out = []
+        for row in rows:
+            ids = row.tolist()
+            while arr.ndim == 2 and end_id is not None and ids and ids[-1] == end_id:
+                ids.pop()
+            out.append(ids)
+        return out
+    raise UserError(f"--input_file {path}: unsupported type {suffix or '(none)'}; use one of {', '.join(INPUT_FILE_TYPES)}")
+
+
+def encode_text(tokenizer: Any, text: str, use_chat_template: bool) -> list[int]:
+    if use_chat_template:
+        if not getattr(tokenizer, "chat_template", None):
+            raise UserError("--use_chat_template: this tokenizer has no chat template")
+        ids = tokenizer.apply_chat_template(
+            [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True
+        )
+        if isinstance(ids, dict) or hasattr(ids, "keys"):
+            ids = ids["input_ids"]
+        return list(ids)
+    return list(tokenizer(text)["input_ids"])
+
+
+def collect_prompts(
+    input_text: list[str] | None,
+    input_file: str | None,
+    tokenizer: Any,
+    use_chat_template: bool,
+    end_id: int | None,
+) -> list[Prompt]:
+    if input_text and input_file:
+        raise UserError("give either --input_text or --input_file, not both")
+    raw: list[str | list[int]] = list(input_text or []) or (read_input_file(input_file, end_id) if input_file else [])
+    if not raw:
+        raise UserError("no prompt given; pass --input_text TEXT or --input_file PATH")
+    prompts = []
+    for i, item in enumerate(raw):
+        if isinstance(item, str):
+            if not item.strip():
+                raise UserError(f"prompt {i} is empty; give some text")
+            prompts.append(Prompt(encode_text(tokenizer, item, use_chat_template), item))
+        else:
+            if not item:
+                raise UserError(f"prompt {i} is empty; give at least one token id")
+            prompts.append(Prompt(item, None))
+    return prompts

@@ -1,0 +1,148 @@
+"""``run.py``: generate from a built engine, with prompt-lookup speculative decoding."""
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import asdict
+from typing import Any
+
+from ..errors import UserError
+from ..fsutil import atomic_write_json
+from .args import (
+    ArgumentParser,
+    add_common_args,
+    device_ids_from_args,
+    draft_from_args,
+    sampling_from_args,
+)
+from .inputs import collect_prompts
+
+
+def parse_args(argv: list[str] | None):
+    p = ArgumentParser(prog="run.py", description="Generate with prompt-lookup speculative decoding.")
+    p.add_argument("--input_text", action="append", default=None, help="a prompt; repeat for a batch")
+    p.add_argument("--input_file", default=None, help=".txt, .json, .csv or .npy (see the README)")
+    p.add_argument("--max_output_len", type=int, default=100)
+    p.add_argument("--streaming", action="store_true", help="print text as it is accepted")
+    p.add_argument(
+        "--color",
+        nargs="?",
+        const="auto",
+        default="never",
+        choices=["auto", "always", "never"],
+        help="highlight tokens that came from accepted drafts (auto: only on a terminal)",
+    )
+    add_common_args(p)
+    return p.parse_args(argv)
+
+
+def summarize_stats(results: list[Any]) -> dict[str, Any]:
+    generated = sum(r.generated_tokens for r in results)
+    steps = sum(r.steps for r in results)
+    drafted = sum(r.drafted for r in results)
+    accepted = sum(r.accepted for r in results)
+    return {
+        "generated_tokens": generated,
+        "steps": steps,
+        "drafted": drafted,
+        "accepted": accepted,
+        "acceptance_rate": accepted / drafted if drafted else 0.0,
+        "tokens_per_step": generated / steps if steps else 0.0,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    sampling = sampling_from_args(args)
+    draft = draft_from_args(args)
+    device_ids = device_ids_from_args(args)
+    if args.max_output_len < 1:
+        raise UserError(f"--max_output_len must be at least 1, got {args.max_output_len}")
+
+    from ..decoding import generate
+    from ..runtime import load_runner, load_tokenizer
+
+    tokenizer = load_tokenizer(args.tokenizer_dir or args.engine_dir)
+    runner = load_runner(
+        args.engine_dir,
+        kv_cache_enable_block_reuse=args.kv_cache_enable_block_reuse,
+        device_ids=device_ids,
+        max_tokens_in_paged_kv_cache=args.max_tokens_in_paged_kv_cache,
+    )
+    vocab = runner.limits.vocab_size
+    if len(tokenizer) > vocab:
+        raise UserError(
+            f"the tokenizer has {len(tokenizer)} tokens but the engine's vocabulary is {vocab}; "
+            "pass the --tokenizer_dir that matches this engine"
+        )
+    end_id = args.end_id if args.end_id is not None else tokenizer.eos_token_id
+    if end_id is None:
+        raise UserError("the tokenizer defines no end-of-sequence token; pass --end_id")
+    prompts = collect_prompts(args.input_text, args.input_file, tokenizer, args.use_chat_template, end_id)
+    runner.validate_prompts([p.ids for p in prompts]) if hasattr(runner, "validate_prompts") else None
+
+    from .stream_output import StreamPrinter, color_mode, colorize
+
+    use_color = color_mode(args.color, sys.stdout)
+    printer = StreamPrinter(tokenizer, sys.stdout, color=use_color, num_sequences=len(prompts)) if args.streaming else None
+
+    start = time.perf_counter()
+    results = generate(
+        runner,
+        [p.ids for p in prompts],
+        max_new_tokens=args.max_output_len,
+        end_id=end_id,
+        sampling=sampling,
+        draft=draft,
+        workflow=args.workflow,
+        on_step=printer.on_step if printer else None,
+    )
+    wall = time.perf_counter() - start
+    texts = printer.finish() if printer else [tokenizer.decode(r.output_ids, skip_special_tokens=True) for r in results]
+
+    if not printer:
+        for i, (p, r, text) in enumerate(zip(prompts, results, texts)):
+            shown = p.text if p.text is not None else f"<{len(p.ids)} token ids>"
+            print(f'Input [Text {i}]: "{shown if len(shown) <= 300 else shown[:300] + "..."}"')
+            body = colorize(tokenizer, r.output_ids, r.draft_flags) if use_color else text
+            print(f'Output [Text {i} Beam 0]: "{body}"')
+    stats = summarize_stats(results)
+    mode = "plain decoding" if draft is None else f"prompt lookup {args.prompt_lookup_config} ({args.workflow})"
+    print(
+        f"[{mode}] {stats['generated_tokens']} tokens in {wall:.2f} s ({stats['generated_tokens'] / wall:.1f} tok/s); "
+        f"{stats['steps']} steps, {stats['tokens_per_step']:.2f} tokens/step; "
+        f"drafted {stats['drafted']}, accepted {stats['accepted']} ({100 * stats['acceptance_rate']:.1f}%)"
+    )
+    if args.output_json:
+        atomic_write_json(
+            args.output_json,
+            {
+                "config": {
+                    "engine_dir": args.engine_dir,
+                    "workflow": args.workflow,
+                    "prompt_lookup_config": args.prompt_lookup_config,
+                    "draft": asdict(draft) if draft else None,
+                    "sampling": asdict(sampling),
+                    "max_output_len": args.max_output_len,
+                    "end_id": end_id,
+                    "kv_cache_enable_block_reuse": args.kv_cache_enable_block_reuse,
+                    "batch_size": len(prompts),
+                },
+                "wall_time_s": wall,
+                "tokens_per_s": stats["generated_tokens"] / wall if wall > 0 else 0.0,
+                "stats": stats,
+                "sequences": [
+                    {
+                        "text": text,
+                        "output_ids": r.output_ids,
+                        "generated_tokens": r.generated_tokens,
+                        "steps": r.steps,
+                        "drafted": r.drafted,
+                        "accepted": r.accepted,
+                    }
+                    for r, text in zip(results, texts)
+                ],
+            },
+        )
+        print(f"wrote {args.output_json}")
+    return 0

@@ -1,0 +1,73 @@
+"""Prompt-lookup decoding loops: V1 (orchestrator) and V2 (single call), one entry point."""
+from __future__ import annotations
+
+from typing import Sequence
+
+from ..drafting.base import DraftConfig, Drafter
+from ..errors import UserError
+from ..runtime.base import Runner, SamplingConfig
+from .orchestrator import run_orchestrator
+from .result import SequenceResult, StepCallback, StepEvent
+
+WORKFLOWS = ("v1", "v2")
+
+__all__ = ["generate", "SequenceResult", "StepEvent", "StepCallback", "WORKFLOWS"]
+
+
+def generate(
+    runner: Runner,
+    prompts: Sequence[Sequence[int]],
+    *,
+    max_new_tokens: int,
+    end_id: int,
+    sampling: SamplingConfig = SamplingConfig(),
+    draft: DraftConfig | None = None,
+    workflow: str = "v2",
+    on_step: StepCallback | None = None,
+    drafter: Drafter | None = None,
+) -> list[SequenceResult]:
+    """Generate for a batch of token-id prompts; ``draft=None`` is plain decoding.
+
+    ``drafter`` may be passed to share a drafter (its public pool and caches) across calls;
+    otherwise one is made from ``draft``.
+    """
+    if workflow not in WORKFLOWS:
+        raise UserError(f"unknown workflow {workflow!r}; choose v1 or v2")
+    if max_new_tokens < 1:
+        raise UserError(f"max_output_len must be at least 1, got {max_new_tokens}")
+    limits = runner.limits
+    for i, p in enumerate(prompts):
+        if len(p) + max_new_tokens > limits.max_seq_len:
+            raise UserError(
+                f"prompt {i} ({len(p)} tokens) plus max_output_len {max_new_tokens} exceeds the engine's "
+                f"max_seq_len {limits.max_seq_len}; lower --max_output_len or rebuild with a larger --max_seq_len"
+            )
+    if draft is not None:
+        k = draft.prompt_lookup_num_tokens
+        if k > limits.max_draft_len:
+            raise UserError(
+                f"prompt_lookup_num_tokens {k} exceeds the engine's max_draft_len {limits.max_draft_len}; "
+                f"lower k or rebuild with --max_draft_len {k}"
+            )
+        if drafter is None:
+            from ..drafting import make_drafter
+
+            drafter = make_drafter(draft)
+    else:
+        drafter = None
+
+    from ..runtime.torch_runner import TorchRunner
+
+    kwargs = dict(max_new_tokens=max_new_tokens, end_id=end_id, sampling=sampling, on_step=on_step)
+    if isinstance(runner, TorchRunner):
+        if workflow == "v2" or drafter is None:
+            from .single_call import run_single_call
+
+            return run_single_call(runner, prompts, drafter=drafter, **kwargs)
+        return run_orchestrator(runner, prompts, drafter=drafter, **kwargs)
+    if workflow == "v2" and draft is not None:
+        lookup = getattr(runner, "generate_lookup", None)
+        if lookup is None:
+            raise UserError("this backend has no single-call (v2) prompt lookup; use --workflow v1")
+        return lookup(prompts, draft=draft, **kwargs)
+    return run_orchestrator(runner, prompts, drafter=drafter, **kwargs)

@@ -1,0 +1,86 @@
+"""Bookkeeping shared by the V1 and V2 loops: drafts, limits, results and events.
+
+Both loops do the same thing per step for each live sequence: ask its drafter for a draft
+(cut so that the output never passes ``max_new_tokens``), have the target verify it, then
+commit the accepted tokens plus the target's own. Only *how* the target is called differs
+(a re-submission through ``Runner.generate`` in V1, a live :class:`DecodeBatch` in V2).
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+from ..drafting.base import Drafter, RequestDrafter
+from .result import SequenceResult, StepCallback, StepEvent
+
+
+class _NoDraft:
+    """Plain decoding: never proposes anything."""
+
+    def extend(self, tokens: Sequence[int]) -> None:
+        pass
+
+    def propose(self) -> list[int]:
+        return []
+
+    def record(self, drafted: int, accepted: int) -> None:
+        pass
+
+    def finish(self) -> None:
+        pass
+
+
+class LoopState:
+    """Live sequences of one generation: ``active`` lists the unfinished ones."""
+
+    def __init__(
+        self,
+        prompts: Sequence[Sequence[int]],
+        drafter: Drafter | None,
+        max_new_tokens: int,
+        max_seq_len: int,
+        end_id: int,
+        on_step: StepCallback | None,
+    ) -> None:
+        self.max_new_tokens = max_new_tokens
+        self.end_id = end_id
+        self.on_step = on_step
+        self.results = [SequenceResult() for _ in prompts]
+        self.drafters: list[RequestDrafter] = [
+            drafter.new_request(p, max_seq_len) if drafter is not None else _NoDraft() for p in prompts
+        ]
+        self.active = list(range(len(prompts)))
+
+    def drafts(self) -> list[list[int]]:
+        """One draft per active sequence, cut to leave room for the target's own token."""
+        out = []
+        for i in self.active:
+            room = self.max_new_tokens - len(self.results[i].output_ids) - 1
+            out.append(self.drafters[i].propose()[:room] if room > 0 else [])
+        return out
+
+    def commit(self, i: int, drafted: int, tokens: Sequence[int], accepted: int) -> None:
+        """Append one step's tokens (``accepted`` draft tokens, then the target's own)."""
+        r = self.results[i]
+        tokens = list(tokens)[: self.max_new_tokens - len(r.output_ids)]
+        accepted = min(accepted, len(tokens))
+        r.steps += 1
+        r.drafted += drafted
+        r.accepted += accepted
+        r.output_ids.extend(tokens)
+        r.draft_flags.extend([True] * accepted + [False] * (len(tokens) - accepted))
+        r.finished = bool(tokens) and tokens[-1] == self.end_id
+        d = self.drafters[i]
+        d.record(drafted, accepted)
+        d.extend(tokens)
+        if self.on_step is not None:
+            self.on_step(StepEvent(i, tokens, accepted))
+
+    def retire_finished(self) -> None:
+        still = []
+        for i in self.active:
+            r = self.results[i]
+            if r.finished or len(r.output_ids) >= self.max_new_tokens:
+                self.drafters[i].finish()
+            else:
+                still.append(i)
+        self.active = still

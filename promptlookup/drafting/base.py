@@ -1,0 +1,68 @@
+"""The drafter interface shared by every drafting mode and by the decoding loops.
+
+A :class:`Drafter` lives for the whole process (it owns the public pool and any persisted
+caches). Each request gets a :class:`RequestDrafter`, which sees the request's text grow
+and proposes drafts for it:
+
+    drafter = make_drafter(DraftConfig(prompt_lookup_num_tokens=10, max_matching_ngram_size=2))
+    req = drafter.new_request(prompt_ids, max_seq_len=engine_max_seq_len)
+    while not done:
+        draft = req.propose()              # <= k tokens, possibly empty
+        accepted_and_bonus = verify(draft)
+        req.record(len(draft), n_accepted)  # feedback, used by adaptive drafting
+        req.extend(accepted_and_bonus)      # only the new tail is indexed
+    req.finish()                            # lets learning caches absorb the output
+
+Invariants every implementation keeps:
+- ``propose()`` never returns more than ``prompt_lookup_num_tokens`` tokens, and never so
+  many that the text would pass ``max_seq_len`` (``len(text) + len(draft) + 1 <= max_seq_len``).
+- ``extend()`` costs O(len(tokens)) amortised, independent of the text length so far.
+- Drafts depend only on the token stream (and shared pools), never on the model.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, Sequence
+
+DRAFT_MODES = ("pool", "longest")
+
+
+@dataclass(frozen=True)
+class DraftConfig:
+    """How drafts are made. Field names follow TensorRT-LLM's ``NGramDecodingConfig``."""
+
+    prompt_lookup_num_tokens: int = 10  # k: the largest draft
+    max_matching_ngram_size: int = 2  # n: longest pattern tried by the pool mode
+    mode: str = "pool"  # "pool" (TensorRT-LLM semantics) or "longest" (longest earlier match)
+    is_keep_all: bool = True
+    is_use_oldest: bool = True
+    is_public_pool: bool = True
+    adaptive: bool = False  # size each draft from match length and recent acceptance
+    max_match_len: int = 64  # cap on the suffix length searched by the longest mode
+    static_cache: str | None = None  # persisted cache built offline from a corpus (read only)
+    dynamic_cache: str | None = None  # persisted cache that learns from finished requests
+
+
+class RequestDrafter(Protocol):
+    """Per-request drafting state (prompt plus everything generated so far)."""
+
+    def extend(self, tokens: Sequence[int]) -> None:
+        """Append newly generated tokens to the request's text."""
+
+    def propose(self) -> list[int]:
+        """Return the draft for the current text (possibly empty)."""
+
+    def record(self, drafted: int, accepted: int) -> None:
+        """Report how many of the last proposed tokens the target accepted."""
+
+    def finish(self) -> None:
+        """The request is over; shared or learning caches may absorb its text."""
+
+
+class Drafter(Protocol):
+    """Process-wide drafter: creates per-request state and owns shared pools/caches."""
+
+    config: DraftConfig
+
+    def new_request(self, prompt: Sequence[int], max_seq_len: int) -> RequestDrafter:
+        """Start drafting for a request whose text begins with ``prompt``."""

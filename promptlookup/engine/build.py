@@ -1,0 +1,127 @@
+"""Build an engine directory from a TensorRT-LLM checkpoint.
+
+``backend="trtllm"`` runs the real ``trtllm-build``; ``backend="torch"`` writes the
+PyTorch engine described in :mod:`promptlookup.engine.config`: the build limits plus the
+checkpoint's weights (verified by loading them once) and tokenizer. ``auto`` picks
+TensorRT-LLM when it and a suitable GPU are present, else PyTorch.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+from ..errors import UserError
+from ..fsutil import atomic_output_dir
+from .config import ENGINE_FORMAT_VERSION
+
+BACKENDS = ("auto", "torch", "trtllm")
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "tokenizer.model",
+    "vocab.json",
+    "merges.txt",
+    "chat_template.jinja",
+    "added_tokens.json",
+    "generation_config.json",
+)
+
+
+def read_checkpoint_config(checkpoint_dir: Path) -> dict[str, Any]:
+    if not checkpoint_dir.is_dir():
+        raise UserError(f"checkpoint directory {checkpoint_dir} does not exist; create it with convert_checkpoint.py")
+    path = checkpoint_dir / "config.json"
+    if not path.is_file():
+        raise UserError(f"{checkpoint_dir} has no config.json; it is not a converted checkpoint (run convert_checkpoint.py)")
+    try:
+        cfg = json.loads(path.read_text())
+    except ValueError as exc:
+        raise UserError(f"{path} is not valid JSON ({exc}); re-run convert_checkpoint.py") from None
+    if "architecture" not in cfg:
+        raise UserError(f"{path} is not a TensorRT-LLM checkpoint config (no 'architecture'); run convert_checkpoint.py")
+    return cfg
+
+
+def resolve_backend(backend: str) -> str:
+    from ..runtime.trtllm_runner import trtllm_unavailable_reason
+
+    if backend not in BACKENDS:
+        raise UserError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    reason = trtllm_unavailable_reason()
+    if backend == "trtllm" and reason is not None:
+        raise UserError(f"--backend trtllm: {reason}")
+    if backend == "auto":
+        return "trtllm" if reason is None else "torch"
+    return backend
+
+
+def build_config(
+    *,
+    max_batch_size: int,
+    max_input_len: int,
+    max_seq_len: int,
+    max_draft_len: int,
+    speculative_decoding_mode: str | None,
+    use_paged_context_fmha: bool,
+    gemm_plugin: str,
+    tokens_per_block: int,
+    max_position_embeddings: int,
+) -> dict[str, Any]:
+    """Validated build limits, named as in TensorRT-LLM's ``build_config``."""
+    checks = [
+        (max_batch_size >= 1, f"--max_batch_size must be at least 1, got {max_batch_size}"),
+        (max_input_len >= 1, f"--max_input_len must be at least 1, got {max_input_len}"),
+        (max_draft_len >= 0, f"--max_draft_len must be 0 or more, got {max_draft_len}"),
+        (tokens_per_block >= 1 and tokens_per_block & (tokens_per_block - 1) == 0,
+         f"--tokens_per_block must be a power of two, got {tokens_per_block}"),
+        (max_seq_len > max_input_len,
+         f"--max_seq_len {max_seq_len} must exceed --max_input_len {max_input_len}"),
+        (max_seq_len <= max_position_embeddings,
+         f"--max_seq_len {max_seq_len} exceeds the model's max_position_embeddings {max_position_embeddings}"),
+        (max_draft_len == 0 or speculative_decoding_mode == "draft_tokens_external",
+         "--max_draft_len needs --speculative_decoding_mode draft_tokens_external"),
+    ]
+    for ok, message in checks:
+        if not ok:
+            raise UserError(message)
+    return {
+        "max_batch_size": max_batch_size,
+        "max_input_len": max_input_len,
+        "max_seq_len": max_seq_len,
+        "max_draft_len": max_draft_len,
+        "max_beam_width": 1,
+        "speculative_decoding_mode": speculative_decoding_mode,
+        "plugin_config": {
+            "use_paged_context_fmha": use_paged_context_fmha,
+            "gemm_plugin": gemm_plugin,
+            "paged_kv_cache": True,
+            "tokens_per_block": tokens_per_block,
+        },
+    }
+
+
+def build_torch_engine(checkpoint_dir: str | Path, output_dir: str | Path, build: dict[str, Any]) -> Path:
+    """Write a PyTorch engine directory (atomically) and return its path."""
+    from ..checkpoint.load import load_checkpoint
+
+    checkpoint_dir = Path(checkpoint_dir)
+    pretrained = read_checkpoint_config(checkpoint_dir)
+    load_checkpoint(checkpoint_dir)  # proves the weights are complete and consistent
+    output_dir = Path(output_dir)
+    with atomic_output_dir(output_dir) as tmp:
+        for src in sorted(checkpoint_dir.glob("rank*.safetensors")):
+            shutil.copyfile(src, tmp / src.name)
+        for name in TOKENIZER_FILES:
+            if (checkpoint_dir / name).is_file():
+                shutil.copyfile(checkpoint_dir / name, tmp / name)
+        config = {
+            "version": ENGINE_FORMAT_VERSION,
+            "backend": "torch",
+            "pretrained_config": pretrained,
+            "build_config": build,
+        }
+        (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    return output_dir

@@ -1,0 +1,82 @@
+"""The engine directory: what ``build.sh`` writes and the runtimes read.
+
+Layout (PyTorch engine)::
+
+    config.json            {"version", "backend": "torch",
+                            "pretrained_config": <the TensorRT-LLM checkpoint config>,
+                            "build_config": {max_batch_size, max_input_len, max_seq_len,
+                                             max_draft_len, max_beam_width,
+                                             speculative_decoding_mode,
+                                             plugin_config: {use_paged_context_fmha,
+                                                             gemm_plugin, paged_kv_cache,
+                                                             tokens_per_block}}}
+    rank{N}.safetensors    the checkpoint's weights (TensorRT-LLM names, any tp/pp)
+    tokenizer files        copied from the checkpoint
+
+A TensorRT-LLM engine directory (from the real ``trtllm-build``) has the same top-level
+``pretrained_config`` / ``build_config`` keys and ``rank{N}.engine`` files instead.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import UserError
+from ..runtime.base import EngineLimits
+
+ENGINE_FORMAT_VERSION = "promptlookup-engine-1"
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    directory: Path
+    backend: str  # "torch" or "trtllm"
+    pretrained: dict[str, Any]
+    build: dict[str, Any]
+
+    @property
+    def limits(self) -> EngineLimits:
+        b = self.build
+        return EngineLimits(
+            max_batch_size=int(b["max_batch_size"]),
+            max_input_len=int(b["max_input_len"]),
+            max_seq_len=int(b["max_seq_len"]),
+            max_draft_len=int(b.get("max_draft_len", 0)),
+            vocab_size=int(self.pretrained["vocab_size"]),
+        )
+
+    @property
+    def tokens_per_block(self) -> int:
+        return int(self.build.get("plugin_config", {}).get("tokens_per_block", 32))
+
+    @property
+    def world_size(self) -> int:
+        m = self.pretrained.get("mapping", {})
+        return int(m.get("tp_size", 1)) * int(m.get("pp_size", 1))
+
+
+def read_engine_config(engine_dir: str | Path) -> EngineConfig:
+    """Read and check an engine directory; a missing or incomplete one is a UserError."""
+    d = Path(engine_dir)
+    if not d.is_dir():
+        raise UserError(f"engine directory {d} does not exist; build one with build.sh --checkpoint_dir ... --output_dir {d}")
+    cfg_path = d / "config.json"
+    if not cfg_path.is_file():
+        raise UserError(f"engine directory {d} has no config.json; rebuild it with build.sh")
+    try:
+        raw = json.loads(cfg_path.read_text())
+        pretrained, build = raw["pretrained_config"], raw["build_config"]
+        for key in ("max_batch_size", "max_input_len", "max_seq_len"):
+            int(build[key])
+        int(pretrained["vocab_size"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise UserError(f"{cfg_path} is not an engine config ({exc.__class__.__name__}: {exc}); rebuild it with build.sh") from None
+    backend = raw.get("backend") or ("trtllm" if any(d.glob("rank*.engine")) else "torch")
+    world = int(pretrained.get("mapping", {}).get("tp_size", 1)) * int(pretrained.get("mapping", {}).get("pp_size", 1))
+    suffix = "engine" if backend == "trtllm" else "safetensors"
+    missing = [f"rank{r}.{suffix}" for r in range(world) if not (d / f"rank{r}.{suffix}").is_file()]
+    if missing:
+        raise UserError(f"engine directory {d} is incomplete (missing {', '.join(missing)}); rebuild it with build.sh")
+    return EngineConfig(d, backend, pretrained, build)

@@ -1,0 +1,64 @@
+"""Runners for built engines: PyTorch (paged KV cache with reuse) or TensorRT-LLM."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Sequence
+
+from ..errors import UserError
+from .base import EngineLimits, GenerationOutput, Runner, SamplingConfig
+
+__all__ = ["load_runner", "load_tokenizer", "Runner", "SamplingConfig", "EngineLimits", "GenerationOutput"]
+
+
+def load_runner(
+    engine_dir: str | os.PathLike[str],
+    *,
+    kv_cache_enable_block_reuse: bool = True,
+    device_ids: Sequence[int] | None = None,
+    max_tokens_in_paged_kv_cache: int | None = None,
+) -> Runner:
+    """Load the engine in ``engine_dir`` on the backend it was built for."""
+    from ..engine.config import read_engine_config
+
+    cfg = read_engine_config(engine_dir)
+    if cfg.backend == "trtllm":
+        from .trtllm_runner import TrtllmRunner, trtllm_unavailable_reason
+
+        reason = trtllm_unavailable_reason()
+        if reason is not None:
+            raise UserError(f"{engine_dir} is a TensorRT-LLM engine, but {reason}")
+        return TrtllmRunner(
+            str(engine_dir),
+            device_ids=list(device_ids) if device_ids is not None else list(range(cfg.world_size)),
+            kv_cache_enable_block_reuse=kv_cache_enable_block_reuse,
+        )
+    if device_ids is not None and list(device_ids) not in ([], [0]):
+        raise UserError(
+            f"device list {list(device_ids)} needs the TensorRT-LLM backend; the PyTorch engine runs on one device, use [0]"
+        )
+    from ..checkpoint.load import load_checkpoint
+    from .torch_runner import TorchRunner
+
+    model = load_checkpoint(cfg.directory)
+    return TorchRunner(
+        model,
+        cfg.limits,
+        tokens_per_block=cfg.tokens_per_block,
+        max_tokens_in_paged_kv_cache=max_tokens_in_paged_kv_cache,
+        kv_cache_enable_block_reuse=kv_cache_enable_block_reuse,
+    )
+
+
+def load_tokenizer(path: str | os.PathLike[str]):
+    """The tokenizer saved in a checkpoint or engine directory (or any HF tokenizer dir)."""
+    from transformers import AutoTokenizer
+
+    p = Path(path)
+    if not p.is_dir():
+        raise UserError(f"tokenizer directory {p} does not exist; pass --tokenizer_dir")
+    try:
+        return AutoTokenizer.from_pretrained(str(p))
+    except (OSError, ValueError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else exc.__class__.__name__
+        raise UserError(f"cannot load a tokenizer from {p} ({first}); pass --tokenizer_dir") from None

@@ -1,0 +1,82 @@
+"""The runner interface: what the decoding loops need from a backend.
+
+Both backends (PyTorch in :mod:`promptlookup.runtime.torch_runner`, TensorRT-LLM in
+:mod:`promptlookup.runtime.trtllm_runner`) implement :class:`Runner`. The V1 orchestrator
+loop (:mod:`promptlookup.decoding.orchestrator`) is written against this interface only,
+so one loop drives both runners.
+
+``generate`` follows TensorRT-LLM's ``ModelRunnerCpp.generate`` in orchestrator mode: each
+call receives whole sequences (prompt plus everything accepted so far) and, optionally,
+one external draft per sequence. With drafts, the runner verifies them in one forward pass
+and returns the longest agreeing prefix of each draft followed by one token of the
+target's own; drafts may differ in length across the batch.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol, Sequence
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    """Token selection. ``temperature == 0`` (the default) means greedy decoding."""
+
+    temperature: float = 0.0
+    top_k: int = 0  # 0: no top-k filter
+    top_p: float = 1.0  # 1.0: no nucleus filter
+    random_seed: int = 0
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0 or self.top_k == 1
+
+
+@dataclass
+class GenerationOutput:
+    """One sequence's result from one ``Runner.generate`` call."""
+
+    output_ids: list[int]  # the new tokens only (accepted drafts, then the target's own)
+    num_draft_tokens: int = 0  # draft tokens offered for verification
+    num_accepted_draft_tokens: int = 0  # of those, how many were kept
+    finished: bool = False  # end_id produced (output_ids ends with it)
+
+
+@dataclass(frozen=True)
+class EngineLimits:
+    """Limits fixed when the engine was built (TensorRT-LLM's build_config names)."""
+
+    max_batch_size: int
+    max_input_len: int
+    max_seq_len: int
+    max_draft_len: int
+    vocab_size: int
+
+
+@dataclass
+class RunnerStats:
+    """Counters a runner keeps across calls (for tests and reports)."""
+
+    forward_calls: int = 0
+    forward_tokens: int = 0  # tokens actually run through the model
+    reused_tokens: int = 0  # prompt tokens served from cached KV blocks
+    extra: dict[str, int] = field(default_factory=dict)
+
+
+class Runner(Protocol):
+    limits: EngineLimits
+
+    def generate(
+        self,
+        batch_input_ids: Sequence[Sequence[int]],
+        *,
+        max_new_tokens: int,
+        end_id: int,
+        draft_tokens_list: Sequence[Sequence[int]] | None = None,
+        sampling: SamplingConfig = SamplingConfig(),
+        request_ids: Sequence[int] | None = None,
+    ) -> list[GenerationOutput]:
+        """Continue each sequence; with drafts, verify them and return accepted + 1 token.
+
+        ``request_ids`` names each sequence's request (stable while a batch shrinks); it
+        keys the sampling random stream so that speculative and plain sampling agree.
+        """

@@ -1,0 +1,262 @@
+"""Paged KV cache: fixed-size blocks from a pool, with prefix reuse across requests.
+
+Storage (:class:`KVPool`)
+    One K and one V tensor per layer, shaped ``[kv_heads, num_blocks * block_size, head_dim]``.
+    Token slot ``s = block * block_size + offset``. Block 0 is never handed out: it is the
+    scratch block that padded positions of a batch write into.
+
+Bookkeeping (:class:`BlockManager`)
+    Every block is in exactly one state:
+
+    - *free*: holds nothing useful;
+    - *in use*: ``refcount > 0``, listed in the block table of a live sequence;
+    - *cached*: ``refcount == 0`` but registered for reuse, evictable in LRU order.
+
+    A *full* block is registered under the key ``(parent_key, tokens)``, where
+    ``parent_key`` identifies the registered block before it (0 for the first block) and
+    ``tokens`` are its ``block_size`` token ids; keys are unique integers, so a chain of
+    keys identifies the whole token prefix (and thus the positions), exactly. The last,
+    *partial* block of a released sequence is registered under its parent too, with its
+    valid token ids, so that a V1 re-submission of the same sequence also finds the tail.
+
+    ``match_prefix`` maps the longest cached prefix of a new request onto the blocks:
+    full blocks are shared (refcount + 1, never written again); the first diverging or
+    partial block is copied (or taken over, when it is an unused partial block), since the
+    new request will write into it. At least one token is always left uncovered, because
+    its forward pass produces the logits for the next token.
+
+Costs: matching a prefix of L tokens is O(L) (hashing block tuples) plus the copy of at
+most one block; allocation and release are O(blocks); eviction is O(1) per block.
+Reuse changes no output beyond floating-point reassociation: a reused block holds the
+very K/V that were computed for the same tokens at the same positions.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import torch
+
+from ..errors import UserError
+
+SCRATCH_BLOCK = 0
+
+
+class KVPool:
+    """The K/V storage: per layer ``[kv_heads, num_blocks * block_size, head_dim]``."""
+
+    def __init__(
+        self,
+        num_layers: int,
+        num_kv_heads: int,
+        head_dim: int,
+        block_size: int,
+        num_blocks: int,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str = "cpu",
+    ) -> None:
+        self.block_size = block_size
+        self.num_blocks = num_blocks
+        slots = num_blocks * block_size
+        # torch.empty: pages are only committed when first written.
+        self.k = [torch.empty(num_kv_heads, slots, head_dim, dtype=dtype, device=device) for _ in range(num_layers)]
+        self.v = [torch.empty(num_kv_heads, slots, head_dim, dtype=dtype, device=device) for _ in range(num_layers)]
+
+    @staticmethod
+    def bytes_per_token(num_layers: int, num_kv_heads: int, head_dim: int, dtype: torch.dtype) -> int:
+        return 2 * num_layers * num_kv_heads * head_dim * torch.empty((), dtype=dtype).element_size()
+
+    def copy_block(self, src: int, dst: int) -> None:
+        bs = self.block_size
+        for t in (*self.k, *self.v):
+            t[:, dst * bs : (dst + 1) * bs].copy_(t[:, src * bs : (src + 1) * bs])
+
+
+@dataclass
+class _Registration:
+    key: int
+    parent_key: int
+    tokens: tuple[int, ...]
+    full: bool
+
+
+@dataclass
+class CacheStats:
+    matched_tokens: int = 0  # tokens served from cache by match_prefix
+    matched_blocks: int = 0
+    copied_blocks: int = 0
+    evicted_blocks: int = 0
+
+
+@dataclass
+class SequenceBlocks:
+    """A live sequence's block table; ``blocks[i]`` holds slots ``[i*bs, (i+1)*bs)``."""
+
+    blocks: list[int] = field(default_factory=list)
+
+
+class BlockManager:
+    """Allocation, reuse registry and LRU eviction for the blocks of a :class:`KVPool`."""
+
+    def __init__(self, pool: KVPool, enable_reuse: bool = True) -> None:
+        self.pool = pool
+        self.block_size = pool.block_size
+        self.enable_reuse = enable_reuse
+        n = pool.num_blocks
+        if n < 2:
+            raise UserError("the KV cache needs at least 2 blocks; raise --max_tokens_in_paged_kv_cache")
+        self.refcount = [0] * n
+        self.free: list[int] = list(range(n - 1, SCRATCH_BLOCK, -1))  # pop() yields low ids first
+        self.lru: OrderedDict[int, None] = OrderedDict()  # cached blocks, oldest first
+        self.reg: dict[int, _Registration] = {}  # block -> registration
+        self.full_index: dict[tuple[int, tuple[int, ...]], int] = {}
+        self.children: dict[int, set[int]] = {}  # parent key -> registered blocks under it
+        self._next_key = 1
+        self.stats = CacheStats()
+
+    # ----------------------------------------------------------------- allocation
+    @property
+    def num_available(self) -> int:
+        return len(self.free) + len(self.lru)
+
+    def _take_free_block(self) -> int:
+        if self.free:
+            block = self.free.pop()
+        elif self.lru:
+            block, _ = self.lru.popitem(last=False)
+            self._unregister(block)
+            self.stats.evicted_blocks += 1
+        else:
+            raise UserError(
+                "the paged KV cache is full; raise --max_tokens_in_paged_kv_cache or lower the batch size"
+            )
+        self.refcount[block] = 1
+        return block
+
+    def ensure_capacity(self, seq: SequenceBlocks, num_slots: int) -> None:
+        """Grow ``seq`` so that its blocks cover ``num_slots`` token slots."""
+        needed = -(-num_slots // self.block_size)
+        while len(seq.blocks) < needed:
+            seq.blocks.append(self._take_free_block())
+
+    def _acquire(self, block: int) -> None:
+        if self.refcount[block] == 0:
+            self.lru.pop(block, None)
+        self.refcount[block] += 1
+
+    def _drop(self, block: int) -> None:
+        self.refcount[block] -= 1
+        if self.refcount[block] == 0:
+            if block in self.reg:
+                self.lru[block] = None
+            else:
+                self.free.append(block)
+
+    # ----------------------------------------------------------------- registry
+    def _unregister(self, block: int) -> None:
+        r = self.reg.pop(block, None)
+        if r is None:
+            return
+        if r.full:
+            self.full_index.pop((r.parent_key, r.tokens), None)
+        kids = self.children.get(r.parent_key)
+        if kids is not None:
+            kids.discard(block)
+            if not kids:
+                del self.children[r.parent_key]
+
+    def _register(self, block: int, parent_key: int, tokens: tuple[int, ...], full: bool) -> int:
+        key = self._next_key
+        self._next_key += 1
+        self.reg[block] = _Registration(key, parent_key, tokens, full)
+        if full:
+            self.full_index[(parent_key, tokens)] = block
+        self.children.setdefault(parent_key, set()).add(block)
+        return key
+
+    # ----------------------------------------------------------------- reuse
+    def match_prefix(self, tokens: Sequence[int]) -> tuple[SequenceBlocks, int]:
+        """Start a sequence for ``tokens``; return it and how many leading tokens are cached.
+
+        The count is at most ``len(tokens) - 1``. Shared full blocks are never written
+        again by the new sequence: writing starts in a block it owns alone.
+        """
+        seq = SequenceBlocks()
+        if not self.enable_reuse or len(tokens) < 2:
+            return seq, 0
+        bs = self.block_size
+        limit = len(tokens) - 1  # tokens that may come from the cache
+        parent = 0
+        matched = 0
+        while matched + bs <= limit:
+            chunk = tuple(tokens[matched : matched + bs])
+            block = self.full_index.get((parent, chunk))
+            if block is None:
+                break
+            self._acquire(block)
+            seq.blocks.append(block)
+            parent = self.reg[block].key
+            matched += bs
+        self.stats.matched_blocks += len(seq.blocks)
+        # The first block not matched in full: the longest common prefix among its siblings.
+        best, best_len = -1, 0
+        rest = tokens[matched:limit]
+        for block in self.children.get(parent, ()):
+            cand = self.reg[block].tokens
+            n = 0
+            for a, b in zip(cand, rest):
+                if a != b:
+                    break
+                n += 1
+            if n > best_len:
+                best, best_len = block, n
+        if best_len:
+            r = self.reg[best]
+            if not r.full and self.refcount[best] == 0:
+                # An unused partial tail (typically this very sequence's previous V1 call).
+                self.lru.pop(best)
+                self._unregister(best)
+                self.refcount[best] = 1
+                seq.blocks.append(best)
+            else:
+                block = self._take_free_block()
+                self.pool.copy_block(best, block)
+                seq.blocks.append(block)
+                self.stats.copied_blocks += 1
+            matched += best_len
+        self.stats.matched_tokens += matched
+        return seq, matched
+
+    def release(self, seq: SequenceBlocks, tokens: Sequence[int]) -> None:
+        """End a sequence whose first ``len(tokens)`` slots hold valid K/V for ``tokens``.
+
+        With reuse on, its full blocks and its partial tail are registered (unless an
+        identical block is already registered) and become evictable once unreferenced.
+        """
+        bs = self.block_size
+        if self.enable_reuse:
+            parent = 0
+            for i, block in enumerate(seq.blocks):
+                chunk = tuple(tokens[i * bs : (i + 1) * bs])
+                if not chunk:
+                    break
+                full = len(chunk) == bs
+                r = self.reg.get(block)
+                if r is not None:  # a shared block: already registered
+                    if not r.full:
+                        break
+                    parent = r.key
+                    continue
+                if full:
+                    twin = self.full_index.get((parent, chunk))
+                    if twin is not None:
+                        parent = self.reg[twin].key
+                        continue
+                    parent = self._register(block, parent, chunk, True)
+                else:
+                    self._register(block, parent, chunk, False)
+        # Drop the tail first so that, in LRU order, leaves are evicted before their parents.
+        for block in reversed(seq.blocks):
+            self._drop(block)
+        seq.blocks.clear()
