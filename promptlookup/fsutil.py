@@ -17,6 +17,12 @@ from typing import Any, Iterator
 from .errors import UserError
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def _writable_parent(target: Path) -> Path:
     parent = target.resolve().parent
     try:
@@ -40,6 +46,7 @@ def atomic_output_dir(target: str | os.PathLike[str]) -> Iterator[Path]:
     parent = _writable_parent(target)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=parent))
     try:
+        os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes it private; outputs are not
         yield tmp
         old = None
         if target.exists():
@@ -65,6 +72,7 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes it private; outputs are not
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):

@@ -16,6 +16,7 @@ from .args import (
     sampling_from_args,
 )
 from .inputs import collect_prompts
+from .stream_output import StreamPrinter, add_color_argument, color_mode, colorize, decode_text
 
 
 def parse_args(argv: list[str] | None):
@@ -24,14 +25,8 @@ def parse_args(argv: list[str] | None):
     p.add_argument("--input_file", default=None, help=".txt, .json, .csv or .npy (see the README)")
     p.add_argument("--max_output_len", type=int, default=100)
     p.add_argument("--streaming", action="store_true", help="print text as it is accepted")
-    p.add_argument(
-        "--color",
-        nargs="?",
-        const="auto",
-        default="never",
-        choices=["auto", "always", "never"],
-        help="highlight tokens that came from accepted drafts (auto: only on a terminal)",
-    )
+    p.add_argument("--hf_model_dir", default=None, help="TensorRT-LLM backend, v2 workflow: the Hugging Face model")
+    add_color_argument(p)
     add_common_args(p)
     return p.parse_args(argv)
 
@@ -68,7 +63,10 @@ def main(argv: list[str] | None = None) -> int:
         kv_cache_enable_block_reuse=args.kv_cache_enable_block_reuse,
         device_ids=device_ids,
         max_tokens_in_paged_kv_cache=args.max_tokens_in_paged_kv_cache,
+        hf_model_dir=args.hf_model_dir,
     )
+    if draft is not None and hasattr(runner, "validate_lookup"):
+        runner.validate_lookup(draft.prompt_lookup_num_tokens, device_ids)
     vocab = runner.limits.vocab_size
     if len(tokenizer) > vocab:
         raise UserError(
@@ -79,12 +77,17 @@ def main(argv: list[str] | None = None) -> int:
     if end_id is None:
         raise UserError("the tokenizer defines no end-of-sequence token; pass --end_id")
     prompts = collect_prompts(args.input_text, args.input_file, tokenizer, args.use_chat_template, end_id)
-    runner.validate_prompts([p.ids for p in prompts]) if hasattr(runner, "validate_prompts") else None
-
-    from .stream_output import StreamPrinter, color_mode, colorize
+    if hasattr(runner, "validate_prompts"):
+        runner.validate_prompts([p.ids for p in prompts])
 
     use_color = color_mode(args.color, sys.stdout)
     printer = StreamPrinter(tokenizer, sys.stdout, color=use_color, num_sequences=len(prompts)) if args.streaming else None
+
+    drafter = None
+    if draft is not None and not (args.workflow == "v2" and hasattr(runner, "generate_lookup")):
+        from ..drafting import make_drafter
+
+        drafter = make_drafter(draft, tokenizer)
 
     start = time.perf_counter()
     results = generate(
@@ -96,9 +99,13 @@ def main(argv: list[str] | None = None) -> int:
         draft=draft,
         workflow=args.workflow,
         on_step=printer.on_step if printer else None,
+        drafter=drafter,
     )
     wall = time.perf_counter() - start
-    texts = printer.finish() if printer else [tokenizer.decode(r.output_ids, skip_special_tokens=True) for r in results]
+    if drafter is not None and draft.dynamic_cache:
+        drafter.save()
+        print(f"updated the dynamic n-gram cache {draft.dynamic_cache}")
+    texts = printer.finish() if printer else [decode_text(tokenizer, r.output_ids) for r in results]
 
     if not printer:
         for i, (p, r, text) in enumerate(zip(prompts, results, texts)):

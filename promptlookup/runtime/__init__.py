@@ -17,8 +17,13 @@ def load_runner(
     kv_cache_enable_block_reuse: bool = True,
     device_ids: Sequence[int] | None = None,
     max_tokens_in_paged_kv_cache: int | None = None,
+    hf_model_dir: str | os.PathLike[str] | None = None,
 ) -> Runner:
-    """Load the engine in ``engine_dir`` on the backend it was built for."""
+    """Load the engine in ``engine_dir`` on the backend it was built for.
+
+    ``hf_model_dir`` is used by the TensorRT-LLM backend's single-call (v2) workflow only,
+    whose LLM API loads a Hugging Face checkpoint.
+    """
     from ..engine.config import read_engine_config
 
     cfg = read_engine_config(engine_dir)
@@ -32,6 +37,7 @@ def load_runner(
             str(engine_dir),
             device_ids=list(device_ids) if device_ids is not None else list(range(cfg.world_size)),
             kv_cache_enable_block_reuse=kv_cache_enable_block_reuse,
+            hf_model_dir=hf_model_dir,
         )
     if device_ids is not None and list(device_ids) not in ([], [0]):
         raise UserError(

@@ -240,7 +240,9 @@ class TrtllmRunner:
         max_batch_size: int | None = None,
         enable_chunked_context: bool = False,
         pad_id: int | None = None,
+        hf_model_dir: str | Path | None = None,
         model_runner_cls: Any = None,
+        lookup_generator_cls: Any = None,
     ) -> None:
         if model_runner_cls is None:
             _require_trtllm()
@@ -251,6 +253,9 @@ class TrtllmRunner:
         self.device_ids = list(device_ids) if device_ids is not None else list(range(self.config.world_size))
         self.kv_cache_enable_block_reuse = kv_cache_enable_block_reuse
         self.pad_id = pad_id
+        self.hf_model_dir = hf_model_dir
+        self._lookup_generator_cls = lookup_generator_cls
+        self._lookup: "TrtllmLookupGenerator | None" = None
         self.stats = RunnerStats()
         self._check_devices(self.device_ids)
         if max_batch_size is not None and not 1 <= max_batch_size <= self.limits.max_batch_size:
@@ -375,6 +380,47 @@ class TrtllmRunner:
         out = self._runner.generate(inputs, **kwargs)
         self.stats.forward_calls += 1
         return self._map_outputs(out, batch, drafts, end_id, max_new_tokens)
+
+    def generate_lookup(
+        self,
+        prompts: Sequence[Sequence[int]],
+        *,
+        draft: DraftConfig,
+        max_new_tokens: int,
+        end_id: int,
+        sampling: SamplingConfig = SamplingConfig(),
+        on_step: StepCallback | None = None,
+    ) -> list[SequenceResult]:
+        """V2 (single call) for ``decoding.generate``: delegates to :class:`TrtllmLookupGenerator`.
+
+        The LLM API's NGram path runs on TensorRT-LLM's PyTorch backend and loads the
+        Hugging Face checkpoint (``hf_model_dir``), not this engine, with this engine's
+        tensor/pipeline parallel sizes and limits. Note that the V1 executor stays loaded
+        meanwhile, so both hold GPU memory.
+        """
+        if self.hf_model_dir is None:
+            raise UserError(
+                "V2 prompt lookup on TensorRT-LLM runs the LLM API's NGram decoding, which loads the "
+                "Hugging Face checkpoint, not the engine; pass its directory (--hf_model_dir) or use --workflow v1"
+            )
+        if self._lookup is None:
+            cls = self._lookup_generator_cls or TrtllmLookupGenerator
+            self._lookup = cls(
+                self.hf_model_dir,
+                tensor_parallel_size=self.config.tp_size,
+                pipeline_parallel_size=self.config.pp_size,
+                max_batch_size=self.limits.max_batch_size,
+                max_seq_len=self.limits.max_seq_len,
+            )
+        return self._lookup.generate(
+            prompts, max_new_tokens=max_new_tokens, end_id=end_id, draft=draft, sampling=sampling, on_step=on_step
+        )
+
+    def close(self) -> None:
+        """Shut down the V2 LLM if one was started (the V1 executor lives as long as this object)."""
+        lookup, self._lookup = self._lookup, None
+        if lookup is not None:
+            lookup.close()
 
     @staticmethod
     def _map_outputs(

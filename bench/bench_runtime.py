@@ -1,0 +1,161 @@
+#!/usr/bin/env python3
+"""End-to-end speed of prompt lookup on SmolLM2, side by side with Hugging Face.
+
+Same run, same machine, same weights (the engine's, loaded once), greedy decoding:
+
+- ``hf_plain``: transformers ``generate()``;
+- ``hf_pld``: transformers ``generate(prompt_lookup_num_tokens=k)``;
+- ``ours_plain``: our PyTorch runtime without drafts;
+- ``ours_v2``: our single-call prompt lookup (TensorRT-LLM pool semantics, ``[k, n]``);
+- ``ours_v2_longest``: the same with the longest-match drafter;
+- ``ours_v1_reuse`` / ``ours_v1_noreuse``: the orchestrator loop with and without KV
+  block reuse.
+
+Every method gets its own runner (so no method profits from another's cached blocks);
+the methods run back to back on each prompt. Prompts are input-grounded: code edits on
+Python standard-library functions, and CNN/DailyMail summaries when the shared sample
+is present. Every output is checked to be token-identical to ``hf_plain``.
+
+    python bench/bench_runtime.py --engine_dir artifacts/smollm2/engine
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import torch  # noqa: E402
+
+from promptlookup.checkpoint.load import load_checkpoint  # noqa: E402
+from promptlookup.cli.inputs import encode_text  # noqa: E402
+from promptlookup.decoding import generate  # noqa: E402
+from promptlookup.drafting.base import DraftConfig  # noqa: E402
+from promptlookup.engine.config import read_engine_config  # noqa: E402
+from promptlookup.evaluation.grounded_prompts import code_edit_prompts, summary_prompts  # noqa: E402
+from promptlookup.evaluation.hf_baseline import hf_generate  # noqa: E402
+from promptlookup.fsutil import atomic_write_json  # noqa: E402
+from promptlookup.runtime import load_tokenizer  # noqa: E402
+from promptlookup.runtime.torch_runner import TorchRunner  # noqa: E402
+
+SHARED = ROOT.parent / "shared" / "data" / "cnn_dailymail" / "train_sample.jsonl"
+
+
+def machine() -> str:
+    return f"{platform.machine()} {platform.processor() or ''} {os.cpu_count()} cores, torch {torch.__version__}, {torch.get_num_threads()} threads".strip()
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--engine_dir", default=str(ROOT / "artifacts/smollm2/engine"))
+    p.add_argument("--num_code", type=int, default=6)
+    p.add_argument("--num_summary", type=int, default=3)
+    p.add_argument("--max_new_tokens", type=int, default=160)
+    p.add_argument("--k", type=int, default=10)
+    p.add_argument("--n", type=int, default=2)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--output_json", default=str(ROOT / "bench/results/runtime.json"))
+    args = p.parse_args()
+    torch.set_num_threads(args.threads)
+
+    cfg = read_engine_config(args.engine_dir)
+    tok = load_tokenizer(args.engine_dir)
+    model = load_checkpoint(args.engine_dir)
+    end_id = tok.eos_token_id
+    prompts = [("code", t) for t in code_edit_prompts(args.num_code)]
+    if SHARED.is_file() and args.num_summary:
+        prompts += [("summary", t) for t in summary_prompts(SHARED, args.num_summary)]
+    encoded = [(kind, encode_text(tok, text, use_chat_template=True)) for kind, text in prompts]
+
+    def runner(reuse: bool) -> TorchRunner:
+        return TorchRunner(model, cfg.limits, tokens_per_block=cfg.tokens_per_block, kv_cache_enable_block_reuse=reuse)
+
+    pool = DraftConfig(prompt_lookup_num_tokens=args.k, max_matching_ngram_size=args.n)
+    longest = DraftConfig(prompt_lookup_num_tokens=min(16, cfg.limits.max_draft_len), mode="longest")
+    ours = {
+        "ours_plain": (runner(True), None, "v2"),
+        "ours_v2": (runner(True), pool, "v2"),
+        "ours_v2_longest": (runner(True), longest, "v2"),
+        "ours_v1_reuse": (runner(True), pool, "v1"),
+        "ours_v1_noreuse": (runner(False), pool, "v1"),
+    }
+    methods = ["hf_plain", "hf_pld", *ours]
+
+    # Warm-up (first-call allocations, thread pools) on a short prompt, not timed.
+    warm = encoded[0][1][:64]
+    hf_generate(model, [warm], max_new_tokens=8, end_id=end_id)
+    for r, d, wf in ours.values():
+        generate(r, [warm], max_new_tokens=8, end_id=end_id, draft=d, workflow=wf)
+
+    rows = []
+    for idx, (kind, ids) in enumerate(encoded):
+        row = {"prompt": idx, "kind": kind, "prompt_tokens": len(ids), "times": {}, "identical": {}}
+        outputs = {}
+        t = time.perf_counter()
+        outputs["hf_plain"] = hf_generate(model, [ids], max_new_tokens=args.max_new_tokens, end_id=end_id)[0]
+        row["times"]["hf_plain"] = time.perf_counter() - t
+        t = time.perf_counter()
+        outputs["hf_pld"] = hf_generate(model, [ids], max_new_tokens=args.max_new_tokens, end_id=end_id,
+                                        prompt_lookup_num_tokens=args.k, max_matching_ngram_size=args.n)[0]
+        row["times"]["hf_pld"] = time.perf_counter() - t
+        for name, (r, d, wf) in ours.items():
+            t = time.perf_counter()
+            res = generate(r, [ids], max_new_tokens=args.max_new_tokens, end_id=end_id, draft=d, workflow=wf)[0]
+            row["times"][name] = time.perf_counter() - t
+            outputs[name] = res.output_ids
+            if d is not None:
+                row.setdefault("acceptance", {})[name] = {"steps": res.steps, "drafted": res.drafted, "accepted": res.accepted}
+        row["generated_tokens"] = len(outputs["hf_plain"])
+        row["identical"] = {m: outputs[m] == outputs["hf_plain"] for m in methods}
+        rows.append(row)
+        print(f"prompt {idx} ({kind}, {len(ids)} tokens -> {row['generated_tokens']}): "
+              + ", ".join(f"{m} {row['times'][m]:.2f}s" for m in methods), flush=True)
+
+    def ratio(a: str, b: str, kind: str | None = None) -> float:
+        sel = [r for r in rows if kind is None or r["kind"] == kind]
+        return statistics.mean(r["times"][a] / r["times"][b] for r in sel) if sel else float("nan")
+
+    summary = {}
+    print(f"\nmachine: {machine()}; SmolLM2-135M fp32, greedy, max_new_tokens={args.max_new_tokens}, [k,n]=[{args.k},{args.n}]")
+    print(f"{'method':18} {'tok/s':>7} {'speedup vs ours_plain':>22} {'vs hf_plain':>12} {'identical':>10}")
+    for m in methods:
+        total_t = sum(r["times"][m] for r in rows)
+        total_n = sum(r["generated_tokens"] for r in rows)
+        summary[m] = {
+            "tokens_per_s": total_n / total_t,
+            "mean_speedup_vs_ours_plain": ratio("ours_plain", m),
+            "mean_speedup_vs_hf_plain": ratio("hf_plain", m),
+            "mean_speedup_vs_ours_plain_code": ratio("ours_plain", m, "code"),
+            "mean_speedup_vs_ours_plain_summary": ratio("ours_plain", m, "summary"),
+            "all_identical": all(r["identical"][m] for r in rows),
+        }
+        s = summary[m]
+        print(f"{m:18} {s['tokens_per_s']:7.1f} {s['mean_speedup_vs_ours_plain']:22.2f} "
+              f"{s['mean_speedup_vs_hf_plain']:12.2f} {str(s['all_identical']):>10}")
+    targets = {
+        "ours_plain_time_over_hf_plain (<=1.05)": ratio("ours_plain", "hf_plain"),
+        "hf_pld_time_over_ours_v2 (>=1.3)": ratio("hf_pld", "ours_v2"),
+        "hf_pld_time_over_ours_v2_longest (>=1.3)": ratio("hf_pld", "ours_v2_longest"),
+        "ours_v1_reuse_time_over_ours_v2 (<=1.15)": ratio("ours_v1_reuse", "ours_v2"),
+        "ours_v2_speedup_code (>=2.0)": ratio("ours_plain", "ours_v2", "code"),
+        "ours_v2_longest_speedup_code (>=2.0)": ratio("ours_plain", "ours_v2_longest", "code"),
+    }
+    print("\ntargets (mean of per-prompt time ratios):")
+    for k, v in targets.items():
+        print(f"  {k}: {v:.2f}")
+    atomic_write_json(args.output_json, {"machine": machine(), "args": vars(args), "summary": summary,
+                                         "targets": targets, "prompts": rows})
+    print(f"wrote {args.output_json}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

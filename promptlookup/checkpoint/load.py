@@ -1,0 +1,135 @@
+"""TensorRT-LLM checkpoint (or engine) directory -> HF ``LlamaForCausalLM`` on CPU.
+
+The inverse of :mod:`promptlookup.checkpoint.convert`: read ``config.json`` (a checkpoint
+config, or an engine config whose ``pretrained_config`` holds one), read every
+``rank{N}.safetensors``, check each holds exactly the tensors its rank should with the
+right shapes, merge the tensor/pipeline shards (dropping duplicated K/V heads and vocab
+padding) and load them into a ``LlamaForCausalLM`` built offline from the config.
+O(model size) time; the merged tensors become the model's parameters, so peak memory is
+about one copy of the weights (two when the dtype changes or shards must be concatenated).
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Mapping
+
+import torch
+from transformers import LlamaForCausalLM
+
+from ..errors import UserError
+from . import layout as L
+from .sharding import unshard_layer, unshard_lm_head
+from .config import llama_config_from_checkpoint, torch_dtype, unwrap_config, validate_checkpoint_config
+
+__all__ = ["llama_config_from_checkpoint", "load_checkpoint", "read_checkpoint_config"]
+
+
+def read_checkpoint_config(directory: str | os.PathLike[str]) -> dict:
+    """The checkpoint config of a checkpoint or engine directory (``pretrained_config`` unwrapped)."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise UserError(f"checkpoint directory {directory} does not exist; create it with convert_checkpoint.py")
+    path = directory / "config.json"
+    if not path.is_file():
+        raise UserError(f"{directory} is not a TensorRT-LLM checkpoint (no config.json); "
+                        f"create one with convert_checkpoint.py")
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise UserError(f"cannot read {path}: {' '.join(str(exc).split())}") from None
+    if not isinstance(raw, dict):
+        raise UserError(f"{path} is not a JSON object")
+    return unwrap_config(raw)
+
+
+def _read_rank(directory: Path, layout: L.Layout, rank: int) -> dict[str, torch.Tensor]:
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    path = directory / L.rank_file(rank)
+    if not path.is_file():
+        raise UserError(f"checkpoint {directory} is incomplete: {path.name} is missing "
+                        f"(config.json says tp_size={layout.tp_size}, pp_size={layout.pp_size})")
+    try:
+        tensors = load_file(str(path))
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise UserError(f"cannot read {path}: {' '.join(str(exc).split())}") from None
+    expected = L.expected_shapes(layout, *layout.coords(rank))
+    missing = sorted(set(expected) - set(tensors))
+    if missing:
+        raise UserError(f"checkpoint {directory} is incomplete: {path.name} lacks {len(missing)} tensors "
+                        f"(e.g. {missing[0]})")
+    unexpected = sorted(set(tensors) - set(expected))
+    if unexpected:
+        raise UserError(f"{path.name} holds tensors this loader does not understand (e.g. {unexpected[0]}); "
+                        f"only unquantized Llama checkpoints are supported")
+    for name, shape in expected.items():
+        if tuple(tensors[name].shape) != shape:
+            raise UserError(f"{path.name}: {name} has shape {tuple(tensors[name].shape)}, expected {shape}; "
+                            f"the checkpoint does not match its config.json")
+    return tensors
+
+
+def merge_ranks(
+    ranks: list[Mapping[str, torch.Tensor]], layout: L.Layout, tie_word_embeddings: bool
+) -> dict[str, torch.Tensor]:
+    """Per-rank TensorRT-LLM tensors (indexed by global rank) -> a HF Llama state dict."""
+    def rank_of(tp_rank: int, pp_rank: int) -> Mapping[str, torch.Tensor]:
+        return ranks[layout.rank(tp_rank, pp_rank)]
+
+    state: dict[str, torch.Tensor] = {}
+    for pp_rank in range(layout.pp_size):
+        for local, index in enumerate(layout.pp_layers(pp_rank)):
+            per_tp = [{suffix: rank_of(t, pp_rank)[L.layer_name(local, suffix)] for suffix in L.LAYER_WEIGHTS}
+                      for t in range(layout.tp_size)]
+            for suffix, tensor in unshard_layer(per_tp, layout).items():
+                state[L.hf_layer_name(index, suffix)] = tensor
+    first, last = 0, layout.pp_size - 1
+    state[L.HF_EMBEDDING] = rank_of(0, first)[L.EMBEDDING]
+    state[L.HF_FINAL_NORM] = rank_of(0, last)[L.FINAL_NORM]
+    if tie_word_embeddings:
+        state[L.HF_LM_HEAD] = state[L.HF_EMBEDDING]
+    else:
+        state[L.HF_LM_HEAD] = unshard_lm_head([rank_of(t, last)[L.LM_HEAD] for t in range(layout.tp_size)], layout)
+    return state
+
+
+def _empty_model(config) -> LlamaForCausalLM:
+    """Construct without random initialisation (the weights are overwritten next)."""
+    try:
+        from transformers.initialization import no_init_weights
+    except ImportError:  # older transformers: initialise normally (slower, same result)
+        return LlamaForCausalLM(config)
+    with no_init_weights():
+        return LlamaForCausalLM(config)
+
+
+def load_checkpoint(
+    directory: str | os.PathLike[str], config: Mapping[str, Any] | None = None, dtype: str | None = None
+) -> LlamaForCausalLM:
+    """Load a checkpoint/engine directory as an eval-mode ``LlamaForCausalLM`` on CPU.
+
+    ``config``: the (checkpoint or engine) config dict if the caller already read it.
+    ``dtype``: ``None`` -> float32; ``"auto"`` -> the checkpoint's storage dtype.
+    Raises :class:`UserError` for a missing, incomplete or inconsistent directory.
+    """
+    directory = Path(directory)
+    cfg = unwrap_config(config) if config is not None else read_checkpoint_config(directory)
+    if not directory.is_dir():
+        raise UserError(f"checkpoint directory {directory} does not exist; create it with convert_checkpoint.py")
+    layout = validate_checkpoint_config(cfg)
+    target = torch_dtype(cfg["dtype"] if dtype == "auto" else dtype or "float32")
+    llama_config = llama_config_from_checkpoint(cfg)
+    ranks = [_read_rank(directory, layout, rank) for rank in range(layout.world_size)]
+    state = merge_ranks(ranks, layout, llama_config.tie_word_embeddings)
+    del ranks
+    # Adopt the merged tensors as the parameters (no copy when the dtype already matches).
+    state = {name: tensor.to(target) for name, tensor in state.items()}
+    model = _empty_model(llama_config)
+    model.load_state_dict(state, strict=True, assign=True)
+    if llama_config.tie_word_embeddings:
+        model.tie_weights()
+    model.config.dtype = target
+    return model.to(target).eval()

@@ -1,0 +1,167 @@
+"""Loading the model to convert: a Hugging Face Llama directory or a GGUF file.
+
+Everything a user can get wrong is checked here and reported as a one-line
+:class:`UserError` before (or instead of) a long load: a missing or empty directory, a
+non-Llama ``config.json``, missing weight files, a file that is not GGUF, a truncated or
+corrupt GGUF. Nothing is ever fetched from a model hub (``local_files_only``).
+
+GGUF weights are dequantized by transformers to float32; the returned model is a plain
+``LlamaForCausalLM`` (its GGUF quantizer is detached, so ``save_pretrained`` works).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import UserError
+from .config import DTYPE_CHOICES, torch_dtype
+
+if TYPE_CHECKING:  # heavy imports happen only when a model is actually loaded
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerBase
+
+_WEIGHT_PATTERNS = ("*.safetensors", "*.bin")
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json", "vocab.json")
+_GGUF_MAGIC = b"GGUF"
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+def check_model_dir(model_dir: str | Path) -> dict[str, Any]:
+    """Validate a HF Llama directory without loading anything heavy; return its raw config.
+
+    Checks: it exists, is a directory, has a JSON ``config.json`` with ``model_type``
+    ``llama`` and at least one weight file. O(config size), no torch import.
+    """
+    path = Path(model_dir)
+    if not path.exists():
+        raise UserError(f"model directory {path} does not exist; pass a Hugging Face Llama directory to --model_dir")
+    if not path.is_dir():
+        raise UserError(f"--model_dir {path} is not a directory (for a GGUF file use --gguf_file)")
+    config_file = path / "config.json"
+    if not config_file.is_file():
+        what = "is empty" if not any(path.iterdir()) else "has no config.json"
+        raise UserError(f"model directory {path} {what}; expected a Hugging Face Llama checkpoint "
+                        f"(config.json plus *.safetensors or *.bin weights)")
+    try:
+        raw = json.loads(config_file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise UserError(f"cannot read {config_file}: {_one_line(exc)}") from None
+    if not isinstance(raw, dict):
+        raise UserError(f"{config_file} is not a JSON object")
+    model_type = raw.get("model_type")
+    if model_type != "llama":
+        raise UserError(f"{config_file} has model_type {model_type!r}; only Llama (model_type 'llama') "
+                        f"checkpoints can be converted")
+    if not any(f for pattern in _WEIGHT_PATTERNS for f in path.glob(pattern)):
+        raise UserError(f"model directory {path} has no weights (*.safetensors or *.bin)")
+    return raw
+
+
+def inspect_model_dir(model_dir: str | Path) -> LlamaConfig:
+    """:func:`check_model_dir`, then parse the config with transformers."""
+    from transformers import LlamaConfig
+
+    check_model_dir(model_dir)
+    path = Path(model_dir)
+    config_file = path / "config.json"
+    try:
+        return LlamaConfig.from_pretrained(path, local_files_only=True)
+    except Exception as exc:  # transformers raises several types for a bad config
+        raise UserError(f"cannot parse {config_file}: {_one_line(exc)}") from None
+
+
+def _load_dtype(dtype: str) -> torch.dtype | str:
+    if dtype not in DTYPE_CHOICES:
+        raise UserError(f"unsupported dtype {dtype!r}; choose one of {', '.join(DTYPE_CHOICES)}")
+    return "auto" if dtype == "auto" else torch_dtype(dtype)
+
+
+def _load_hf_dir(model_dir: Path, dtype: str) -> tuple[LlamaForCausalLM, PreTrainedTokenizerBase | None]:
+    from transformers import LlamaForCausalLM
+
+    config = inspect_model_dir(model_dir)
+    try:
+        model, info = LlamaForCausalLM.from_pretrained(
+            model_dir, config=config, dtype=_load_dtype(dtype), local_files_only=True, output_loading_info=True)
+    except Exception as exc:  # corrupt or mismatched weight files
+        raise UserError(f"cannot load the weights in {model_dir}: {_one_line(exc)}") from None
+    missing = [k for k in info.get("missing_keys", ()) if not (k == "lm_head.weight" and config.tie_word_embeddings)]
+    if missing:
+        raise UserError(f"the weights in {model_dir} are incomplete: missing {len(missing)} tensors "
+                        f"(e.g. {sorted(missing)[0]})")
+    tokenizer = None
+    if any((model_dir / name).is_file() for name in _TOKENIZER_FILES):
+        from transformers import AutoTokenizer
+
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
+        except Exception as exc:
+            raise UserError(f"cannot load the tokenizer in {model_dir}: {_one_line(exc)}") from None
+    return model.eval(), tokenizer
+
+
+def check_gguf_file(gguf_file: Path) -> None:
+    """The file exists and starts with the GGUF magic (O(1), no torch import)."""
+    if not gguf_file.exists():
+        raise UserError(f"GGUF file {gguf_file} does not exist")
+    if not gguf_file.is_file():
+        raise UserError(f"--gguf_file {gguf_file} is not a file (for a Hugging Face directory use --model_dir)")
+    try:
+        with gguf_file.open("rb") as fh:
+            magic = fh.read(4)
+    except OSError as exc:
+        raise UserError(f"cannot read GGUF file {gguf_file}: {exc.strerror}") from None
+    if magic != _GGUF_MAGIC:
+        raise UserError(f"{gguf_file} is not a GGUF file (it does not start with the GGUF magic bytes)")
+
+
+def _load_gguf(gguf_file: Path, dtype: str) -> tuple[LlamaForCausalLM, PreTrainedTokenizerBase]:
+    check_gguf_file(gguf_file)
+    load_dtype = _load_dtype(dtype)
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
+
+    folder, name = str(gguf_file.resolve().parent), gguf_file.name
+    try:
+        model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32, local_files_only=True)
+    except Exception as exc:  # gguf raises ValueError/struct/numpy errors for damaged files
+        raise UserError(f"cannot read GGUF file {gguf_file}; it is corrupt, truncated or unsupported "
+                        f"({_one_line(exc)})") from None
+    if not isinstance(model, LlamaForCausalLM) or model.config.model_type != "llama":
+        raise UserError(f"GGUF file {gguf_file} holds a {model.config.model_type!r} model; only Llama models "
+                        f"can be converted")
+    # Detach the GGUF quantizer: the weights are already dequantized, and save_pretrained
+    # (and anything else that inspects the config) must see a plain Llama.
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.config.architectures = ["LlamaForCausalLM"]
+    if load_dtype != "auto" and load_dtype != torch.float32:
+        model = model.to(load_dtype)
+        model.config.dtype = load_dtype
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name, local_files_only=True)
+    except Exception as exc:
+        raise UserError(f"cannot read the tokenizer from GGUF file {gguf_file}: {_one_line(exc)}") from None
+    return model.eval(), tokenizer
+
+
+def load_source_model(
+    model_dir: str | None = None, gguf_file: str | None = None, dtype: str = "auto"
+) -> tuple[LlamaForCausalLM, PreTrainedTokenizerBase | None]:
+    """Load a Llama from exactly one of ``model_dir`` / ``gguf_file`` on CPU, in eval mode.
+
+    ``dtype``: ``auto`` keeps the stored dtype (float32 for GGUF, which is dequantized),
+    otherwise the weights are cast. The tokenizer is ``None`` only for a model directory
+    that contains no tokenizer files.
+    """
+    if (model_dir is None) == (gguf_file is None):
+        raise UserError("give exactly one of --model_dir (a Hugging Face Llama directory) or --gguf_file")
+    if model_dir is not None:
+        return _load_hf_dir(Path(model_dir), dtype)
+    return _load_gguf(Path(gguf_file), dtype)
