@@ -26,10 +26,10 @@ def generate(
     on_step: StepCallback | None = None,
     drafter: Drafter | None = None,
 ) -> list[SequenceResult]:
-    """Generate for a batch of token-id prompts; ``draft=None`` is plain decoding.
+    """Generate for a batch of token-id prompts.
 
-    ``drafter`` may be passed to share a drafter (its public pool and caches) across calls;
-    otherwise one is made from ``draft``.
+    Drafts come from ``drafter`` when given (to share its public pool and caches across
+    calls), else from a drafter made from ``draft``; with neither, this is plain decoding.
     """
     if workflow not in WORKFLOWS:
         raise UserError(f"unknown workflow {workflow!r}; choose v1 or v2")
@@ -42,19 +42,18 @@ def generate(
                 f"prompt {i} ({len(p)} tokens) plus max_output_len {max_new_tokens} exceeds the engine's "
                 f"max_seq_len {limits.max_seq_len}; lower --max_output_len or rebuild with a larger --max_seq_len"
             )
-    if draft is not None:
-        k = draft.prompt_lookup_num_tokens
+    if drafter is None and draft is not None:
+        from ..drafting import make_drafter
+
+        drafter = make_drafter(draft)
+    config = getattr(drafter, "config", None) or draft
+    if drafter is not None and config is not None:
+        k = config.prompt_lookup_num_tokens
         if k > limits.max_draft_len:
             raise UserError(
                 f"prompt_lookup_num_tokens {k} exceeds the engine's max_draft_len {limits.max_draft_len}; "
                 f"lower k or rebuild with --max_draft_len {k}"
             )
-        if drafter is None:
-            from ..drafting import make_drafter
-
-            drafter = make_drafter(draft)
-    else:
-        drafter = None
 
     from ..runtime.torch_runner import TorchRunner
 
@@ -65,9 +64,9 @@ def generate(
 
             return run_single_call(runner, prompts, drafter=drafter, **kwargs)
         return run_orchestrator(runner, prompts, drafter=drafter, **kwargs)
-    if workflow == "v2" and draft is not None:
+    if workflow == "v2" and drafter is not None:
         lookup = getattr(runner, "generate_lookup", None)
         if lookup is None:
             raise UserError("this backend has no single-call (v2) prompt lookup; use --workflow v1")
-        return lookup(prompts, draft=draft, **kwargs)
+        return lookup(prompts, draft=config, **kwargs)
     return run_orchestrator(runner, prompts, drafter=drafter, **kwargs)

@@ -1,0 +1,322 @@
+"""Build, merge and inspect persisted n-gram caches; simulate drafting without a model.
+
+    python -m promptlookup.cli.ngram_cache create  --output corpus.ngc --tokenizer_dir TOK  a.txt b.jsonl
+    python -m promptlookup.cli.ngram_cache merge   --output all.ngc  a.ngc b.ngc
+    python -m promptlookup.cli.ngram_cache inspect all.ngc --top 5
+    python -m promptlookup.cli.ngram_cache stats   --tokenizer_dir TOK outputs.jsonl --jsonl_field output
+
+Inputs (``create`` and ``stats``), by file name:
+
+- ``*.jsonl``: one JSON object per line; the text is the field ``--jsonl_field`` (default
+  ``text``); ``stats`` also reads ``--prompt_field`` (if given) as the prompt;
+- ``*.json``: already tokenized: ``{"tokenizer": {"name", "vocab_size", "vocab_sha256"},
+  "sequences": [[ids...], ...], "prompt_lens": [int, ...]}`` (``prompt_lens`` optional);
+- anything else: a UTF-8 text file, one sequence.
+
+Text is tokenized with ``--tokenizer_dir`` (a Hugging Face tokenizer folder) or
+``--gguf_file`` (the tokenizer inside a GGUF file), without special tokens. Errors are one
+line on stderr and exit code 2.
+"""
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from ..drafting import DraftConfig, NgramCache, TokenizerIdentity, config_grid, simulate_corpus
+from ..drafting.cache_file import DEFAULT_MAX_NGRAM, MAX_NGRAM_LIMIT
+from ..errors import UserError, run_cli
+from ..fsutil import atomic_write_json
+from .args import ArgumentParser
+
+
+# -- tokenizer and inputs ------------------------------------------------------------------
+@functools.lru_cache(maxsize=4)
+def load_tokenizer(tokenizer_dir: str | None, gguf_file: str | None) -> tuple[Any, TokenizerIdentity] | None:
+    """The tokenizer named by the flags, with its identity; None if neither flag is given."""
+    if tokenizer_dir is None and gguf_file is None:
+        return None
+    if tokenizer_dir is not None and gguf_file is not None:
+        raise UserError("pass either --tokenizer_dir or --gguf_file, not both")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    if gguf_file is not None:
+        path = Path(gguf_file)
+        if not path.is_file():
+            raise UserError(f"--gguf_file {path} does not exist")
+        folder, kwargs, name = str(path.resolve().parent), {"gguf_file": path.name}, path.name
+    else:
+        path = Path(tokenizer_dir)  # type: ignore[arg-type]
+        if not path.is_dir():
+            raise UserError(f"--tokenizer_dir {path} is not a directory")
+        folder, kwargs, name = str(path), {}, path.resolve().name
+    try:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True, **kwargs)
+    except Exception as exc:  # transformers raises many types for unusable folders/files
+        first = (str(exc).strip().splitlines() or [exc.__class__.__name__])[0]
+        raise UserError(f"cannot load a tokenizer from {path} ({first})") from None
+    return tokenizer, TokenizerIdentity.from_tokenizer(tokenizer, name=name)
+
+
+def _encode(tokenizer: Any, text: str) -> list[int]:
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def _token_list(value: Any, where: str) -> list[int]:
+    if not isinstance(value, list) or any(isinstance(t, bool) or not isinstance(t, int) or t < 0 for t in value):
+        raise UserError(f"{where} must be a list of non-negative integer token ids")
+    return value
+
+
+def read_sequences(
+    paths: list[str], tok: tuple[Any, TokenizerIdentity] | None, field: str, prompt_field: str | None
+) -> tuple[list[tuple[list[int], int]], TokenizerIdentity]:
+    """(token ids, prompt length) for every sequence in ``paths``, and the tokenizer identity."""
+    identity = tok[1] if tok else None
+    out: list[tuple[list[int], int]] = []
+    for name in paths:
+        path = Path(name)
+        if not path.is_file():
+            raise UserError(f"input {path} does not exist")
+        try:
+            raw = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            raise UserError(f"input {path} is not UTF-8 text") from None
+        suffix = path.suffix.lower()
+        if suffix == ".json":
+            try:
+                data = json.loads(raw)
+            except ValueError as exc:
+                raise UserError(f"input {path} is not valid JSON ({exc})") from None
+            if not isinstance(data, dict) or "sequences" not in data or "tokenizer" not in data:
+                raise UserError(f"input {path}: a .json input must be an object with 'tokenizer' and 'sequences'")
+            file_id = TokenizerIdentity.from_json(data["tokenizer"], f"input {path}")
+            if identity is None:
+                identity = file_id
+            elif not identity.compatible(file_id):
+                raise UserError(
+                    f"input {path} was tokenized with {file_id.describe()}, not with {identity.describe()}"
+                )
+            seqs = data["sequences"]
+            if not isinstance(seqs, list):
+                raise UserError(f"input {path}: 'sequences' must be a list of token-id lists")
+            lens = data.get("prompt_lens", [0] * len(seqs))
+            if not isinstance(lens, list) or len(lens) != len(seqs):
+                raise UserError(f"input {path}: 'prompt_lens' must be a list with one length per sequence")
+            for i, (ids, plen) in enumerate(zip(seqs, lens)):
+                ids = _token_list(ids, f"input {path} sequence {i}")
+                if isinstance(plen, bool) or not isinstance(plen, int) or not 0 <= plen <= len(ids):
+                    raise UserError(f"input {path}: prompt_lens[{i}] must be an integer in 0..{len(ids)}")
+                out.append((ids, plen))
+            continue
+        if tok is None:
+            raise UserError(f"input {path} is text; pass --tokenizer_dir or --gguf_file to tokenize it")
+        tokenizer = tok[0]
+        if suffix == ".jsonl":
+            for lineno, line in enumerate(raw.splitlines(), 1):
+                if not line.strip():
+                    continue
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    raise UserError(f"input {path} line {lineno} is not valid JSON") from None
+                if not isinstance(record, dict) or not isinstance(record.get(field), str):
+                    raise UserError(f"input {path} line {lineno} has no string field '{field}'; choose it with --jsonl_field")
+                prompt: list[int] = []
+                if prompt_field is not None:
+                    if not isinstance(record.get(prompt_field), str):
+                        raise UserError(f"input {path} line {lineno} has no string field '{prompt_field}' (--prompt_field)")
+                    prompt = _encode(tokenizer, record[prompt_field])
+                out.append((prompt + _encode(tokenizer, record[field]), len(prompt)))
+        else:
+            out.append((_encode(tokenizer, raw), 0))
+    if identity is None:
+        raise UserError("no tokenizer: pass --tokenizer_dir or --gguf_file, or tokenized .json inputs")
+    if not out:
+        raise UserError("the inputs hold no sequences")
+    return out, identity
+
+
+def _int_list(text: str, flag: str, low: int = 1) -> list[int]:
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise UserError(f"{flag} must be comma-separated integers, got {text!r}") from None
+    if not values or any(v < low for v in values):
+        raise UserError(f"{flag} must list integers >= {low}, got {text!r}")
+    return values
+
+
+# -- subcommands -----------------------------------------------------------------------------
+def cmd_create(args) -> int:
+    if not 1 <= args.max_ngram <= MAX_NGRAM_LIMIT:
+        raise UserError(f"--max_ngram must be between 1 and {MAX_NGRAM_LIMIT}, got {args.max_ngram}")
+    tok = load_tokenizer(args.tokenizer_dir, args.gguf_file)
+    sequences, identity = read_sequences(args.inputs, tok, args.jsonl_field, None)
+    cache = NgramCache(args.max_ngram)
+    for ids, _ in sequences:
+        cache.update(ids)
+    cache.save(args.output, identity)
+    tokens = sum(len(ids) for ids, _ in sequences)
+    print(
+        f"wrote {args.output}: {cache.num_ngrams()} n-grams (sizes 1..{cache.max_ngram}) from "
+        f"{len(sequences)} sequence(s), {tokens} tokens, tokenizer {identity.describe()}"
+    )
+    return 0
+
+
+def cmd_merge(args) -> int:
+    merged: NgramCache | None = None
+    identity: TokenizerIdentity | None = None
+    for name in args.inputs:
+        cache, ident = NgramCache.load(name, expect=identity)
+        if merged is None:
+            merged, identity = NgramCache(cache.max_ngram), ident
+        elif cache.max_ngram > merged.max_ngram:
+            grown = NgramCache(cache.max_ngram)
+            grown.merge(merged)
+            merged = grown
+        merged.merge(cache)
+    assert merged is not None and identity is not None
+    merged.save(args.output, identity)
+    print(f"wrote {args.output}: {merged.num_ngrams()} n-grams merged from {len(args.inputs)} cache(s)")
+    return 0
+
+
+def cmd_inspect(args) -> int:
+    if args.top < 0:
+        raise UserError(f"--top must be >= 0, got {args.top}")
+    cache, identity = NgramCache.load(args.cache)
+    size = Path(args.cache).stat().st_size
+    report: dict[str, Any] = {
+        "path": str(args.cache),
+        "file_bytes": size,
+        "tokenizer": identity.to_json(),
+        "max_ngram": cache.max_ngram,
+        "sizes": [],
+    }
+    print(f"{args.cache}: {size} bytes, tokenizer {identity.describe()}, n-gram sizes 1..{cache.max_ngram}")
+    print(f"{'size':>4} {'n-grams':>10} {'pairs':>10} {'observations':>13}")
+    for s in range(1, cache.max_ngram + 1):
+        row = {
+            "size": s,
+            "ngrams": cache.num_ngrams(s),
+            "pairs": cache.num_pairs(s),
+            "observations": cache.total_count(s),
+            "top": [
+                {"ngram": list(g), "observations": total, "top_token": t, "top_count": c}
+                for g, total, t, c in cache.top(s, args.top)
+            ],
+        }
+        report["sizes"].append(row)
+        print(f"{s:>4} {row['ngrams']:>10} {row['pairs']:>10} {row['observations']:>13}")
+    if args.top:
+        for row in report["sizes"]:
+            for item in row["top"]:
+                print(
+                    f"  {row['size']}-gram {item['ngram']}: seen {item['observations']}x, "
+                    f"most often followed by {item['top_token']} ({item['top_count']}x)"
+                )
+    if args.output_json:
+        atomic_write_json(args.output_json, report)
+    return 0
+
+
+def cmd_stats(args) -> int:
+    ks = _int_list(args.k, "--k")
+    ns = _int_list(args.n, "--n")
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    for m in modes:
+        if m not in ("pool", "longest"):
+            raise UserError(f"--modes: unknown mode {m!r}; use pool and/or longest")
+    adaptive = {"off": [False], "on": [True], "both": [False, True]}[args.adaptive]
+    if args.max_match_len < 1:
+        raise UserError(f"--max_match_len must be >= 1, got {args.max_match_len}")
+    tok = load_tokenizer(args.tokenizer_dir, args.gguf_file)
+    sequences, identity = read_sequences(args.inputs, tok, args.jsonl_field, args.prompt_field)
+    if args.prompt_len:
+        if args.prompt_field is not None:
+            raise UserError("--prompt_len and --prompt_field are exclusive")
+        sequences = [(ids, min(args.prompt_len, len(ids))) for ids, plen in sequences]
+    base = DraftConfig(
+        is_keep_all=args.is_keep_all,
+        is_use_oldest=args.is_use_oldest,
+        is_public_pool=args.is_public_pool,
+        max_match_len=args.max_match_len,
+        static_cache=args.static_cache,
+    )
+    rows = []
+    header = f"{'configuration':<34} {'steps':>7} {'drafted':>8} {'accepted':>8} {'accept%':>8} {'tok/step':>8} {'us/step':>8}"
+    print(f"{len(sequences)} sequence(s), {sum(len(s) - p for s, p in sequences)} output tokens, tokenizer {identity.describe()}")
+    print(header)
+    print("-" * len(header))
+    for cfg in config_grid(base, ks, ns, modes, adaptive):
+        st = simulate_corpus(sequences, cfg, tokenizer=identity if cfg.static_cache else None)
+        rows.append({"config": {"mode": cfg.mode, "k": cfg.prompt_lookup_num_tokens,
+                                "n": cfg.max_matching_ngram_size, "adaptive": cfg.adaptive,
+                                "max_match_len": cfg.max_match_len}, **st.to_dict()})
+        print(
+            f"{st.label:<34} {st.steps:>7} {st.drafted:>8} {st.accepted:>8} {100 * st.acceptance_rate:>7.1f}% "
+            f"{st.tokens_per_step:>8.3f} {st.draft_us_per_step:>8.1f}"
+        )
+    if args.output_json:
+        atomic_write_json(args.output_json, {"tokenizer": identity.to_json(), "inputs": list(args.inputs),
+                                             "sequences": len(sequences), "results": rows})
+    return 0
+
+
+def build_parser() -> ArgumentParser:
+    parser = ArgumentParser(prog="python -m promptlookup.cli.ngram_cache", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=ArgumentParser)
+
+    def tokenizer_flags(p):
+        p.add_argument("--tokenizer_dir", default=None, help="Hugging Face tokenizer folder")
+        p.add_argument("--gguf_file", default=None, help="read the tokenizer from this GGUF file")
+        p.add_argument("--jsonl_field", default="text", help="field holding the text in .jsonl inputs")
+
+    p = sub.add_parser("create", help="build a static cache from text, JSONL or tokenized JSON")
+    p.add_argument("inputs", nargs="+")
+    p.add_argument("--output", required=True)
+    p.add_argument("--max_ngram", type=int, default=DEFAULT_MAX_NGRAM, help="largest n-gram size counted")
+    tokenizer_flags(p)
+
+    p = sub.add_parser("merge", help="add the counts of several caches (same tokenizer) into one")
+    p.add_argument("inputs", nargs="+")
+    p.add_argument("--output", required=True)
+
+    p = sub.add_parser("inspect", help="print a cache's header, sizes and most frequent n-grams")
+    p.add_argument("cache")
+    p.add_argument("--top", type=int, default=5, help="n-grams to list per size")
+    p.add_argument("--output_json", default=None)
+
+    p = sub.add_parser("stats", help="simulate drafting over texts without a model")
+    p.add_argument("inputs", nargs="+")
+    tokenizer_flags(p)
+    p.add_argument("--prompt_field", default=None, help="JSONL field holding the prompt (prepended)")
+    p.add_argument("--prompt_len", type=int, default=0, help="treat the first N tokens of each sequence as prompt")
+    p.add_argument("--k", default="4,10", help="prompt_lookup_num_tokens values, comma separated")
+    p.add_argument("--n", default="1,2,3", help="max_matching_ngram_size values (pool mode)")
+    p.add_argument("--modes", default="pool,longest")
+    p.add_argument("--adaptive", choices=["off", "on", "both"], default="off")
+    p.add_argument("--max_match_len", type=int, default=64)
+    for flag in ("--is_keep_all", "--is_use_oldest", "--is_public_pool"):
+        p.add_argument(flag, action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--static_cache", default=None, help="also draft from this cache when the context has nothing")
+    p.add_argument("--output_json", default=None)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if getattr(args, "prompt_len", 0) < 0:
+        raise UserError(f"--prompt_len must be >= 0, got {args.prompt_len}")
+    handler = {"create": cmd_create, "merge": cmd_merge, "inspect": cmd_inspect, "stats": cmd_stats}[args.command]
+    return handler(args)
+
+
+if __name__ == "__main__":
+    run_cli(main)

@@ -1,0 +1,193 @@
+"""Online suffix automaton over token ids that finds the longest earlier match of the tail.
+
+:class:`SuffixAutomaton` indexes a growing token stream. After every appended token it
+knows the *longest suffix of the stream that occurred before* (capped at ``max_len``
+tokens) and where the *most recent* earlier occurrence ended, so a drafter can propose the
+tokens that followed that occurrence. :class:`Matcher` walks another automaton (the
+shared text of finished requests) with a request's tokens and tracks the longest suffix
+of the request found there.
+
+Construction is the classic online algorithm (Blumer et al.; states are endpos classes,
+``link`` is the suffix link, ``length`` the longest string of a state). To know the most
+recent occurrence, each state ``v`` keeps ``recent[v] = max(endpos(v))``, maintained only
+for states whose shortest string has at most ``max_len`` tokens (the only states ever
+queried). A new position updates the suffix-link chain from the state holding the
+``max_len``-token suffix up to the root; lengths strictly decrease along that chain, so it
+has at most ``max_len + 1`` states, and in practice a handful (one per distinct occurrence
+count of the stream's short suffixes). The state holding the ``max_len``-token suffix is
+followed with one transition per token, never by walking the chain.
+
+Costs per appended token: O(1) amortised for the automaton, plus O(d) for the ``recent``
+refresh, where d <= max_len + 1 is the length of that short chain; independent of the
+stream length. Memory: at most 2 * len(stream) states, each with a dict of transitions.
+Token ids are arbitrary hashables; callers use negative ints as separators.
+"""
+from __future__ import annotations
+
+
+class SuffixAutomaton:
+    """Suffix automaton of ``tokens`` with longest-earlier-match tracking.
+
+    Invariants after each :meth:`append` (``L = len(tokens)``):
+    - ``match_len`` is the largest ``l <= max_len`` such that ``tokens[L-l:]`` also ends at
+      some position ``e < L - 1``; ``match_end`` is the largest such ``e`` (``-1`` if
+      ``match_len == 0``). The draft continuation is ``tokens[match_end + 1:]``, never empty.
+    - ``recent[v] == max(endpos(v))`` (0-based end positions) for every state ``v`` whose
+      shortest string has at most ``max_len`` tokens.
+    """
+
+    __slots__ = ("max_len", "tokens", "link", "length", "trans", "recent", "last", "window", "match_len", "match_end")
+
+    def __init__(self, max_len: int) -> None:
+        if max_len < 1:
+            raise ValueError("max_len must be >= 1")
+        self.max_len = max_len
+        self.tokens: list = []
+        self.link: list[int] = [-1]
+        self.length: list[int] = [0]
+        self.trans: list[dict] = [{}]
+        self.recent: list[int] = [-1]
+        self.last = 0
+        self.window = 0  # state holding the suffix of length min(max_len, L)
+        self.match_len = 0
+        self.match_end = -1
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def num_states(self) -> int:
+        return len(self.length)
+
+    def extend(self, tokens) -> None:
+        for t in tokens:
+            self.append(t)
+
+    def append(self, c) -> None:
+        link = self.link
+        length = self.length
+        trans = self.trans
+        recent = self.recent
+        max_len = self.max_len
+        i = len(self.tokens)
+        self.tokens.append(c)
+
+        cur = len(length)
+        length.append(length[self.last] + 1)
+        link.append(0)
+        trans.append({})
+        recent.append(i)
+        p = self.last
+        while p != -1 and c not in trans[p]:
+            trans[p][c] = cur
+            p = link[p]
+        if p != -1:
+            q = trans[p][c]
+            if length[p] + 1 == length[q]:
+                link[cur] = q
+            else:
+                clone = len(length)
+                length.append(length[p] + 1)
+                link.append(link[q])
+                trans.append(dict(trans[q]))
+                recent.append(recent[q])  # endpos(clone) = endpos(q) (+ i, added below)
+                while p != -1 and trans[p].get(c) == q:
+                    trans[p][c] = clone
+                    p = link[p]
+                link[q] = clone
+                link[cur] = clone
+        self.last = cur
+
+        # state holding the min(max_len, L)-token suffix, by one transition from the old one
+        if i + 1 <= max_len:
+            w = cur
+        else:
+            w = self.window
+            while length[link[w]] >= max_len:  # the old window state may have been split
+                w = link[w]
+            w = trans[w][c]
+            if length[link[w]] >= max_len:
+                w = link[w]
+        self.window = w
+
+        # longest earlier match of the tail, and its most recent occurrence (before i)
+        repeated = length[link[cur]]
+        if repeated == 0:
+            self.match_len, self.match_end = 0, -1
+        elif repeated < max_len:
+            self.match_len, self.match_end = repeated, recent[link[cur]]
+        else:
+            self.match_len, self.match_end = max_len, recent[w]
+
+        # position i now ends every string on the chain from the window state to the root
+        v = w
+        while v > 0:
+            recent[v] = i
+            v = link[v]
+
+    def continuation(self, k: int) -> list:
+        """Up to ``k`` tokens that followed the most recent earlier occurrence of the match."""
+        if self.match_len == 0:
+            return []
+        start = self.match_end + 1
+        return self.tokens[start:start + k]
+
+
+class Matcher:
+    """Longest suffix of a growing query stream that occurs in an automaton's text.
+
+    The automaton may grow between calls (other requests finishing); the match found for
+    each query token is against the text as it was when that token arrived. Cost per query
+    token: O(1) amortised.
+    """
+
+    __slots__ = ("sam", "state", "matched")
+
+    def __init__(self, sam: SuffixAutomaton) -> None:
+        self.sam = sam
+        self.state = 0
+        self.matched = 0
+
+    def _settle(self) -> int:
+        """Re-point ``state`` at the state holding the matched string (states may split)."""
+        sam = self.sam
+        v = self.state
+        while v > 0 and sam.length[sam.link[v]] >= self.matched:
+            v = sam.link[v]
+        self.state = v
+        return v
+
+    def feed(self, tokens) -> None:
+        sam = self.sam
+        trans, link, length = sam.trans, sam.link, sam.length
+        cap = sam.max_len
+        v = self._settle()
+        matched = self.matched
+        for c in tokens:
+            while v > 0 and c not in trans[v]:
+                v = link[v]
+                matched = length[v]
+            nxt = trans[v].get(c)
+            if nxt is None:
+                v, matched = 0, 0
+                continue
+            v = nxt
+            matched += 1
+            if matched > cap:
+                matched = cap
+                if length[link[v]] >= cap:
+                    v = link[v]
+        self.state, self.matched = v, matched
+
+    def continuation(self, k: int) -> tuple[int, list]:
+        """(match length, up to ``k`` tokens after the most recent occurrence of the match),
+        cut before the first negative token (the separators between indexed texts)."""
+        if self.matched == 0:
+            return 0, []
+        sam = self.sam
+        v = self._settle()
+        start = sam.recent[v] + 1
+        out = sam.tokens[start:start + k]
+        if out and min(out) < 0:
+            out = out[: next(j for j, t in enumerate(out) if t < 0)]
+        return self.matched, out

@@ -1,0 +1,125 @@
+"""The longest-match mode drafts after the most recent occurrence of the longest earlier match."""
+from __future__ import annotations
+
+import random
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from promptlookup.drafting import DraftConfig, make_drafter
+from promptlookup.drafting.suffix_automaton import Matcher, SuffixAutomaton
+
+from .reference import longest_earlier_match, longest_match_in
+
+
+def _check_stream(tokens: list[int], max_len: int) -> None:
+    sam = SuffixAutomaton(max_len)
+    for i, t in enumerate(tokens):
+        sam.append(t)
+        length, end = longest_earlier_match(tokens[: i + 1], max_len)
+        assert (sam.match_len, sam.match_end) == (length, end), tokens[: i + 1]
+        assert sam.continuation(4) == (tokens[end + 1:min(end + 5, i + 1)] if length else [])
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    tokens=st.integers(1, 4).flatmap(lambda a: st.lists(st.integers(0, a - 1), max_size=60)),
+    max_len=st.integers(1, 10),
+)
+def test_random_streams_match_brute_force(tokens, max_len):
+    _check_stream(tokens, max_len)
+
+
+def test_adversarial_streams():
+    for max_len in (1, 3, 8, 64):
+        _check_stream([5] * 90, max_len)  # a run of one token
+        _check_stream(([1, 2, 3] * 40)[:100], max_len)  # periodic
+        _check_stream(([0, 0, 1] * 30 + [0] * 10 + [0, 0, 1] * 5), max_len)
+        fib = [0, 1]
+        while len(fib) < 90:  # Fibonacci word: many repeated factors of every length
+            fib = fib + fib[: len(fib) // 2 + 1]
+        _check_stream(fib[:90], max_len)
+
+
+def test_matcher_against_a_finished_text():
+    rnd = random.Random(3)
+    for trial in range(200):
+        alphabet = rnd.randint(1, 4)
+        corpus = [rnd.randrange(alphabet) for _ in range(rnd.randint(1, 40))]
+        max_len = rnd.randint(1, 8)
+        sam = SuffixAutomaton(max_len)
+        sam.extend(corpus)
+        matcher = Matcher(sam)
+        query: list[int] = []
+        for _ in range(30):
+            chunk = [rnd.randrange(alphabet) for _ in range(rnd.randint(1, 3))]
+            matcher.feed(chunk)
+            query += chunk
+            length, end = longest_match_in(corpus, query, max_len)
+            got_len, cont = matcher.continuation(5)
+            assert got_len == length
+            assert cont == (corpus[end + 1:end + 6] if length else [])
+
+
+def test_matcher_survives_the_automaton_growing():
+    # states split when text is appended; the matcher re-points itself
+    rnd = random.Random(11)
+    for _ in range(100):
+        sam = SuffixAutomaton(6)
+        corpus = [rnd.randrange(3) for _ in range(20)]
+        sam.extend(corpus)
+        matcher = Matcher(sam)
+        query = [rnd.randrange(3) for _ in range(8)]
+        matcher.feed(query)
+        more = [rnd.randrange(3) for _ in range(20)]
+        sam.extend(more)
+        corpus += more
+        length, cont = matcher.continuation(3)
+        # the match found when the query arrived still occurs, and the continuation is
+        # what follows its most recent occurrence in the grown text
+        ref_len, end = longest_match_in(corpus, query, 6)
+        assert length <= ref_len
+        if length:
+            suffix = query[len(query) - length:]
+            ends = [e for e in range(length - 1, len(corpus)) if corpus[e - length + 1:e + 1] == suffix]
+            assert cont == corpus[ends[-1] + 1:ends[-1] + 4]
+
+
+def test_drafter_longest_mode_prefers_long_matches():
+    # the 1-gram pool would follow the most recent "a" (-> x); the longest match "q a"
+    # occurred earlier and was followed by "b c d"
+    q, a, b, c, d, x = 1, 2, 3, 4, 5, 6
+    prompt = [q, a, b, c, d, 9, a, x, 9, q, a]
+    longest = make_drafter(DraftConfig(prompt_lookup_num_tokens=3, mode="longest")).new_request(prompt, 100)
+    assert longest.propose() == [b, c, d]
+    assert longest.last_match_len == 2
+    pool = make_drafter(
+        DraftConfig(prompt_lookup_num_tokens=3, max_matching_ngram_size=1, is_use_oldest=False)
+    ).new_request(prompt, 100)
+    assert pool.propose() == [x, 9, q]
+
+
+def test_longest_mode_respects_k_and_max_seq_len():
+    prompt = [1, 2, 3, 4, 5, 6, 7, 8, 1, 2]
+    req = make_drafter(DraftConfig(prompt_lookup_num_tokens=4, mode="longest")).new_request(prompt, 100)
+    assert req.propose() == [3, 4, 5, 6]
+    req = make_drafter(DraftConfig(prompt_lookup_num_tokens=4, mode="longest")).new_request(prompt, len(prompt) + 3)
+    assert req.propose() == [3, 4]
+    req = make_drafter(DraftConfig(prompt_lookup_num_tokens=4, mode="longest")).new_request(prompt, len(prompt) + 1)
+    assert req.propose() == []
+
+
+def test_longest_mode_public_pool_uses_finished_requests():
+    cfg = DraftConfig(prompt_lookup_num_tokens=3, mode="longest", is_public_pool=True)
+    drafter = make_drafter(cfg)
+    first = drafter.new_request([10, 11, 12, 13, 14], 100)
+    first.extend([15])
+    first.finish()
+    second = drafter.new_request([7, 11, 12], 100)
+    assert second.propose() == [13, 14, 15]
+    assert second.last_source == "public"
+    second.extend([13, 14, 15])
+    assert second.propose() == []  # the separator after the first request ends its text
+    private = make_drafter(DraftConfig(prompt_lookup_num_tokens=3, mode="longest", is_public_pool=False))
+    private.new_request([10, 11, 12, 13], 100).finish()
+    assert private.new_request([7, 11, 12], 100).propose() == []
