@@ -1,0 +1,185 @@
+"""``summarize.py``: ROUGE and speed on CNN/DailyMail, our engine beside Hugging Face.
+
+Flags follow TensorRT-LLM's ``examples/summarize.py`` (``--test_trt_llm`` evaluates the
+engine in ``--engine_dir`` on whichever backend it was built for). The work itself lives
+in :mod:`promptlookup.evaluation`; this module parses flags, prints and writes results.
+
+Exit codes: 0 success; 1 ``--check_accuracy`` failed (one line on stderr); 2 bad input.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from ..fsutil import atomic_output_dir, atomic_write_json
+from .args import ArgumentParser, add_common_args, device_ids_from_args, draft_from_args, sampling_from_args
+
+SWEEP_TABLE_HEADERS = ("setting", "tok/s", "speedup", "tok/step", "accepted/drafted", "identical", "R-1")
+
+
+def build_parser() -> ArgumentParser:
+    from ..evaluation.hf_baseline import DATA_TYPES
+    from ..evaluation.prompts import TRUNCATIONS
+    from ..evaluation.sweep import DEFAULT_SWEEP_K, DEFAULT_SWEEP_N, SWEEP_MODES
+
+    parser = ArgumentParser(prog="summarize.py", description=__doc__.split("\n\n")[0].replace("``", ""),
+                            formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    g = parser.add_argument_group("what to evaluate")
+    g.add_argument("--test_trt_llm", action="store_true",
+                   help="evaluate the engine in --engine_dir (plain, and prompt lookup with --prompt_lookup_config)")
+    g.add_argument("--test_hf", action="store_true",
+                   help="evaluate the Hugging Face model (plain, and HF prompt lookup with --prompt_lookup_config)")
+    g.add_argument("--hf_model_dir", default=None,
+                   help="HF model dir, or a converted checkpoint/engine dir; default: the tokenizer/engine dir")
+    g.add_argument("--data_type", default="auto", choices=DATA_TYPES,
+                   help="dtype of the HF model; auto: float32 on CPU, float16 on GPU")
+    g.add_argument("--hf_device", default="auto", help="device of the HF model: auto (cuda if available), cpu, cuda, cuda:N")
+    g = parser.add_argument_group("data")
+    g.add_argument("--dataset_path", default=None,
+                   help="local JSON/JSONL/Parquet/CSV with 'article' and 'highlights' columns; "
+                        "default: the hub's cnn_dailymail 3.0.0 test split")
+    g.add_argument("--batch_size", type=int, default=1)
+    g.add_argument("--max_ite", type=int, default=20, help="number of batches; the first one is a warm-up (untimed)")
+    g.add_argument("--max_input_length", type=int, default=923, help="prompt tokens kept per article")
+    g.add_argument("--truncation", choices=TRUNCATIONS, default="text",
+                   help="text: keep the first tokens of article+TL;DR (TensorRT-LLM); article: shorten the article only")
+    g.add_argument("--output_len", type=int, default=100, help="new tokens per article")
+    g = parser.add_argument_group("accuracy")
+    g.add_argument("--check_accuracy", action="store_true",
+                   help="exit 1 unless every contender's ROUGE-1 is above the threshold")
+    g.add_argument("--tensorrt_llm_rouge1_threshold", type=float, default=15.0)
+    g = parser.add_argument_group("parameter sweep")
+    g.add_argument("--sweep", action="store_true", help="run a grid of prompt-lookup settings with our engine")
+    g.add_argument("--sweep_k", default=",".join(map(str, DEFAULT_SWEEP_K)), help="prompt_lookup_num_tokens values")
+    g.add_argument("--sweep_n", default=",".join(map(str, DEFAULT_SWEEP_N)), help="max_matching_ngram_size values")
+    g.add_argument("--sweep_modes", default=",".join(SWEEP_MODES), help=f"subset of {','.join(SWEEP_MODES)}")
+    g.add_argument("--sweep_dir", default="outputs/summarize_sweep",
+                   help="where sweep.json, sweep.csv and sweep.png are written")
+    add_common_args(parser)
+    return parser
+
+
+def settings_from_args(args: argparse.Namespace):
+    from ..evaluation.pipeline import EvalSettings
+    from ..evaluation.sweep import parse_int_list, parse_modes
+
+    return EvalSettings(
+        engine_dir=args.engine_dir,
+        tokenizer_dir=args.tokenizer_dir,
+        hf_model_dir=args.hf_model_dir,
+        test_engine=args.test_trt_llm,
+        test_hf=args.test_hf,
+        dataset_path=args.dataset_path,
+        batch_size=args.batch_size,
+        max_ite=args.max_ite,
+        max_input_length=args.max_input_length,
+        output_len=args.output_len,
+        draft=draft_from_args(args),
+        device_ids=device_ids_from_args(args),
+        kv_cache_enable_block_reuse=args.kv_cache_enable_block_reuse,
+        max_tokens_in_paged_kv_cache=args.max_tokens_in_paged_kv_cache,
+        workflow=args.workflow,
+        use_chat_template=args.use_chat_template,
+        truncation=args.truncation,
+        sampling=sampling_from_args(args),
+        end_id=args.end_id,
+        data_type=args.data_type,
+        hf_device=None if args.hf_device == "auto" else args.hf_device,
+        random_seed=args.random_seed,
+        sweep=args.sweep,
+        sweep_k=parse_int_list(args.sweep_k, "--sweep_k"),
+        sweep_n=parse_int_list(args.sweep_n, "--sweep_n"),
+        sweep_modes=parse_modes(args.sweep_modes),
+    )
+
+
+def _log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def _sweep_table(result: Any) -> str:
+    from ..evaluation.report import format_table
+
+    def row(label: str, r: dict[str, Any]) -> list[str]:
+        acc = f"{r['accepted']}/{r['drafted']}" if r.get("drafted") else "-"
+        if r.get("acceptance_rate") is not None:
+            acc += f" ({100 * r['acceptance_rate']:.0f}%)"
+        return [label, "-" if r.get("tokens_per_s") is None else f"{r['tokens_per_s']:.1f}",
+                "-" if r.get("speedup") is None else f"{r['speedup']:.2f}x",
+                "-" if r.get("tokens_per_step") is None else f"{r['tokens_per_step']:.2f}", acc,
+                "-" if r.get("compared") is None else f"{r['identical']}/{r['compared']}", f"{r['rouge1']:.2f}"]
+
+    base = dict(result.sweep_baseline, speedup=1.0)
+    rows = [row("plain (baseline)", base)] + [row(r["label"], r) for r in result.sweep_rows]
+    return format_table(SWEEP_TABLE_HEADERS, rows)
+
+
+def _write_sweep(result: Any, directory: str) -> None:
+    from ..evaluation.plot import sweep_plot_png
+    from ..evaluation.report import to_csv
+    from ..evaluation.sweep import SWEEP_COLUMNS
+
+    payload = result.to_dict()["sweep"]
+    s = result.settings
+    title = (f"prompt lookup sweep: {len(result.articles)} articles, batch {s.batch_size}, "
+             f"{s.output_len} new tokens, workflow {s.workflow}")
+    png = sweep_plot_png(result.sweep_rows, best=result.sweep_best, title=title)
+    with atomic_output_dir(directory) as tmp:
+        atomic_write_json(tmp / "sweep.json", payload)
+        (tmp / "sweep.csv").write_text(to_csv(result.sweep_rows, SWEEP_COLUMNS))
+        (tmp / "sweep.png").write_bytes(png)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from ..evaluation.pipeline import ensure_sweep_dir, ensure_writable, evaluate
+    from ..evaluation.report import check_accuracy, contenders_table
+    from ..evaluation.sweep import deploy_hint
+
+    args = build_parser().parse_args(argv)
+    settings = settings_from_args(args)
+    if args.output_json:
+        ensure_writable(args.output_json, "--output_json")
+    if settings.sweep:
+        ensure_sweep_dir(args.sweep_dir)
+    result = evaluate(settings, log=_log)
+
+    print(f"\n{len(result.articles)} articles, batch size {settings.batch_size}, up to {settings.output_len} new tokens; "
+          "the first batch of each contender is a warm-up: scored, not timed")
+    print(contenders_table(result.reports))
+    if result.engine_vs_hf is not None:
+        same = result.engine_vs_hf
+        note = "" if settings.sampling.greedy else " (sampling: differences are expected)"
+        print(f"ours plain vs hf plain: {same['identical']}/{same['compared']} outputs token-identical{note}")
+    if settings.sweep:
+        print("\nprompt-lookup sweep (our engine, speedup over our plain decoding):")
+        print(_sweep_table(result))
+        best = result.sweep_best
+        if best is None:
+            print("best setting: none (no timed batches)")
+        elif best["speedup"] <= 1.0:
+            print(f"best setting: plain decoding (the fastest grid point, {best['label']}, is {best['speedup']:.2f}x)")
+        else:
+            print(f"best setting: {best['label']} at {best['speedup']:.2f}x -> "
+                  f"{deploy_hint(best, settings.device_ids or [0])}")
+        _write_sweep(result, args.sweep_dir)
+        print(f"sweep table and plot written to {args.sweep_dir}/ (sweep.json, sweep.csv, sweep.png)")
+
+    verdict = check_accuracy(result.reports, args.tensorrt_llm_rouge1_threshold) if args.check_accuracy else None
+    if args.output_json:
+        payload = result.to_dict()
+        payload["accuracy_check"] = None if verdict is None else verdict.to_dict()
+        atomic_write_json(args.output_json, payload)
+        print(f"results written to {args.output_json}")
+    if verdict is not None:
+        if not verdict.passed:
+            print(f"error: {verdict.message()}", file=sys.stderr)
+            return 1
+        print(verdict.message())
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    from ..errors import run_cli
+
+    run_cli(main)
