@@ -55,7 +55,10 @@ def main(argv: list[str] | None = None) -> int:
         raise UserError(f"--max_output_len must be at least 1, got {args.max_output_len}")
 
     from ..decoding import generate
+    from ..engine.config import read_engine_config
     from ..runtime import load_runner, load_tokenizer
+
+    read_engine_config(args.engine_dir)  # a missing or incomplete engine is reported first
 
     tokenizer = load_tokenizer(args.tokenizer_dir or args.engine_dir)
     runner = load_runner(

@@ -135,6 +135,7 @@ class TorchRunner:
         max_tokens_in_paged_kv_cache: int | None = None,
         kv_cache_enable_block_reuse: bool = True,
     ) -> None:
+        self.hf_model = hf_model  # the weights container (shared with the fused copies in self.model)
         self.model = PagedLlama(hf_model)
         self.limits = limits
         cfg = hf_model.config

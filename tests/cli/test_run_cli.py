@@ -1,0 +1,137 @@
+"""run.py end to end on a tiny engine: input formats, output JSON, and bad input."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from promptlookup.cli.run import main
+
+ROOT = Path(__file__).resolve().parents[2]
+TEXT = "one two three four one two three four one two three"
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
+    return subprocess.run([sys.executable, "run.py", *args], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=300)
+
+
+def run_json(engine: Path, tmp_path: Path, *args: str) -> dict:
+    out = tmp_path / "out.json"
+    assert main(["--engine_dir", str(engine), "--max_output_len", "16", "--output_json", str(out), *args]) == 0
+    return json.loads(out.read_text())
+
+
+def test_output_json_has_the_documented_fields(tiny_engine_dir, tmp_path):
+    res = run_json(tiny_engine_dir, tmp_path, "--input_text", TEXT, "--input_text", "hello world",
+                   "--prompt_lookup_config", "[4,2,[0]]", "--kv_cache_enable_block_reuse")
+    assert set(res) >= {"config", "wall_time_s", "tokens_per_s", "sequences"}
+    assert res["config"]["prompt_lookup_config"] == "[4,2,[0]]"
+    assert len(res["sequences"]) == 2
+    for s in res["sequences"]:
+        assert set(s) >= {"text", "output_ids", "generated_tokens", "steps", "drafted", "accepted"}
+        assert s["generated_tokens"] == len(s["output_ids"]) <= 16
+        assert 0 <= s["accepted"] <= s["drafted"]
+        assert s["steps"] <= s["generated_tokens"]
+
+
+@pytest.mark.parametrize("workflow", ["v1", "v2"])
+def test_lookup_output_equals_plain_output(tiny_engine_dir, tmp_path, workflow):
+    plain = run_json(tiny_engine_dir, tmp_path, "--input_text", TEXT, "--input_text", "a b a b a b")
+    spec = run_json(tiny_engine_dir, tmp_path, "--input_text", TEXT, "--input_text", "a b a b a b",
+                    "--prompt_lookup_config", "[6,2,[0]]", "--workflow", workflow, "--kv_cache_enable_block_reuse")
+    assert [s["output_ids"] for s in spec["sequences"]] == [s["output_ids"] for s in plain["sequences"]]
+
+
+def test_input_file_formats_agree(tiny_engine_dir, tmp_path, smollm2_tokenizer_dir):
+    from transformers import AutoTokenizer
+
+    ids = AutoTokenizer.from_pretrained(str(smollm2_tokenizer_dir))(TEXT)["input_ids"]
+    (tmp_path / "p.txt").write_text(TEXT)
+    (tmp_path / "p.json").write_text(json.dumps([TEXT, ids]))
+    (tmp_path / "p.csv").write_text(",".join(map(str, ids)) + "\n")
+    np.save(tmp_path / "p.npy", np.array([ids + [2, 2]], dtype=np.int32))  # end_id padding is stripped
+    outs = {}
+    for name in ("p.txt", "p.json", "p.csv", "p.npy"):
+        res = run_json(tiny_engine_dir, tmp_path, "--input_file", str(tmp_path / name))
+        outs[name] = [s["output_ids"] for s in res["sequences"]]
+    assert outs["p.txt"][0] == outs["p.json"][0] == outs["p.json"][1] == outs["p.csv"][0] == outs["p.npy"][0]
+
+
+def test_token_id_prompts_get_no_chat_template(tiny_engine_dir, tmp_path):
+    (tmp_path / "ids.json").write_text(json.dumps([[5, 6, 7, 8, 5, 6, 7]]))
+    a = run_json(tiny_engine_dir, tmp_path, "--input_file", str(tmp_path / "ids.json"))
+    b = run_json(tiny_engine_dir, tmp_path, "--input_file", str(tmp_path / "ids.json"), "--use_chat_template")
+    assert a["sequences"][0]["output_ids"] == b["sequences"][0]["output_ids"]
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--prompt_lookup_config", "[10,2"], "malformed"),
+        (["--prompt_lookup_config", "__import__('os')"], "malformed"),
+        (["--prompt_lookup_config", "[0,2,[0]]"], "k (prompt_lookup_num_tokens) must be an integer >= 1"),
+        (["--prompt_lookup_config", "[4,0,[0]]"], "n (max_matching_ngram_size) must be an integer >= 1"),
+        (["--prompt_lookup_config", "[4,2,[]]"], "device list"),
+        (["--prompt_lookup_config", "[4,2]"], "must have 3 items"),
+        (["--prompt_lookup_config", "[17,2,[0]]"], "exceeds the engine's max_draft_len 16"),
+        (["--prompt_lookup_config", "[4,2,[0,1]]"], "needs the TensorRT-LLM backend"),
+        (["--max_output_len", "0"], "--max_output_len must be at least 1"),
+        (["--workflow", "v3"], "invalid choice"),
+    ],
+)
+def test_bad_lookup_config_exits_2_with_one_line(tiny_engine_dir, tmp_path, extra, message):
+    out = tmp_path / "out.json"
+    r = run_cli("--engine_dir", str(tiny_engine_dir), "--input_text", TEXT, "--output_json", str(out), *extra)
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:") and message in lines[0], r.stderr
+    assert "Traceback" not in r.stderr
+    assert not out.exists()
+
+
+def test_prompt_longer_than_max_input_len(tiny_engine_dir, tmp_path):
+    (tmp_path / "long.json").write_text(json.dumps([[7] * 1100]))
+    r = run_cli("--engine_dir", str(tiny_engine_dir), "--input_file", str(tmp_path / "long.json"))
+    assert r.returncode == 2 and "max_input_len 1024" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("text", ["", "   "])
+def test_empty_prompt(tiny_engine_dir, text):
+    r = run_cli("--engine_dir", str(tiny_engine_dir), "--input_text", text)
+    assert r.returncode == 2 and "empty" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_empty_token_prompt(tiny_engine_dir, tmp_path):
+    (tmp_path / "e.json").write_text("[[]]")
+    r = run_cli("--engine_dir", str(tiny_engine_dir), "--input_file", str(tmp_path / "e.json"))
+    assert r.returncode == 2 and "empty" in r.stderr
+
+
+def test_missing_engine_dir(tmp_path):
+    r = run_cli("--engine_dir", str(tmp_path / "nope"), "--tokenizer_dir", str(tmp_path), "--input_text", "x")
+    assert r.returncode == 2 and "does not exist" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_incomplete_engine_dir(tiny_engine_dir, tmp_path):
+    broken = tmp_path / "engine"
+    shutil.copytree(tiny_engine_dir, broken)
+    (broken / "rank0.safetensors").unlink()
+    r = run_cli("--engine_dir", str(broken), "--input_text", "x")
+    assert r.returncode == 2 and "incomplete" in r.stderr and "rank0.safetensors" in r.stderr
+
+
+def test_tokenizer_larger_than_engine_vocab(tmp_path, smollm2_tokenizer_dir):
+    from tests.conftest import _build_engine
+    from tests.tiny import tiny_llama
+
+    engine = _build_engine(tiny_llama(vocab_size=512), None, tmp_path)
+    r = run_cli("--engine_dir", str(engine), "--tokenizer_dir", str(smollm2_tokenizer_dir), "--input_text", "x")
+    assert r.returncode == 2 and "vocabulary is 512" in r.stderr and len(r.stderr.strip().splitlines()) == 1
