@@ -67,6 +67,13 @@ def add_common_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     g.add_argument("--prompt_lookup_config", default=None, help='"[k, n, [devices]]", e.g. "[10,2,[0]]"')
     g.add_argument("--workflow", choices=["v1", "v2"], default="v1", help="v1: orchestrator loop; v2: single call")
     g.add_argument("--drafter_mode", choices=list(DRAFT_MODES), default="pool")
+    g.add_argument(
+        "--draft_length_policy",
+        choices=["cost", "full"],
+        default="cost",
+        help="cost: verify the part of each draft expected to pay off on this machine (PyTorch backend); "
+        "full: always the whole draft, as TensorRT-LLM",
+    )
     g.add_argument("--adaptive_draft", action="store_true", help="size drafts from match length and acceptance")
     g.add_argument("--is_keep_all", action=argparse.BooleanOptionalAction, default=True)
     g.add_argument("--is_use_oldest", action=argparse.BooleanOptionalAction, default=True)

@@ -103,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
         workflow=args.workflow,
         on_step=printer.on_step if printer else None,
         drafter=drafter,
+        draft_length_policy=args.draft_length_policy,
     )
     wall = time.perf_counter() - start
     if drafter is not None and draft.dynamic_cache:
@@ -136,6 +137,7 @@ def main(argv: list[str] | None = None) -> int:
                     "max_output_len": args.max_output_len,
                     "end_id": end_id,
                     "kv_cache_enable_block_reuse": args.kv_cache_enable_block_reuse,
+                    "draft_length_policy": args.draft_length_policy,
                     "batch_size": len(prompts),
                 },
                 "wall_time_s": wall,

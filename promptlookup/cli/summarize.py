@@ -80,6 +80,7 @@ def settings_from_args(args: argparse.Namespace):
         kv_cache_enable_block_reuse=args.kv_cache_enable_block_reuse,
         max_tokens_in_paged_kv_cache=args.max_tokens_in_paged_kv_cache,
         workflow=args.workflow,
+        draft_length_policy=args.draft_length_policy,
         use_chat_template=args.use_chat_template,
         truncation=args.truncation,
         sampling=sampling_from_args(args),

@@ -10,6 +10,7 @@ from .orchestrator import run_orchestrator
 from .result import SequenceResult, StepCallback, StepEvent
 
 WORKFLOWS = ("v1", "v2")
+DRAFT_LENGTH_POLICIES = ("cost", "full")
 
 __all__ = ["generate", "SequenceResult", "StepEvent", "StepCallback", "WORKFLOWS"]
 
@@ -25,12 +26,20 @@ def generate(
     workflow: str = "v2",
     on_step: StepCallback | None = None,
     drafter: Drafter | None = None,
+    draft_length_policy: str = "cost",
 ) -> list[SequenceResult]:
     """Generate for a batch of token-id prompts.
 
     Drafts come from ``drafter`` when given (to share its public pool and caches across
     calls), else from a drafter made from ``draft``; with neither, this is plain decoding.
+
+    ``draft_length_policy="cost"`` verifies, per step, only the prefix of each draft that
+    is expected to pay off on this runner (:mod:`.draft_policy`; runners that report no
+    step costs get full drafts); ``"full"`` always verifies the whole draft, as
+    TensorRT-LLM does. Neither changes the output tokens.
     """
+    if draft_length_policy not in DRAFT_LENGTH_POLICIES:
+        raise UserError(f"unknown draft length policy {draft_length_policy!r}; choose cost or full")
     if workflow not in WORKFLOWS:
         raise UserError(f"unknown workflow {workflow!r}; choose v1 or v2")
     if max_new_tokens < 1:
@@ -58,6 +67,9 @@ def generate(
     from ..runtime.torch_runner import TorchRunner
 
     kwargs = dict(max_new_tokens=max_new_tokens, end_id=end_id, sampling=sampling, on_step=on_step)
+    if drafter is not None and draft_length_policy == "cost" and hasattr(runner, "step_costs"):
+        k = config.prompt_lookup_num_tokens if config is not None else limits.max_draft_len
+        kwargs["step_costs"] = runner.step_costs(min(k, limits.max_draft_len) + 1)
     if isinstance(runner, TorchRunner):
         if workflow == "v2" or drafter is None:
             from .single_call import run_single_call
@@ -68,5 +80,6 @@ def generate(
         lookup = getattr(runner, "generate_lookup", None)
         if lookup is None:
             raise UserError("this backend has no single-call (v2) prompt lookup; use --workflow v1")
+        kwargs.pop("step_costs", None)
         return lookup(prompts, draft=config, **kwargs)
     return run_orchestrator(runner, prompts, drafter=drafter, **kwargs)

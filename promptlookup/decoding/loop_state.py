@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from ..drafting.base import Drafter, RequestDrafter
+from .draft_policy import DraftLengthPolicy
 from .result import SequenceResult, StepCallback, StepEvent
 
 
@@ -40,6 +41,7 @@ class LoopState:
         max_seq_len: int,
         end_id: int,
         on_step: StepCallback | None,
+        step_costs: Sequence[float] | None = None,
     ) -> None:
         self.max_new_tokens = max_new_tokens
         self.end_id = end_id
@@ -49,13 +51,18 @@ class LoopState:
             drafter.new_request(p, max_seq_len) if drafter is not None else _NoDraft() for p in prompts
         ]
         self.active = list(range(len(prompts)))
+        self.policies = [DraftLengthPolicy(step_costs) for _ in prompts] if step_costs else None
+        self.proposals: list[list[int]] = [[] for _ in prompts]
 
     def drafts(self) -> list[list[int]]:
-        """One draft per active sequence, cut to leave room for the target's own token."""
+        """One draft per active sequence, cut to leave room for the target's own token and,
+        with a cost table, to the length the draft policy expects to pay off."""
         out = []
         for i in self.active:
             room = self.max_new_tokens - len(self.results[i].output_ids) - 1
-            out.append(self.drafters[i].propose()[:room] if room > 0 else [])
+            proposal = self.drafters[i].propose()[:room] if room > 0 else []
+            self.proposals[i] = proposal
+            out.append(proposal[: self.policies[i].choose(proposal)] if self.policies else proposal)
         return out
 
     def commit(self, i: int, drafted: int, tokens: Sequence[int], accepted: int) -> None:
@@ -69,6 +76,8 @@ class LoopState:
         r.output_ids.extend(tokens)
         r.draft_flags.extend([True] * accepted + [False] * (len(tokens) - accepted))
         r.finished = bool(tokens) and tokens[-1] == self.end_id
+        if self.policies:
+            self.policies[i].observe(self.proposals[i], drafted, tokens)
         d = self.drafters[i]
         d.record(drafted, accepted)
         d.extend(tokens)

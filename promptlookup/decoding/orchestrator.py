@@ -26,8 +26,9 @@ def run_orchestrator(
     drafter: Drafter | None,
     sampling: SamplingConfig = SamplingConfig(),
     on_step: StepCallback | None = None,
+    step_costs: Sequence[float] | None = None,
 ) -> list[SequenceResult]:
-    state = LoopState(prompts, drafter, max_new_tokens, runner.limits.max_seq_len, end_id, on_step)
+    state = LoopState(prompts, drafter, max_new_tokens, runner.limits.max_seq_len, end_id, on_step, step_costs)
     sequences = [list(p) for p in prompts]
     while state.active:
         drafts = state.drafts()

@@ -24,8 +24,9 @@ def run_single_call(
     drafter: Drafter | None,
     sampling: SamplingConfig = SamplingConfig(),
     on_step: StepCallback | None = None,
+    step_costs: Sequence[float] | None = None,
 ) -> list[SequenceResult]:
-    state = LoopState(prompts, drafter, max_new_tokens, runner.limits.max_seq_len, end_id, on_step)
+    state = LoopState(prompts, drafter, max_new_tokens, runner.limits.max_seq_len, end_id, on_step, step_costs)
     batch = runner.open(prompts)
     try:
         while state.active:

@@ -57,6 +57,7 @@ class DecodeSettings:
     end_id: int
     pad_id: int
     sampling: SamplingConfig = SamplingConfig()
+    draft_length_policy: str = "cost"  # see promptlookup.decoding.draft_policy
 
 
 def _release() -> None:
@@ -108,6 +109,7 @@ class EngineBackend:
                 drafter = make_drafter(spec.draft, self.tokenizer)
             results = generate(runner, prompts, max_new_tokens=s.max_new_tokens, end_id=s.end_id, sampling=s.sampling,
                                draft=spec.draft, workflow=spec.workflow, drafter=drafter,
+                               draft_length_policy=s.draft_length_policy,
                                on_step=lambda event: hook(len(event.tokens)))
             return [Generated(list(r.output_ids), r.steps, r.drafted, r.accepted) for r in results]
 

@@ -50,6 +50,7 @@ class EvalSettings:
     kv_cache_enable_block_reuse: bool = True
     max_tokens_in_paged_kv_cache: int | None = None
     workflow: str = "v1"
+    draft_length_policy: str = "cost"
     use_chat_template: bool = False
     truncation: str = "text"
     sampling: SamplingConfig = SamplingConfig()
@@ -212,7 +213,8 @@ def evaluate(
     batches = batched(prompts, s.batch_size)
     result = EvaluationResult(settings=s, articles=articles, prompt_lengths=lengths, end_id=end_id)
 
-    decode_settings = DecodeSettings(max_new_tokens=s.output_len, end_id=end_id, pad_id=pad_id, sampling=s.sampling)
+    decode_settings = DecodeSettings(max_new_tokens=s.output_len, end_id=end_id, pad_id=pad_id, sampling=s.sampling,
+                                     draft_length_policy=s.draft_length_policy)
     engine = hf = None
     if s.test_engine or s.sweep:
         from ..engine.config import read_engine_config

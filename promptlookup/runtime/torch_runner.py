@@ -154,6 +154,42 @@ class TorchRunner:
         )
         self.blocks = BlockManager(self.pool, enable_reuse=kv_cache_enable_block_reuse)
         self.stats = RunnerStats()
+        self._step_costs: list[float] = []
+
+    def step_costs(self, max_tokens: int, context: int = 128) -> list[float]:
+        """Relative wall time of one step feeding ``q`` tokens, ``costs[q]`` for ``1 <= q <= max_tokens``.
+
+        Measured once (and extended on demand) on a scratch sequence of ``context``
+        tokens: the minimum of two timed forward passes per size, divided by the
+        one-token time. Used by the cost-aware draft length policy; never changes output.
+        """
+        import time
+
+        if len(self._step_costs) > max_tokens:
+            return self._step_costs[: max_tokens + 1]
+        seq = SequenceBlocks()
+        room = self.blocks.num_available * self.pool.block_size - max_tokens
+        context = max(1, min(context, room))  # stay within a small KV budget
+        try:
+            self.blocks.ensure_capacity(seq, context + max_tokens)
+            prefill = build_layout([[0] * context], [context], [seq.blocks], [1], self.pool.block_size,
+                                   self.model.device)
+            self.model(prefill, self.pool)  # real K/V for the scratch context
+            times = [0.0]
+            for q in range(1, max_tokens + 1):
+                layout = build_layout([[0] * q], [context + q], [seq.blocks], [q], self.pool.block_size,
+                                      self.model.device)
+                best = float("inf")
+                for rep in range(3):
+                    start = time.perf_counter()
+                    self.model(layout, self.pool)
+                    if rep:  # the first run is a warm-up
+                        best = min(best, time.perf_counter() - start)
+                times.append(best)
+        finally:
+            self.blocks.release(seq, [])
+        self._step_costs = [0.0] + [t / times[1] for t in times[1:]]
+        return self._step_costs
 
     def open(self, prompts: Sequence[Sequence[int]], requests: Sequence[int] | None = None) -> DecodeBatch:
         """Start a batch of sequences (validated against the engine limits)."""

@@ -102,7 +102,8 @@ def test_v1_block_reuse_means_no_recomputation(model_and_reference):
     counts = {}
     for name, workflow, reuse in [("v2", "v2", True), ("v1", "v1", True), ("v1-noreuse", "v1", False)]:
         runner = runner_for(model, reuse=reuse)
-        generate(runner, prompts, max_new_tokens=MAX_NEW, end_id=END_ID, draft=draft, workflow=workflow)
+        generate(runner, prompts, max_new_tokens=MAX_NEW, end_id=END_ID, draft=draft, workflow=workflow,
+                 draft_length_policy="full")  # measured step costs would make draft lengths vary
         counts[name] = (runner.stats.forward_tokens, runner.stats.reused_tokens)
     # With reuse, V1 runs exactly the tokens V2 runs: the re-submitted prefix costs nothing.
     assert counts["v1"][0] == counts["v2"][0]

@@ -1,0 +1,92 @@
+"""Cost-aware draft length: verify only as much of a draft as is expected to pay off.
+
+A verification step that feeds ``q`` tokens costs ``cost[q]`` (relative to a plain
+one-token step; measured on the runner, see :meth:`TorchRunner.step_costs`). On a GPU
+the table is nearly flat and full drafts are free; on a CPU a 16-token step can cost 3x a
+one-token step, so a weak draft slows decoding down. For each sequence this policy keeps
+two acceptance estimates and picks the draft length ``d`` (a prefix of the drafter's
+proposal) that maximises expected tokens per unit of cost::
+
+    E(d) = 1 + p0 * (1 - p1**d) / (1 - p1)          (expected tokens from one step)
+    d*   = argmax_{0 <= d <= len(proposal)} E(d) / cost[d + 1]
+
+``p0`` is the chance that the first draft token is right, ``p1`` the chance that a later
+one is right given that all before it were (copy runs make ``p1`` much larger than
+``p0``). Both are Beta-smoothed, exponentially decayed counts over this sequence's own
+history. Feedback comes from every step, including steps that verified nothing: the
+target's own token tells whether the proposal's first token was right, so a sequence
+whose drafts were switched off sees them recover as soon as they start matching.
+
+The policy never changes *which* tokens are produced, only how many draft tokens each
+step verifies. Cost per step: O(len(proposal)).
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+DECAY = 0.9  # weight of older observations per new one
+PRIOR = (1.0, 1.0)  # Beta(successes, failures) prior for both estimates
+
+
+class _Rate:
+    __slots__ = ("hits", "misses")
+
+    def __init__(self) -> None:
+        self.hits, self.misses = PRIOR
+
+    def add(self, hits: float, misses: float) -> None:
+        self.hits = self.hits * DECAY + hits
+        self.misses = self.misses * DECAY + misses
+
+    @property
+    def value(self) -> float:
+        return self.hits / (self.hits + self.misses)
+
+
+class DraftLengthPolicy:
+    """Per-sequence draft length choice from a relative step-cost table.
+
+    ``costs[q]`` is the relative cost of a step feeding ``q`` tokens, for ``q >= 1``
+    (``costs[0]`` is unused); drafts longer than the table allows are cut.
+    """
+
+    def __init__(self, costs: Sequence[float]) -> None:
+        if len(costs) < 2:
+            raise ValueError("the cost table needs at least costs[1]")
+        self.costs = list(costs)
+        self.first = _Rate()
+        self.later = _Rate()
+
+    def choose(self, proposal: Sequence[int]) -> int:
+        """How many leading tokens of ``proposal`` to verify."""
+        limit = min(len(proposal), len(self.costs) - 2)
+        if limit <= 0:
+            return 0
+        p0, p1 = self.first.value, self.later.value
+        best_d, best = 0, 1.0 / self.costs[1]
+        expected, run = 1.0, p0
+        for d in range(1, limit + 1):
+            expected += run
+            run *= p1
+            rate = expected / self.costs[d + 1]
+            if rate > best:
+                best_d, best = d, rate
+        return best_d
+
+    def observe(self, proposal: Sequence[int], verified: int, produced: Sequence[int]) -> None:
+        """Learn from one step: ``verified`` tokens of ``proposal`` were offered, ``produced``
+        (accepted draft tokens, then the target's own) came back."""
+        if not proposal or not produced:
+            return
+        # How far the proposal agrees with what was produced (known up to len(produced)).
+        agree = 0
+        for a, b in zip(proposal, produced):
+            if a != b:
+                break
+            agree += 1
+        known = min(len(produced), len(proposal))  # positions whose outcome we saw
+        self.first.add(1.0 if agree >= 1 else 0.0, 0.0 if agree >= 1 else 1.0)
+        if agree >= 1:
+            later_hits = agree - 1
+            later_miss = 1.0 if agree < known else 0.0
+            self.later.add(later_hits, later_miss)
