@@ -116,62 +116,29 @@ class TrtllmEngineConfig:
         return self.tp_size * self.pp_size
 
 
-def _positive_int(section: dict, key: str, where: str, path: Path) -> int:
-    value = section.get(key)
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise UserError(f"{path} has no usable {where}.{key} (got {value!r}); rebuild the engine with trtllm-build")
-    return value
-
-
 def read_engine_config(engine_dir: str | Path) -> TrtllmEngineConfig:
-    """Parse ``engine_dir/config.json`` (the layout trtllm-build writes) and check the rank files.
+    """The runner's view of a TensorRT-LLM engine directory (the layout trtllm-build writes).
 
-    Layout: ``{"version", "pretrained_config": {"vocab_size", "mapping": {"tp_size",
-    "pp_size"}}, "build_config": {"max_batch_size", "max_input_len", "max_seq_len",
-    "max_draft_len", "speculative_decoding_mode", "plugin_config": {...}}}`` and one
-    ``rank{r}.engine`` per rank ``r < tp_size * pp_size``.
+    Parsing and the completeness check (one ``rank{r}.engine`` per rank) are
+    :func:`promptlookup.engine.config.read_engine_config`'s, shared with the PyTorch engine.
     """
-    engine_dir = Path(engine_dir)
-    path = engine_dir / "config.json"
-    if not path.is_file():
-        raise UserError(f"{engine_dir} has no config.json; build an engine there with trtllm-build first")
-    try:
-        config = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise UserError(f"cannot read {path}: {exc}") from None
-    pretrained = config.get("pretrained_config") if isinstance(config, dict) else None
-    build = config.get("build_config") if isinstance(config, dict) else None
-    if not isinstance(pretrained, dict) or not isinstance(build, dict):
+    from ..engine.config import read_engine_config as read_any_engine
+
+    config = read_any_engine(engine_dir)
+    if config.backend != "trtllm":
         raise UserError(
-            f"{path} is not a TensorRT-LLM engine config (no pretrained_config/build_config); "
-            "build the engine with trtllm-build"
+            f"{engine_dir} is a {config.backend} engine, not a TensorRT-LLM engine; "
+            "build one with trtllm-build (build.sh --backend trtllm) or run it with the PyTorch backend"
         )
-    mapping = pretrained.get("mapping") or {}
-    tp = int(mapping.get("tp_size", 1))
-    pp = int(mapping.get("pp_size", 1))
-    limits = EngineLimits(
-        max_batch_size=_positive_int(build, "max_batch_size", "build_config", path),
-        max_input_len=_positive_int(build, "max_input_len", "build_config", path),
-        max_seq_len=_positive_int(build, "max_seq_len", "build_config", path),
-        max_draft_len=int(build.get("max_draft_len", 0) or 0),
-        vocab_size=_positive_int(pretrained, "vocab_size", "pretrained_config", path),
-    )
-    plugin = build.get("plugin_config") or {}
-    fmha = plugin.get("use_paged_context_fmha")
-    engine_config = TrtllmEngineConfig(
-        limits=limits,
-        tp_size=tp,
-        pp_size=pp,
-        speculative_decoding_mode=build.get("speculative_decoding_mode"),
+    mapping = config.pretrained.get("mapping") or {}
+    fmha = (config.build.get("plugin_config") or {}).get("use_paged_context_fmha")
+    return TrtllmEngineConfig(
+        limits=config.limits,
+        tp_size=int(mapping.get("tp_size", 1)),
+        pp_size=int(mapping.get("pp_size", 1)),
+        speculative_decoding_mode=config.build.get("speculative_decoding_mode"),
         use_paged_context_fmha=None if fmha is None else bool(fmha),
     )
-    for rank in range(engine_config.world_size):
-        if not (engine_dir / f"rank{rank}.engine").is_file():
-            raise UserError(
-                f"{engine_dir} has no rank{rank}.engine (tp_size*pp_size = {engine_config.world_size}); "
-                "it is not a complete TensorRT-LLM engine, rebuild it with trtllm-build or use --backend torch"
-            )
-    return engine_config
 
 
 def _is_draft_tokens_external(mode: Any) -> bool:
