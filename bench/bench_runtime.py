@@ -7,7 +7,7 @@ Same run, same machine, same weights (the engine's, loaded once), greedy decodin
 - ``hf_pld``: transformers ``generate(prompt_lookup_num_tokens=k)``;
 - ``ours_plain``: our PyTorch runtime without drafts;
 - ``ours_v2``: our single-call prompt lookup (TensorRT-LLM pool semantics, ``[k, n]``);
-- ``ours_v2_longest``: the same with the longest-match drafter;
+- ``ours_v2_longest``: the same with the longest-match drafter (k up to 32);
 - ``ours_v1_reuse`` / ``ours_v1_noreuse``: the orchestrator loop with and without KV
   block reuse.
 
@@ -21,7 +21,6 @@ is present. Every output is checked to be token-identical to ``hf_plain``.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -79,7 +78,7 @@ def main() -> int:
         return TorchRunner(model, cfg.limits, tokens_per_block=cfg.tokens_per_block, kv_cache_enable_block_reuse=reuse)
 
     pool = DraftConfig(prompt_lookup_num_tokens=args.k, max_matching_ngram_size=args.n)
-    longest = DraftConfig(prompt_lookup_num_tokens=min(16, cfg.limits.max_draft_len), mode="longest")
+    longest = DraftConfig(prompt_lookup_num_tokens=min(32, cfg.limits.max_draft_len), mode="longest")
     ours = {
         "ours_plain": (runner(True), None, "v2"),
         "ours_v2": (runner(True), pool, "v2"),

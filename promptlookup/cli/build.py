@@ -4,7 +4,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from ..engine.build import BACKENDS, build_config, build_torch_engine, read_checkpoint_config, resolve_backend
+from ..checkpoint.load import read_checkpoint_config
+from ..engine.build import BACKENDS, build_config, build_torch_engine, resolve_backend
 from .args import ArgumentParser
 
 

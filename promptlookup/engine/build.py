@@ -30,21 +30,6 @@ TOKENIZER_FILES = (
 )
 
 
-def read_checkpoint_config(checkpoint_dir: Path) -> dict[str, Any]:
-    if not checkpoint_dir.is_dir():
-        raise UserError(f"checkpoint directory {checkpoint_dir} does not exist; create it with convert_checkpoint.py")
-    path = checkpoint_dir / "config.json"
-    if not path.is_file():
-        raise UserError(f"{checkpoint_dir} has no config.json; it is not a converted checkpoint (run convert_checkpoint.py)")
-    try:
-        cfg = json.loads(path.read_text())
-    except ValueError as exc:
-        raise UserError(f"{path} is not valid JSON ({exc}); re-run convert_checkpoint.py") from None
-    if "architecture" not in cfg:
-        raise UserError(f"{path} is not a TensorRT-LLM checkpoint config (no 'architecture'); run convert_checkpoint.py")
-    return cfg
-
-
 def resolve_backend(backend: str) -> str:
     from ..runtime.trtllm_runner import trtllm_unavailable_reason
 
@@ -105,7 +90,7 @@ def build_config(
 
 def build_torch_engine(checkpoint_dir: str | Path, output_dir: str | Path, build: dict[str, Any]) -> Path:
     """Write a PyTorch engine directory (atomically) and return its path."""
-    from ..checkpoint.load import load_checkpoint
+    from ..checkpoint.load import load_checkpoint, read_checkpoint_config
 
     checkpoint_dir = Path(checkpoint_dir)
     pretrained = read_checkpoint_config(checkpoint_dir)

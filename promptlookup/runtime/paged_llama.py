@@ -204,14 +204,17 @@ class PagedLlama(nn.Module):
 def cpu_gemm_rows(rows: int) -> int:
     """The row count to run a CPU matmul of ``rows`` rows at (``>= rows``).
 
-    Measured with ``bench/bench_gemm_rows.py`` on this project's 2-core x86-64 machine,
-    whole-model time per step: one row (a matrix-vector product) costs about 2.9x two
-    rows, and 9 to 15 rows cost 1.2x to 1.8x sixteen. Other row counts are left alone.
+    Measured on this project's 2-core x86-64 machine (SmolLM2-135M, whole-model time per
+    step, see ``TorchRunner.step_costs``): one row (a matrix-vector product) costs about
+    2x two rows; 9 to 15 rows cost up to 1.8x sixteen; 17 to 31 rows up to 1.5x
+    thirty-two. Other row counts are left alone.
     """
     if rows == 1:
         return 2
     if 9 <= rows <= 15:
         return 16
+    if 17 <= rows <= 31:
+        return 32
     return rows
 
 
