@@ -1,9 +1,9 @@
 """Plain, slow reference implementations the drafters are checked against.
 
-``TrtPoolReference`` transcribes TensorRT-LLM's ``NGramPoolManager.get_draft_tokens``
-(tensorrt_llm/_torch/speculative/ngram.py, 1.2.0rc3) line by line, with a Python list as
-the ordered set of matches: ``list.remove`` while iterating the same list skips the next
-element exactly like ``ordered_set.OrderedSet`` (which deletes from its backing list).
+``TrtPoolReference`` restates, as directly and slowly as possible, the pool rules listed
+in the module docstring of :mod:`promptlookup.drafting.pool` (TensorRT-LLM's n-gram pool
+semantics): every call re-inserts the whole window, and the removal pass keeps the
+documented quirk (an entry that slides into the slot of a removed one is not examined).
 """
 from __future__ import annotations
 
@@ -11,47 +11,50 @@ from __future__ import annotations
 class TrtPoolReference:
     def __init__(self, k: int, n: int, keep_all: bool, oldest: bool, public: bool) -> None:
         self.k, self.n, self.keep_all, self.oldest, self.public = k, n, keep_all, oldest, public
-        self.pool: dict = {}
-        self.start_index: dict = {}
+        self.tables: dict = {}  # owner (None when public, else the request) -> {pattern: [matches]}
+        self.window_start: dict = {}  # request -> where its next update window begins
+
+    def _insert(self, table: dict, pattern: tuple, match: tuple) -> None:
+        current = table.get(pattern)
+        if current is None or (not self.keep_all and len(match) > len(current[0])):
+            table[pattern] = [match]
+            return
+        if match in current:
+            return
+        survivors, skip_next = [], False
+        for entry in current:
+            if skip_next:  # slid into a removed entry's slot: not looked at in this pass
+                survivors.append(entry)
+                skip_next = False
+            elif len(entry) < len(match):
+                skip_next = True  # removed
+            else:
+                survivors.append(entry)
+        table[pattern] = survivors + [match]
 
     def get_draft_tokens(self, prefix: list[int], request_id: int, max_sequence_length: int) -> list[int]:
-        prefix_len = len(prefix)
-        budget = max_sequence_length - 1 - prefix_len
-        if budget <= 0:
+        length = len(prefix)
+        room = max_sequence_length - 1 - length
+        if room <= 0:
             return []
-        if request_id not in self.start_index:
-            self.start_index[request_id] = 0
-            if not self.public:
-                self.pool[request_id] = {}
-        pool = self.pool if self.public else self.pool[request_id]
-        sequence = prefix[self.start_index[request_id]:]
-        for size in range(min(self.n, prefix_len - 1), 0, -1):
-            for l in range(len(sequence) - size):
-                r = min(l + size + self.k, len(sequence))
-                pattern = tuple(sequence[l:l + size])
-                new_match = tuple(sequence[l + size:r])
-                if pattern not in pool or (not self.keep_all and len(new_match) > len(pool[pattern][0])):
-                    pool[pattern] = [new_match]
-                elif new_match not in pool[pattern]:
-                    matches = pool[pattern]
-                    for match in matches:
-                        if len(match) < len(new_match):
-                            matches.remove(match)
-                    matches.append(new_match)
-        draft: list[int] = []
-        for size in range(min(self.n, prefix_len - 1), 0, -1):
-            pattern = tuple(prefix[-size:])
-            if pattern not in pool:
-                continue
-            draft = list(pool[pattern][0 if self.oldest else -1])[:budget]
-            break
-        self.start_index[request_id] = max(0, prefix_len - (self.k + self.n - 1))
-        return draft
+        start = self.window_start.setdefault(request_id, 0)
+        table = self.tables.setdefault(None if self.public else request_id, {})
+        window = prefix[start:]
+        sizes = range(min(self.n, length - 1), 0, -1)
+        for size in sizes:
+            for p in range(len(window) - size):
+                self._insert(table, tuple(window[p:p + size]), tuple(window[p + size:p + size + self.k]))
+        self.window_start[request_id] = max(0, length - (self.k + self.n - 1))
+        for size in sizes:
+            matches = table.get(tuple(prefix[length - size:]))
+            if matches:
+                return list(matches[0] if self.oldest else matches[-1])[:room]
+        return []
 
     def finish(self, request_id: int) -> None:
-        if not self.public and request_id in self.pool:
-            self.pool.pop(request_id)
-            self.start_index.pop(request_id)
+        if not self.public:
+            self.tables.pop(request_id, None)
+            self.window_start.pop(request_id, None)
 
 
 def longest_earlier_match(text: list[int], max_len: int) -> tuple[int, int]:
