@@ -80,9 +80,6 @@ def main(argv: list[str] | None = None) -> int:
     if end_id is None:
         raise UserError("the tokenizer defines no end-of-sequence token; pass --end_id")
     prompts = collect_prompts(args.input_text, args.input_file, tokenizer, args.use_chat_template, end_id)
-    if hasattr(runner, "validate_prompts"):
-        runner.validate_prompts([p.ids for p in prompts])
-
     use_color = color_mode(args.color, sys.stdout)
     printer = StreamPrinter(tokenizer, sys.stdout, color=use_color, num_sequences=len(prompts)) if args.streaming else None
 

@@ -5,7 +5,7 @@ from typing import Sequence
 
 from ..drafting.base import DraftConfig, Drafter
 from ..errors import UserError
-from ..runtime.base import Runner, SamplingConfig
+from ..runtime.base import Runner, SamplingConfig, validate_batch
 from .orchestrator import run_orchestrator
 from .result import SequenceResult, StepCallback, StepEvent
 
@@ -45,6 +45,7 @@ def generate(
     if max_new_tokens < 1:
         raise UserError(f"max_output_len must be at least 1, got {max_new_tokens}")
     limits = runner.limits
+    validate_batch(prompts, limits)
     for i, p in enumerate(prompts):
         if len(p) + max_new_tokens > limits.max_seq_len:
             raise UserError(

@@ -16,6 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol, Sequence
 
+from ..errors import UserError
+
 
 @dataclass(frozen=True)
 class SamplingConfig:
@@ -50,6 +52,35 @@ class EngineLimits:
     max_seq_len: int
     max_draft_len: int
     vocab_size: int
+
+
+def validate_batch(prompts: Sequence[Sequence[int]], limits: EngineLimits, *, max_len: int | None = None) -> None:
+    """Check a batch against the engine limits; bad input is a one-line UserError.
+
+    ``max_len`` bounds each sequence's length; by default it is ``max_input_len`` (fresh
+    prompts). A V1 re-submission of whole sequences passes ``max_seq_len - 1``.
+    """
+    if len(prompts) > limits.max_batch_size:
+        raise UserError(
+            f"batch of {len(prompts)} exceeds the engine's max_batch_size {limits.max_batch_size}; "
+            "pass fewer prompts or rebuild with a larger --max_batch_size"
+        )
+    for i, p in enumerate(prompts):
+        if len(p) == 0:
+            raise UserError(f"prompt {i} is empty; give at least one token")
+        if max_len is None and len(p) > limits.max_input_len:
+            raise UserError(
+                f"prompt {i} has {len(p)} tokens, more than the engine's max_input_len {limits.max_input_len}; "
+                "shorten it or rebuild with a larger --max_input_len"
+            )
+        if max_len is not None and len(p) > max_len:
+            raise UserError(
+                f"sequence {i} has {len(p)} tokens, more than {max_len} (the engine's max_seq_len - 1); "
+                "lower --max_output_len or rebuild with a larger --max_seq_len"
+            )
+        bad = [t for t in p if not 0 <= t < limits.vocab_size]
+        if bad:
+            raise UserError(f"prompt {i} has token id {bad[0]} outside the vocabulary [0, {limits.vocab_size})")
 
 
 @dataclass

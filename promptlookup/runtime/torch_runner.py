@@ -24,7 +24,7 @@ from typing import Sequence
 import torch
 
 from ..errors import UserError
-from .base import EngineLimits, GenerationOutput, RunnerStats, SamplingConfig
+from .base import EngineLimits, GenerationOutput, RunnerStats, SamplingConfig, validate_batch
 from .kv_cache import BlockManager, KVPool, SequenceBlocks
 from .paged_llama import PagedLlama, build_layout
 from .sampling import select_tokens
@@ -191,29 +191,17 @@ class TorchRunner:
         self._step_costs = [0.0] + [t / times[1] for t in times[1:]]
         return self._step_costs
 
-    def open(self, prompts: Sequence[Sequence[int]], requests: Sequence[int] | None = None) -> DecodeBatch:
-        """Start a batch of sequences (validated against the engine limits)."""
-        self.validate_prompts(prompts)
+    def open(
+        self,
+        prompts: Sequence[Sequence[int]],
+        requests: Sequence[int] | None = None,
+        *,
+        max_len: int | None = None,
+    ) -> DecodeBatch:
+        """Start a batch of sequences, validated against the engine limits
+        (``max_len``: see :func:`validate_batch`)."""
+        validate_batch(prompts, self.limits, max_len=max_len)
         return DecodeBatch(self, prompts, requests if requests is not None else range(len(prompts)))
-
-    def validate_prompts(self, prompts: Sequence[Sequence[int]]) -> None:
-        lim = self.limits
-        if len(prompts) > lim.max_batch_size:
-            raise UserError(
-                f"batch of {len(prompts)} exceeds the engine's max_batch_size {lim.max_batch_size}; "
-                "pass fewer prompts or rebuild with a larger --max_batch_size"
-            )
-        for i, p in enumerate(prompts):
-            if len(p) == 0:
-                raise UserError(f"prompt {i} is empty; give at least one token")
-            if len(p) > lim.max_input_len:
-                raise UserError(
-                    f"prompt {i} has {len(p)} tokens, more than the engine's max_input_len {lim.max_input_len}; "
-                    "shorten it or rebuild with a larger --max_input_len"
-                )
-            bad = [t for t in p if not 0 <= t < lim.vocab_size]
-            if bad:
-                raise UserError(f"prompt {i} has token id {bad[0]} outside the vocabulary [0, {lim.vocab_size})")
 
     def generate(
         self,
@@ -234,7 +222,8 @@ class TorchRunner:
         """
         if max_new_tokens < 1:
             raise UserError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
-        batch = self.open(batch_input_ids, request_ids)
+        # Whole sequences are re-submitted (prompt plus output so far): bounded by max_seq_len.
+        batch = self.open(batch_input_ids, request_ids, max_len=self.limits.max_seq_len - 1)
         try:
             live = list(range(len(batch_input_ids)))
             if draft_tokens_list is not None:

@@ -133,3 +133,15 @@ def test_eviction_under_a_tiny_budget_keeps_output_exact(model_and_reference, wo
         got = generate(runner, [p], max_new_tokens=MAX_NEW, end_id=END_ID, draft=draft, workflow=workflow)
         assert got[0].output_ids == ref
     assert runner.blocks.stats.evicted_blocks > 0
+
+
+@pytest.mark.parametrize("workflow", ["v1", "v2"])
+def test_prompt_at_max_input_len_may_grow_past_it(model_and_reference, workflow):
+    """V1 re-submits prompt + output; only max_seq_len bounds those whole sequences."""
+    model, _, _ = model_and_reference
+    runner = runner_for(model)
+    prompt = [5, 6, 7, 8] * (runner.limits.max_input_len // 4)
+    plain = generate(runner_for(model), [prompt], max_new_tokens=24, end_id=END_ID)
+    got = generate(runner, [prompt], max_new_tokens=24, end_id=END_ID, workflow=workflow,
+                   draft=DraftConfig(prompt_lookup_num_tokens=4, max_matching_ngram_size=2))
+    assert got[0].output_ids == plain[0].output_ids
