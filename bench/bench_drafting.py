@@ -111,6 +111,21 @@ def synthetic_stream(n: int, seed: int = 0) -> list[int]:
     return out[:n]
 
 
+def step_summary(per_step: list[int], cpu0: float, extend: int, index_ms: float, nonempty: int) -> dict:
+    """Per-step timings (ns) as the table's fields; ``cpu0`` is process_time() at the start."""
+    steps = len(per_step)
+    mean_us = sum(per_step) / steps / 1e3
+    return {
+        "index_ms": index_ms,
+        "cpu_us_per_step": 1e6 * (time.process_time() - cpu0) / steps,
+        "us_per_step": mean_us,
+        "us_per_step_median": statistics.median(per_step) / 1e3,
+        "us_per_token": mean_us / extend,
+        "steps": steps,
+        "nonempty_drafts": nonempty,
+    }
+
+
 def time_ours(config: DraftConfig, stream: list[int], length: int, steps: int, extend: int) -> dict:
     drafter = make_drafter(config)
     gc.collect()
@@ -131,17 +146,7 @@ def time_ours(config: DraftConfig, stream: list[int], length: int, steps: int, e
         req.extend(chunk)
         per_step.append(clock() - t0)
         nonempty += bool(draft)
-    cpu_us = 1e6 * (time.process_time() - cpu0) / steps
-    mean_us = sum(per_step) / len(per_step) / 1e3
-    return {
-        "index_ms": index_ms,
-        "cpu_us_per_step": cpu_us,
-        "us_per_step": mean_us,
-        "us_per_step_median": statistics.median(per_step) / 1e3,
-        "us_per_token": mean_us / extend,
-        "steps": steps,
-        "nonempty_drafts": nonempty,
-    }
+    return step_summary(per_step, cpu0, extend, index_ms, nonempty)
 
 
 def time_transformers(stream: list[int], length: int, steps: int, extend: int, k: int, n: int) -> dict | None:
@@ -166,17 +171,7 @@ def time_transformers(stream: list[int], length: int, steps: int, extend: int, k
             per_step.append(clock() - t0)
             nonempty += cand.shape[1] > cur
             cur += extend
-    cpu_us = 1e6 * (time.process_time() - cpu0) / steps
-    mean_us = sum(per_step) / len(per_step) / 1e3
-    return {
-        "index_ms": 0.0,
-        "cpu_us_per_step": cpu_us,
-        "us_per_step": mean_us,
-        "us_per_step_median": statistics.median(per_step) / 1e3,
-        "us_per_token": mean_us / extend,
-        "steps": steps,
-        "nonempty_drafts": nonempty,
-    }
+    return step_summary(per_step, cpu0, extend, 0.0, nonempty)
 
 
 def main(argv: list[str] | None = None) -> int:

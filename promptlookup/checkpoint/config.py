@@ -9,6 +9,8 @@ embeddings) and the special token ids.
 """
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
 from ..errors import UserError
@@ -17,6 +19,24 @@ from .layout import Layout
 if TYPE_CHECKING:  # torch and transformers are imported lazily: the CLI validates without them
     import torch
     from transformers import LlamaConfig, PretrainedConfig
+
+
+def one_line(exc: BaseException) -> str:
+    """An exception as one short line, for UserError messages."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+def read_json_object(path: Path) -> dict:
+    """``path`` parsed as a JSON object; unreadable or non-object content is a UserError."""
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise UserError(f"cannot read {path}: {one_line(exc)}") from None
+    if not isinstance(raw, dict):
+        raise UserError(f"{path} is not a JSON object")
+    return raw
+
 
 ARCHITECTURE = "LlamaForCausalLM"
 DTYPES = ("float32", "float16", "bfloat16")

@@ -10,7 +10,6 @@ about one copy of the weights (two when the dtype changes or shards must be conc
 """
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any, Mapping
@@ -21,7 +20,13 @@ from transformers import LlamaForCausalLM
 from ..errors import UserError
 from . import layout as L
 from .sharding import unshard_layer, unshard_lm_head
-from .config import llama_config_from_checkpoint, torch_dtype, unwrap_config, validate_checkpoint_config
+from .config import (
+    llama_config_from_checkpoint,
+    read_json_object,
+    torch_dtype,
+    unwrap_config,
+    validate_checkpoint_config,
+)
 
 __all__ = ["llama_config_from_checkpoint", "load_checkpoint", "read_checkpoint_config"]
 
@@ -35,13 +40,7 @@ def read_checkpoint_config(directory: str | os.PathLike[str]) -> dict:
     if not path.is_file():
         raise UserError(f"{directory} is not a TensorRT-LLM checkpoint (no config.json); "
                         f"create one with convert_checkpoint.py")
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise UserError(f"cannot read {path}: {' '.join(str(exc).split())}") from None
-    if not isinstance(raw, dict):
-        raise UserError(f"{path} is not a JSON object")
-    return unwrap_config(raw)
+    return unwrap_config(read_json_object(path))
 
 
 def _read_rank(directory: Path, layout: L.Layout, rank: int) -> dict[str, torch.Tensor]:

@@ -10,12 +10,11 @@ GGUF weights are dequantized by transformers to float32; the returned model is a
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import UserError
-from .config import DTYPE_CHOICES, torch_dtype
+from .config import DTYPE_CHOICES, one_line, read_json_object, torch_dtype
 
 if TYPE_CHECKING:  # heavy imports happen only when a model is actually loaded
     import torch
@@ -24,11 +23,6 @@ if TYPE_CHECKING:  # heavy imports happen only when a model is actually loaded
 _WEIGHT_PATTERNS = ("*.safetensors", "*.bin")
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json", "vocab.json")
 _GGUF_MAGIC = b"GGUF"
-
-
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    return text if len(text) <= 300 else text[:297] + "..."
 
 
 def check_model_dir(model_dir: str | Path) -> dict[str, Any]:
@@ -47,12 +41,7 @@ def check_model_dir(model_dir: str | Path) -> dict[str, Any]:
         what = "is empty" if not any(path.iterdir()) else "has no config.json"
         raise UserError(f"model directory {path} {what}; expected a Hugging Face Llama checkpoint "
                         f"(config.json plus *.safetensors or *.bin weights)")
-    try:
-        raw = json.loads(config_file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise UserError(f"cannot read {config_file}: {_one_line(exc)}") from None
-    if not isinstance(raw, dict):
-        raise UserError(f"{config_file} is not a JSON object")
+    raw = read_json_object(config_file)
     model_type = raw.get("model_type")
     if model_type != "llama":
         raise UserError(f"{config_file} has model_type {model_type!r}; only Llama (model_type 'llama') "
@@ -72,7 +61,7 @@ def inspect_model_dir(model_dir: str | Path) -> LlamaConfig:
     try:
         return LlamaConfig.from_pretrained(path, local_files_only=True)
     except Exception as exc:  # transformers raises several types for a bad config
-        raise UserError(f"cannot parse {config_file}: {_one_line(exc)}") from None
+        raise UserError(f"cannot parse {config_file}: {one_line(exc)}") from None
 
 
 def _load_dtype(dtype: str) -> torch.dtype | str:
@@ -89,7 +78,7 @@ def _load_hf_dir(model_dir: Path, dtype: str) -> tuple[LlamaForCausalLM, PreTrai
         model, info = LlamaForCausalLM.from_pretrained(
             model_dir, config=config, dtype=_load_dtype(dtype), local_files_only=True, output_loading_info=True)
     except Exception as exc:  # corrupt or mismatched weight files
-        raise UserError(f"cannot load the weights in {model_dir}: {_one_line(exc)}") from None
+        raise UserError(f"cannot load the weights in {model_dir}: {one_line(exc)}") from None
     missing = [k for k in info.get("missing_keys", ()) if not (k == "lm_head.weight" and config.tie_word_embeddings)]
     if missing:
         raise UserError(f"the weights in {model_dir} are incomplete: missing {len(missing)} tensors "
@@ -101,7 +90,7 @@ def _load_hf_dir(model_dir: Path, dtype: str) -> tuple[LlamaForCausalLM, PreTrai
         try:
             tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
         except Exception as exc:
-            raise UserError(f"cannot load the tokenizer in {model_dir}: {_one_line(exc)}") from None
+            raise UserError(f"cannot load the tokenizer in {model_dir}: {one_line(exc)}") from None
     return model.eval(), tokenizer
 
 
@@ -131,7 +120,7 @@ def _load_gguf(gguf_file: Path, dtype: str) -> tuple[LlamaForCausalLM, PreTraine
         model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32, local_files_only=True)
     except Exception as exc:  # gguf raises ValueError/struct/numpy errors for damaged files
         raise UserError(f"cannot read GGUF file {gguf_file}; it is corrupt, truncated or unsupported "
-                        f"({_one_line(exc)})") from None
+                        f"({one_line(exc)})") from None
     if not isinstance(model, LlamaForCausalLM) or model.config.model_type != "llama":
         raise UserError(f"GGUF file {gguf_file} holds a {model.config.model_type!r} model; only Llama models "
                         f"can be converted")
@@ -147,7 +136,7 @@ def _load_gguf(gguf_file: Path, dtype: str) -> tuple[LlamaForCausalLM, PreTraine
     try:
         tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name, local_files_only=True)
     except Exception as exc:
-        raise UserError(f"cannot read the tokenizer from GGUF file {gguf_file}: {_one_line(exc)}") from None
+        raise UserError(f"cannot read the tokenizer from GGUF file {gguf_file}: {one_line(exc)}") from None
     return model.eval(), tokenizer
 
 
