@@ -12,10 +12,13 @@ One call processes a batch of sequences, each contributing ``q_len[b]`` new toke
 ``ctx[b] - q_len[b] .. ctx[b] - 1`` and attend to slots ``0 .. ctx[b] - 1`` of its block
 table, causally. Cost per call: the model's FLOPs for ``sum(q_len)`` tokens, plus a gather
 of ``max(ctx)`` K/V rows per layer (skipped when a single sequence's blocks are contiguous).
+On CPU the projections run through :class:`~.cpu_linear.CpuLinear`, which picks the faster
+GEMM kernel for the step's row count.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -23,7 +26,10 @@ from torch import nn
 from transformers import LlamaForCausalLM
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
+from .cpu_linear import CpuLinear
 from .kv_cache import SCRATCH_BLOCK, KVPool
+
+Projection = Callable[[torch.Tensor], torch.Tensor]  # nn.Linear, or CpuLinear on CPU
 
 
 @dataclass
@@ -120,17 +126,22 @@ class PagedLlama(nn.Module):
         self.embed_tokens = inner.embed_tokens
         self.rotary_emb = inner.rotary_emb
         self.norm = inner.norm
-        self.lm_head = hf_model.lm_head
+        on_cpu = self.embed_tokens.weight.device.type == "cpu"
+
+        def proj(layer: nn.Linear) -> Projection:
+            return CpuLinear(layer) if on_cpu else layer
+
+        self.lm_head = proj(hf_model.lm_head)
         self.layers = nn.ModuleList()
         for layer in inner.layers:
             attn, mlp = layer.self_attn, layer.mlp
             block = nn.Module()
             block.input_layernorm = layer.input_layernorm
             block.post_attention_layernorm = layer.post_attention_layernorm
-            block.qkv = _fused_linear(attn.q_proj, attn.k_proj, attn.v_proj)
-            block.o_proj = attn.o_proj
-            block.gate_up = _fused_linear(mlp.gate_proj, mlp.up_proj)
-            block.down_proj = mlp.down_proj
+            block.qkv = proj(_fused_linear(attn.q_proj, attn.k_proj, attn.v_proj))
+            block.o_proj = proj(attn.o_proj)
+            block.gate_up = proj(_fused_linear(mlp.gate_proj, mlp.up_proj))
+            block.down_proj = proj(mlp.down_proj)
             block.act = mlp.act_fn
             block.scaling = attn.scaling
             self.layers.append(block)
@@ -146,24 +157,6 @@ class PagedLlama(nn.Module):
     def dtype(self) -> torch.dtype:
         return self.embed_tokens.weight.dtype
 
-    def _linear(self, x: torch.Tensor, layer: nn.Linear) -> torch.Tensor:
-        """``layer(x)`` for ``x`` of shape ``[rows, in]``, in the fastest form for the device.
-
-        On CPU, ``weight @ x.T`` runs through a far better GEMM path than ``x @ weight.T``
-        for the few rows of a decode or verification step, and some row counts are much
-        slower than a slightly larger one (see :func:`cpu_gemm_rows`), so the rows are
-        padded with zeros and the result cut back. Padding rows cost no extra weight
-        traffic, which is what bounds these small matmuls.
-        """
-        if x.device.type != "cpu":
-            return layer(x)
-        rows = x.shape[0]
-        padded = cpu_gemm_rows(rows)
-        if padded != rows:
-            x = torch.cat([x, x.new_zeros(padded - rows, x.shape[1])])
-        y = torch.mm(layer.weight, x.t()).t()[:rows]
-        return y if layer.bias is None else y + layer.bias
-
     @torch.inference_mode()
     def forward(self, layout: BatchLayout, pool: KVPool) -> torch.Tensor:
         """Write the batch's K/V into ``pool`` and return logits ``[len(logit_rows), vocab]``."""
@@ -173,7 +166,7 @@ class PagedLlama(nn.Module):
         cos, sin = self.rotary_emb(h, layout.positions)
         write = layout.write_slots.reshape(-1)
         for i, layer in enumerate(self.layers):
-            qkv = self._linear(layer.input_layernorm(h), layer.qkv)
+            qkv = layer.qkv(layer.input_layernorm(h))
             q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
             q = q.reshape(B, Q, H, D).transpose(1, 2)
             k = k.reshape(B, Q, KVH, D).transpose(1, 2)
@@ -194,28 +187,11 @@ class PagedLlama(nn.Module):
             o = F.scaled_dot_product_attention(
                 q, keys, values, attn_mask=layout.mask, scale=layer.scaling, enable_gqa=KVH != H
             )
-            h = h + self._linear(o.transpose(1, 2).reshape(B * Q, H * D), layer.o_proj)
-            gate, up = self._linear(layer.post_attention_layernorm(h), layer.gate_up).split(self.intermediate, dim=-1)
-            h = h + self._linear(layer.act(gate) * up, layer.down_proj)
+            h = h + layer.o_proj(o.transpose(1, 2).reshape(B * Q, H * D))
+            gate, up = layer.gate_up(layer.post_attention_layernorm(h)).split(self.intermediate, dim=-1)
+            h = h + layer.down_proj(layer.act(gate) * up)
         h = self.norm(h.index_select(0, layout.logit_rows))
-        return self._linear(h, self.lm_head).float()
-
-
-def cpu_gemm_rows(rows: int) -> int:
-    """The row count to run a CPU matmul of ``rows`` rows at (``>= rows``).
-
-    Measured on this project's 2-core x86-64 machine (SmolLM2-135M, whole-model time per
-    step, see ``TorchRunner.step_costs``): one row (a matrix-vector product) costs about
-    2x two rows; 9 to 15 rows cost up to 1.8x sixteen; 17 to 31 rows up to 1.5x
-    thirty-two. Other row counts are left alone.
-    """
-    if rows == 1:
-        return 2
-    if 9 <= rows <= 15:
-        return 16
-    if 17 <= rows <= 31:
-        return 32
-    return rows
+        return self.lm_head(h).float()
 
 
 def _fused_linear(*parts: nn.Linear) -> nn.Linear:

@@ -92,7 +92,8 @@ def draw(name: str, workflow: str, speculative: bool, seed0: int):
         sampling = replace(SAMPLERS[name], random_seed=seed0 + b)
         drafter = mixed_drafter(name, seed0 + b) if speculative else None
         results = generate(runner, prompts, max_new_tokens=NEW_TOKENS, end_id=END_ID, sampling=sampling,
-                           draft=drafter.config if drafter else None, drafter=drafter, workflow=workflow)
+                           draft=drafter.config if drafter else None, drafter=drafter, workflow=workflow,
+                           draft_length_policy="full")  # measured step costs would make the draws vary
         for i, r in enumerate(results):
             counts[i % len(PROMPTS)][tuple(r.output_ids)] += 1
             drafted += r.drafted

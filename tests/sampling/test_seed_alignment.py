@@ -68,9 +68,9 @@ def new_runner() -> TorchRunner:
     return TorchRunner(model(), limits, tokens_per_block=8)
 
 
-def run(prompts, sampling, workflow="v2", draft=None, drafter=None):
+def run(prompts, sampling, workflow="v2", draft=None, drafter=None, policy="cost"):
     results = generate(new_runner(), prompts, max_new_tokens=MAX_NEW, end_id=END_ID, sampling=sampling,
-                       draft=draft, drafter=drafter, workflow=workflow)
+                       draft=draft, drafter=drafter, workflow=workflow, draft_length_policy=policy)
     return [r.output_ids for r in results], sum(r.accepted for r in results), sum(r.drafted for r in results)
 
 
@@ -96,7 +96,9 @@ def test_speculative_equals_plain_token_for_token(workflow, batched):
                 assert got == ref, (sampling, draft)
                 accepted_total += accepted
             replay = ReplayDrafter(ref, k=6, vocab=VOCAB, wrong=0.25, seed=si)
-            got, accepted, drafted = run(prompts, sampling, workflow, draft=replay.config, drafter=replay)
+            # every replayed draft verified in full (measured step costs could cut them short)
+            got, accepted, drafted = run(prompts, sampling, workflow, draft=replay.config, drafter=replay,
+                                         policy="full")
             assert got == ref, (sampling, "replay")
             assert 0 < accepted < drafted
             accepted_total += accepted
