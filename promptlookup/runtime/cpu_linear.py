@@ -13,18 +13,20 @@ faster of two kernels by row count:
   widest vector instructions the CPU has, and their cost grows far more slowly with the
   row count than MKL's.
 
-Measured on this project's 2-core AMD EPYC (AVX-512) machine, SmolLM2-135M fp32, one whole
-forward step at 512 tokens of context, relative to a one-token step:
+Measured on this project's 2-core AMD EPYC (AVX-512) machine, SmolLM2-135M fp32, 2 threads:
+the cost of one whole forward step at 512 tokens of context relative to a one-token step
+(``TorchRunner.step_costs(32, context=512)``), before this module (MKL for every row count,
+column-major outputs) and with it:
 
-========  =====  =====  =====  =====  =====
-rows      4      8      16     24     32
-========  =====  =====  =====  =====  =====
-MKL       1.37   2.06   2.91   3.94   4.03
-oneDNN    1.03   1.25   1.73   2.22   2.68
-========  =====  =====  =====  =====  =====
+========  =====  =====  =====  =====  =====  =====
+rows      2      4      8      16     24     32
+========  =====  =====  =====  =====  =====  =====
+before    1.65   1.68   2.11   2.85   3.95   4.22
+now       1.10   1.40   1.50   1.75   2.23   2.63
+========  =====  =====  =====  =====  =====  =====
 
-and one-token steps run ~20% *slower* through oneDNN (hence the split). The flatter
-curve is what makes verifying long drafts pay off on a CPU.
+One-token steps, in turn, run ~20% *slower* through oneDNN than through MKL (hence the
+split). The flatter curve is what makes verifying long drafts pay off on a CPU.
 
 Both kernels compute the same fp32 product; only the summation order differs, exactly as
 between two MKL calls with different row counts. The reordered copy doubles the memory of
