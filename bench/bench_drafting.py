@@ -16,6 +16,10 @@ synthetic stream of Zipf-distributed tokens with copied spans.
     python bench/bench_drafting.py                       # full run (minutes)
     python bench/bench_drafting.py --lengths 1024,4096 --steps 50 --hf_steps 10   # smoke
 
+The drafters run on the C modules of ``promptlookup/drafting/native`` where built (the
+header line says which); the rows marked "pure Python" run the readable twins in the same
+run (``--skip_python`` leaves them out).
+
 Reported per step: mean and median wall time, CPU time of the process (less sensitive to
 other load on a shared machine), per generated token (step / ``--extend``), and the ratio
 of transformers' median to ours. Targets printed at the end: <= 20 us per step (median)
@@ -44,6 +48,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 from promptlookup.drafting import DraftConfig, make_drafter  # noqa: E402
+from promptlookup.drafting.native import implementation as native_implementation  # noqa: E402
 from promptlookup.fsutil import atomic_write_json  # noqa: E402
 
 TARGET_US_AT_32K = 20.0
@@ -126,8 +131,9 @@ def step_summary(per_step: list[int], cpu0: float, extend: int, index_ms: float,
     }
 
 
-def time_ours(config: DraftConfig, stream: list[int], length: int, steps: int, extend: int) -> dict:
-    drafter = make_drafter(config)
+def time_ours(config: DraftConfig, stream: list[int], length: int, steps: int, extend: int,
+              implementation: str = "auto") -> dict:
+    drafter = make_drafter(config, implementation=implementation)
     gc.collect()
     t0 = time.perf_counter()
     req = drafter.new_request(stream[:length], max_seq_len=10**9)
@@ -185,6 +191,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--synthetic", action="store_true", help="use the synthetic stream even if the tokenizer exists")
     p.add_argument("--torch_threads", type=int, default=1,
                    help="intra-op threads for transformers' drafter (1: like ours, and stable on shared CPUs)")
+    p.add_argument("--skip_python", action="store_true",
+                   help="leave out the pure-Python rows (shown by default to compare with the C modules)")
     p.add_argument("--output_json", default=str(ROOT / "bench" / "results" / "drafting.json"))
     args = p.parse_args(argv)
     lengths = [int(x) for x in args.lengths.split(",") if x.strip()]
@@ -208,14 +216,22 @@ def main(argv: list[str] | None = None) -> int:
           f"{info['platform']}, torch threads {info.get('torch_threads', '-')}, load average {load:.1f}")
     print(f"stream: {source}, {len(stream)} tokens; k={args.k}, n={args.n}, +{args.extend} tokens per step")
 
+    impl = native_implementation()
+    print(f"drafter implementation: pool {impl['pool']}, suffix automaton {impl['suffix_automaton']} "
+          f"(c: the compiled modules of promptlookup/drafting/native; python: their pure-Python twins)")
+    pool_cfg = DraftConfig(prompt_lookup_num_tokens=args.k, max_matching_ngram_size=args.n)
+    longest_cfg = DraftConfig(prompt_lookup_num_tokens=args.k, mode="longest")
     drafters = {
-        "pool (TRT-LLM defaults)": DraftConfig(prompt_lookup_num_tokens=args.k, max_matching_ngram_size=args.n),
-        "pool (is_use_oldest=False)": DraftConfig(
+        "pool (TRT-LLM defaults)": (pool_cfg, "auto"),
+        "pool (is_use_oldest=False)": (DraftConfig(
             prompt_lookup_num_tokens=args.k, max_matching_ngram_size=args.n, is_use_oldest=False
-        ),
-        "longest": DraftConfig(prompt_lookup_num_tokens=args.k, mode="longest"),
-        "longest adaptive": DraftConfig(prompt_lookup_num_tokens=args.k, mode="longest", adaptive=True),
+        ), "auto"),
+        "longest": (longest_cfg, "auto"),
+        "longest adaptive": (DraftConfig(prompt_lookup_num_tokens=args.k, mode="longest", adaptive=True), "auto"),
     }
+    if not args.skip_python:
+        drafters["pool, pure Python"] = (pool_cfg, "python")
+        drafters["longest, pure Python"] = (longest_cfg, "python")
     results = []
     header = (f"{'context':>8}  {'drafter':<28} {'us/step':>10} {'median':>9} {'cpu us':>9} {'us/token':>9} "
               f"{'index ms':>9} {'vs HF':>8}")
@@ -223,7 +239,8 @@ def main(argv: list[str] | None = None) -> int:
     print("-" * len(header))
     for length in lengths:
         hf = time_transformers(stream, length, args.hf_steps, args.extend, args.k, args.n)
-        rows = [(name, time_ours(cfg, stream, length, args.steps, args.extend)) for name, cfg in drafters.items()]
+        rows = [(name, time_ours(cfg, stream, length, args.steps, args.extend, how))
+                for name, (cfg, how) in drafters.items()]
         if hf is not None:
             rows.append(("transformers PromptLookup", hf))
         for name, r in rows:
@@ -257,6 +274,7 @@ def main(argv: list[str] | None = None) -> int:
 
     atomic_write_json(args.output_json, {
         "machine": info,
+        "implementation": impl,
         "load_average": os.getloadavg() if hasattr(os, "getloadavg") else None,
         "stream": {"source": source, "tokens": len(stream)},
         "settings": {"lengths": lengths, "steps": args.steps, "hf_steps": args.hf_steps,

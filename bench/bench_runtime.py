@@ -43,13 +43,17 @@ from promptlookup.evaluation.grounded_prompts import code_edit_prompts, summary_
 from promptlookup.evaluation.hf_baseline import hf_generate  # noqa: E402
 from promptlookup.fsutil import atomic_write_json  # noqa: E402
 from promptlookup.runtime import load_tokenizer  # noqa: E402
+from promptlookup.runtime.device import resolve_device  # noqa: E402
 from promptlookup.runtime.torch_runner import TorchRunner  # noqa: E402
 
 SHARED = ROOT.parent / "shared" / "data" / "cnn_dailymail" / "train_sample.jsonl"
 
 
-def machine() -> str:
-    return f"{platform.machine()} {platform.processor() or ''} {os.cpu_count()} cores, torch {torch.__version__}, {torch.get_num_threads()} threads".strip()
+def machine(device: str) -> str:
+    cpu = f"{platform.machine()} {platform.processor() or ''} {os.cpu_count()} cores".strip()
+    if device.startswith("cuda"):
+        return f"{torch.cuda.get_device_name(torch.device(device))} (host {cpu}), torch {torch.__version__}"
+    return f"{cpu}, torch {torch.__version__}, {torch.get_num_threads()} threads"
 
 
 def main() -> int:
@@ -61,17 +65,20 @@ def main() -> int:
     p.add_argument("--k", type=int, default=10)
     p.add_argument("--n", type=int, default=2)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--device", default="auto", help="auto (the GPU when one is visible), cpu, cuda or cuda:N")
+    p.add_argument("--dataset", default=str(SHARED), help="CNN/DailyMail JSONL for the summary prompts")
     p.add_argument("--output_json", default=str(ROOT / "bench/results/runtime.json"))
     args = p.parse_args()
     torch.set_num_threads(args.threads)
 
     cfg = read_engine_config(args.engine_dir)
     tok = load_tokenizer(args.engine_dir)
-    model = load_checkpoint(args.engine_dir)
+    device = resolve_device(args.device)
+    model = load_checkpoint(args.engine_dir).to(device)
     end_id = tok.eos_token_id
     prompts = [("code", t) for t in code_edit_prompts(args.num_code)]
-    if SHARED.is_file() and args.num_summary:
-        prompts += [("summary", t) for t in summary_prompts(SHARED, args.num_summary)]
+    if Path(args.dataset).is_file() and args.num_summary:
+        prompts += [("summary", t) for t in summary_prompts(Path(args.dataset), args.num_summary)]
     encoded = [(kind, encode_text(tok, text, use_chat_template=True)) for kind, text in prompts]
 
     def runner(reuse: bool) -> TorchRunner:
@@ -123,7 +130,7 @@ def main() -> int:
         return statistics.mean(r["times"][a] / r["times"][b] for r in sel) if sel else float("nan")
 
     summary = {}
-    print(f"\nmachine: {machine()}; SmolLM2-135M fp32, greedy, max_new_tokens={args.max_new_tokens}, [k,n]=[{args.k},{args.n}]")
+    print(f"\nmachine: {machine(device)}; SmolLM2-135M fp32, greedy, max_new_tokens={args.max_new_tokens}, [k,n]=[{args.k},{args.n}]")
     print(f"{'method':18} {'tok/s':>7} {'speedup vs ours_plain':>22} {'vs hf_plain':>12} {'identical':>10}")
     for m in methods:
         total_t = sum(r["times"][m] for r in rows)
@@ -150,7 +157,7 @@ def main() -> int:
     print("\ntargets (mean of per-prompt time ratios):")
     for k, v in targets.items():
         print(f"  {k}: {v:.2f}")
-    atomic_write_json(args.output_json, {"machine": machine(), "args": vars(args), "summary": summary,
+    atomic_write_json(args.output_json, {"machine": machine(device), "device": device, "args": vars(args), "summary": summary,
                                          "targets": targets, "prompts": rows})
     print(f"wrote {args.output_json}")
     return 0

@@ -56,6 +56,8 @@ def add_common_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     g.add_argument("--tokenizer_dir", default=None, help="default: the engine directory")
     g.add_argument("--max_tokens_in_paged_kv_cache", type=int, default=None)
     g.add_argument("--kv_cache_enable_block_reuse", action="store_true", help="reuse cached KV blocks across calls")
+    g.add_argument("--device", default="auto",
+                   help="PyTorch engines: auto (default: the GPU when one is visible, else the CPU), cpu, cuda or cuda:N")
     g = parser.add_argument_group("generation")
     g.add_argument("--end_id", type=int, default=None, help="default: the tokenizer's end-of-sequence id")
     g.add_argument("--use_chat_template", action="store_true", help="wrap text prompts as a chat request")

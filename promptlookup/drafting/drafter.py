@@ -35,8 +35,7 @@ from .adaptive import AdaptiveLength
 from .base import DRAFT_MODES, DraftConfig
 from .cache_file import DEFAULT_MAX_NGRAM, LAX, STRICT, NgramCache
 from .identity import TokenizerIdentity
-from .pool import NGramPool, PoolCursor
-from .suffix_automaton import Matcher, SuffixAutomaton
+from .native import DraftingClasses, drafting_classes
 
 
 def validate_config(config: DraftConfig) -> None:
@@ -58,12 +57,15 @@ class NgramDrafter:
 
     ``tokenizer`` (a :class:`TokenizerIdentity` or a Hugging Face tokenizer) is required
     when ``static_cache`` or ``dynamic_cache`` is set: cache files built with another
-    tokenizer are refused.
+    tokenizer are refused. ``implementation`` picks the C or pure-Python pool and suffix
+    automaton (see :func:`.native.drafting_classes`); both give the same drafts.
     """
 
-    def __init__(self, config: DraftConfig, tokenizer: Any = None) -> None:
+    def __init__(self, config: DraftConfig, tokenizer: Any = None, implementation: str = "auto") -> None:
         validate_config(config)
         self.config = config
+        self.classes: DraftingClasses = drafting_classes(implementation)
+        NGramPool, SuffixAutomaton = self.classes.NGramPool, self.classes.SuffixAutomaton
         self.identity: TokenizerIdentity | None = (
             TokenizerIdentity.from_tokenizer(tokenizer) if tokenizer is not None else None
         )
@@ -126,25 +128,28 @@ class NgramRequest:
         self.last_match_len = 0  # length of the match behind the last proposal (0: none)
         self.last_source = ""  # "context", "public", "dynamic", "static" or "" (no draft)
         self.adaptive = AdaptiveLength(self.k) if config.adaptive else None
-        self.cursor: PoolCursor | None = None
-        self.sam: SuffixAutomaton | None = None
-        self.public: Matcher | None = None
+        self.has_caches = drafter.static_cache is not None or drafter.dynamic_cache is not None
+        classes = drafter.classes
+        self.cursor: Any = None  # PoolCursor (pool mode)
+        self.sam: Any = None  # SuffixAutomaton of the request's text (longest mode)
+        self.public: Any = None  # Matcher over the finished requests' texts (longest mode)
         if config.mode == "pool":
             pool = drafter.public_pool
             if pool is None:
-                pool = NGramPool(self.k, config.max_matching_ngram_size, config.is_keep_all, config.is_use_oldest)
-            self.cursor = PoolCursor(pool)
+                pool = classes.NGramPool(self.k, config.max_matching_ngram_size, config.is_keep_all,
+                                         config.is_use_oldest)
+            self.cursor = classes.PoolCursor(pool)
         else:
-            self.sam = SuffixAutomaton(config.max_match_len)
+            self.sam = classes.SuffixAutomaton(config.max_match_len)
             self.sam.extend(self.tokens)
             if drafter.shared_text is not None:
-                self.public = Matcher(drafter.shared_text)
+                self.public = classes.Matcher(drafter.shared_text)
                 self.public.feed(self.tokens)
 
     def extend(self, tokens: Sequence[int]) -> None:
         if self.finished:
             raise RuntimeError("extend() after finish()")
-        new = [int(t) for t in tokens]
+        new = list(map(int, tokens))
         self.tokens.extend(new)
         if self.sam is not None:
             self.sam.extend(new)
@@ -174,7 +179,7 @@ class NgramRequest:
                 public_len, public_draft = self.public.continuation(budget)
                 if public_draft and (public_len > match_len or not draft):
                     draft, match_len, source = public_draft, public_len, "public"
-        if not draft and budget > 0:
+        if not draft and budget > 0 and self.has_caches:
             draft, match_len, ref, source = self._cache_draft(budget)
         if draft and self.adaptive is not None:
             draft = draft[: self.adaptive.length(match_len, ref)]
@@ -229,6 +234,9 @@ class NgramRequest:
         self.public = None
 
 
-def make_drafter(config: DraftConfig, tokenizer: Any = None) -> NgramDrafter:
-    """Build the drafter for ``config``; ``tokenizer`` is needed only with persisted caches."""
-    return NgramDrafter(config, tokenizer)
+def make_drafter(config: DraftConfig, tokenizer: Any = None, implementation: str = "auto") -> NgramDrafter:
+    """Build the drafter for ``config``; ``tokenizer`` is needed only with persisted caches.
+
+    ``implementation``: ``"auto"`` (the C pool and automaton where built), ``"c"`` or ``"python"``.
+    """
+    return NgramDrafter(config, tokenizer, implementation)

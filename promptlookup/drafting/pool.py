@@ -54,6 +54,11 @@ source text: about 5 us per step from 1K to 32K tokens with ``is_use_oldest`` (m
 patterns settle), 15-35 us without it (every insertion is eventually applied). Memory:
 O(n * L) patterns, plus deferred insertions (at most :data:`NGramPool.PENDING_LIMIT` per
 pattern).
+
+This module is the readable specification. ``native/pool.c`` implements the same two
+classes in C (eager insertions in the same order, the same settling); :func:`make_drafter`
+uses it wherever it is built, at about 1.3 us per step on the same stream, and the
+property tests hold both to the brute-force reference.
 """
 from __future__ import annotations
 

@@ -21,6 +21,9 @@ Costs per appended token: O(1) amortised for the automaton, plus O(d) for the ``
 refresh, where d <= max_len + 1 is the length of that short chain; independent of the
 stream length. Memory: at most 2 * len(stream) states, each with a dict of transitions.
 Token ids are arbitrary hashables; callers use negative ints as separators.
+
+``native/suffix_automaton.c`` implements the same two classes in C for int64 token ids
+(about 10x cheaper per token); :func:`make_drafter` uses it wherever it is built.
 """
 from __future__ import annotations
 

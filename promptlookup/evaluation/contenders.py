@@ -76,8 +76,9 @@ class EngineBackend:
 
     def __init__(self, engine_dir: str, settings: DecodeSettings, *, kv_cache_enable_block_reuse: bool = True,
                  device_ids: list[int] | None = None, max_tokens_in_paged_kv_cache: int | None = None,
-                 tokenizer: Any = None) -> None:
+                 tokenizer: Any = None, device: str | None = None) -> None:
         self.engine_dir = engine_dir
+        self.device = device
         self.tokenizer = tokenizer  # persisted n-gram caches check it against the files
         self.max_tokens_in_paged_kv_cache = max_tokens_in_paged_kv_cache
         self.settings = settings
@@ -89,7 +90,8 @@ class EngineBackend:
         from ..runtime import load_runner
 
         return load_runner(self.engine_dir, kv_cache_enable_block_reuse=self.kv_cache_enable_block_reuse,
-                           device_ids=self.device_ids, max_tokens_in_paged_kv_cache=self.max_tokens_in_paged_kv_cache)
+                           device_ids=self.device_ids, max_tokens_in_paged_kv_cache=self.max_tokens_in_paged_kv_cache,
+                           device=self.device)
 
     @contextlib.contextmanager
     def open(self, spec: ContenderSpec) -> Iterator[BatchFn]:

@@ -134,28 +134,11 @@ def resolve_dtype(data_type: str, device: str) -> Any:
     return getattr(torch, _DTYPES[data_type])
 
 
-def default_device() -> str:
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
 def check_device(device: str | None) -> str:
-    """The device to use (``None``: :func:`default_device`); :class:`UserError` if unusable."""
-    import torch
+    """The HF model's device (``None``: a GPU when one is visible); :class:`UserError` if unusable."""
+    from ..runtime.device import resolve_device
 
-    if device is None:
-        return default_device()
-    try:
-        parsed = torch.device(device)
-    except (RuntimeError, ValueError):
-        raise UserError(f"--hf_device {device!r} is not a device; use auto, cpu, cuda or cuda:N") from None
-    if parsed.type == "cuda" and (not torch.cuda.is_available()
-                                  or (parsed.index or 0) >= torch.cuda.device_count()):
-        raise UserError(f"--hf_device {device} is not available here; use cpu or auto")
-    if parsed.type not in ("cpu", "cuda"):
-        raise UserError(f"--hf_device {device!r} is not supported; use auto, cpu, cuda or cuda:N")
-    return device
+    return resolve_device(device, "--hf_device")
 
 
 def check_hf_model_dir(directory: str) -> None:

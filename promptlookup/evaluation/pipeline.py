@@ -57,6 +57,7 @@ class EvalSettings:
     end_id: int | None = None
     data_type: str = "auto"
     hf_device: str | None = None  # None: cuda when available, else cpu
+    device: str | None = None  # our PyTorch engine's device; None: cuda when available, else cpu
     random_seed: int = 0
     sweep: bool = False
     sweep_k: Sequence[int] = sweep_mod.DEFAULT_SWEEP_K
@@ -224,7 +225,7 @@ def evaluate(
         result.engine_limits = asdict(limits)
         engine = EngineBackend(s.engine_dir, decode_settings, kv_cache_enable_block_reuse=s.kv_cache_enable_block_reuse,
                                device_ids=s.device_ids, max_tokens_in_paged_kv_cache=s.max_tokens_in_paged_kv_cache,
-                               tokenizer=tokenizer)
+                               tokenizer=tokenizer, device=s.device)
     if s.test_hf:
         check_hf_model_dir(s.hf_model_dir or tokenizer_dir)
         check_device(s.hf_device)

@@ -18,8 +18,13 @@ def load_runner(
     device_ids: Sequence[int] | None = None,
     max_tokens_in_paged_kv_cache: int | None = None,
     hf_model_dir: str | os.PathLike[str] | None = None,
+    device: str | None = None,
 ) -> Runner:
     """Load the engine in ``engine_dir`` on the backend it was built for.
+
+    ``device`` places a PyTorch engine (``None``/``"auto"``: the GPU when one is visible,
+    else the CPU; or ``cpu``, ``cuda``, ``cuda:N``). TensorRT-LLM engines run on the GPUs
+    of ``device_ids`` and refuse any other ``device``.
 
     ``hf_model_dir`` is used by the TensorRT-LLM backend's single-call (v2) workflow only,
     whose LLM API loads a Hugging Face checkpoint.
@@ -28,6 +33,9 @@ def load_runner(
 
     cfg = read_engine_config(engine_dir)
     if cfg.backend == "trtllm":
+        if device not in (None, "auto"):
+            raise UserError(f"--device {device} applies to PyTorch engines; a TensorRT-LLM engine runs on the "
+                            f"GPUs of --prompt_lookup_config's device list (or all ranks); drop --device")
         from .trtllm_runner import TrtllmRunner, trtllm_unavailable_reason
 
         reason = trtllm_unavailable_reason()
@@ -44,9 +52,13 @@ def load_runner(
             f"device list {list(device_ids)} needs the TensorRT-LLM backend; the PyTorch engine runs on one device, use [0]"
         )
     from ..checkpoint.load import load_checkpoint
+    from .device import resolve_device
     from .torch_runner import TorchRunner
 
+    target = resolve_device(device)
     model = load_checkpoint(cfg.directory)
+    if target != "cpu":
+        model = model.to(target)
     return TorchRunner(
         model,
         cfg.limits,

@@ -165,6 +165,8 @@ class TorchRunner:
         """
         import time
 
+        from .device import synchronize
+
         if len(self._step_costs) > max_tokens:
             return self._step_costs[: max_tokens + 1]
         seq = SequenceBlocks()
@@ -181,8 +183,10 @@ class TorchRunner:
                                       self.model.device)
                 best = float("inf")
                 for rep in range(3):
+                    synchronize(self.model.device)
                     start = time.perf_counter()
                     self.model(layout, self.pool)
+                    synchronize(self.model.device)
                     if rep:  # the first run is a warm-up
                         best = min(best, time.perf_counter() - start)
                 times.append(best)

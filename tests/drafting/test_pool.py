@@ -6,8 +6,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from promptlookup.drafting import DraftConfig, make_drafter
-from promptlookup.drafting.pool import NGramPool, PoolCursor
+from promptlookup.drafting import pool as python_pool
+from promptlookup.drafting.pool import NGramPool
 
+from .implementations import require, require_native
 from .reference import TrtPoolReference
 
 
@@ -28,12 +30,13 @@ def scenarios(draw):
     return k, n, keep_all, oldest, public, prompts, limits, actions
 
 
-def _replay(scenario):
+def _replay(scenario, implementation: str = "python"):
     k, n, keep_all, oldest, public, prompts, limits, actions = scenario
     ref = TrtPoolReference(k, n, keep_all, oldest, public)
     drafter = make_drafter(
         DraftConfig(prompt_lookup_num_tokens=k, max_matching_ngram_size=n, mode="pool",
-                    is_keep_all=keep_all, is_use_oldest=oldest, is_public_pool=public)
+                    is_keep_all=keep_all, is_use_oldest=oldest, is_public_pool=public),
+        implementation=implementation,
     )
     texts = [list(p) for p in prompts]
     reqs = [drafter.new_request(p, m) for p, m in zip(prompts, limits)]
@@ -68,38 +71,84 @@ def test_pool_matches_tensorrt_llm_reference(scenario, pending_limit):
         NGramPool.PENDING_LIMIT = saved
 
 
-def test_long_random_stream_with_growth_in_chunks():
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenario=scenarios())
+def test_c_pool_matches_tensorrt_llm_reference(scenario):
+    require("c")
+    _replay(scenario, "c")
+
+
+@pytest.mark.parametrize("alphabet", [2, 3, 40])
+def test_long_random_stream_with_growth_in_chunks(implementation, alphabet):
     import random
 
-    rnd = random.Random(7)
+    rnd = random.Random(7 + alphabet)
+    pool_mod = python_pool if implementation == "python" else require_native("pool")
     for keep_all in (True, False):
         for oldest in (True, False):
             ref = TrtPoolReference(5, 3, keep_all, oldest, True)
-            cur = PoolCursor(NGramPool(5, 3, keep_all, oldest))
-            text = [rnd.randrange(3) for _ in range(50)]
+            cur = pool_mod.PoolCursor(pool_mod.NGramPool(5, 3, keep_all, oldest))
+            text = [rnd.randrange(alphabet) for _ in range(50)]
             for _ in range(150):
                 assert cur.propose(text, 10_000)[0] == ref.get_draft_tokens(list(text), 0, 10_000)
-                text.extend(rnd.randrange(3) for _ in range(rnd.choice([1, 1, 2, 3, 6])))
+                text.extend(rnd.randrange(alphabet) for _ in range(rnd.choice([1, 1, 2, 3, 6])))
 
 
-def test_first_hit_uses_the_largest_ngram():
+def test_c_pool_equals_python_pool_on_long_texts():
+    """Thousands of steps over texts long enough to grow every table several times."""
+    import random
+
+    native = require_native("pool")
+    rnd = random.Random(5)
+    for k, n, keep_all, oldest in [(10, 2, True, True), (10, 2, True, False), (4, 4, False, True), (7, 1, False, False)]:
+        for alphabet in (3, 30, 3000):
+            py_cur = python_pool.PoolCursor(python_pool.NGramPool(k, n, keep_all, oldest))
+            c_cur = native.PoolCursor(native.NGramPool(k, n, keep_all, oldest))
+            text = [rnd.randrange(alphabet) for _ in range(300)]
+            while len(text) < 4000:
+                assert c_cur.propose(text, 10**6) == py_cur.propose(text, 10**6)
+                if rnd.random() < 0.3 and len(text) > 50:  # copy a span, as generated text does
+                    start = rnd.randrange(len(text) - 40)
+                    text.extend(text[start:start + rnd.randint(1, 12)])
+                else:
+                    text.extend(rnd.randrange(alphabet) for _ in range(rnd.randint(1, 4)))
+
+
+def test_c_pool_rejects_bad_input():
+    native = require_native("pool")
+    with pytest.raises(ValueError, match="k and n must be >= 1"):
+        native.NGramPool(0, 2, True, True)
+    with pytest.raises(TypeError):
+        native.PoolCursor("not a pool")
+    cur = native.PoolCursor(native.NGramPool(3, 2, True, True))
+    with pytest.raises(TypeError):
+        cur.propose([1, "x", 3], 100)
+    with pytest.raises(OverflowError):
+        cur.propose([1, 2**70], 100)
+    assert cur.propose([1, 2, 1], 100) == ([2, 1], 1)  # the failed calls left no state behind
+    with pytest.raises(ValueError, match="shrank"):
+        cur.propose([1], 100)
+    assert cur.pool.k == 3 and cur.prev_len == 3
+
+
+def test_first_hit_uses_the_largest_ngram(implementation):
     # pattern (1, 2) occurred at 0 followed by 3 1 2; the 1-gram (2,) would give 3 as well,
     # but (9, 2) -> 7 checks that the 2-gram is tried first
-    req = make_drafter(DraftConfig(prompt_lookup_num_tokens=3, max_matching_ngram_size=2)).new_request(
+    req = make_drafter(DraftConfig(prompt_lookup_num_tokens=3, max_matching_ngram_size=2), implementation=implementation).new_request(
         [5, 2, 8, 9, 2, 7, 4, 9, 2], 100
     )
     assert req.propose() == [7, 4, 9]
 
 
-def test_oldest_versus_newest_match():
+def test_oldest_versus_newest_match(implementation):
     prompt = [1, 5, 6, 1, 7, 8, 1]
-    oldest = make_drafter(DraftConfig(prompt_lookup_num_tokens=2, max_matching_ngram_size=1))
-    newest = make_drafter(DraftConfig(prompt_lookup_num_tokens=2, max_matching_ngram_size=1, is_use_oldest=False))
+    oldest = make_drafter(DraftConfig(prompt_lookup_num_tokens=2, max_matching_ngram_size=1), implementation=implementation)
+    newest = make_drafter(DraftConfig(prompt_lookup_num_tokens=2, max_matching_ngram_size=1, is_use_oldest=False), implementation=implementation)
     assert oldest.new_request(prompt, 100).propose() == [5, 6]
     assert newest.new_request(prompt, 100).propose() == [7, 8]
 
 
-def test_skip_while_removing_quirk_is_reproduced():
+def test_skip_while_removing_quirk_is_reproduced(implementation):
     # TensorRT-LLM removes shorter matches while iterating the same list, so the element
     # right after each removed one survives. k=2, n=1, keep all, newest match:
     # after "1 0 1 1 0 1 1" the matches of (1,) are [(0,1), (1,0), (0,), (1,)]. At the next
@@ -109,7 +158,7 @@ def test_skip_while_removing_quirk_is_reproduced():
     texts = [[1], [1, 0], [1, 0, 1, 1, 0], [1, 0, 1, 1, 0, 1, 1], [1, 0, 1, 1, 0, 1, 1, 1]]
     expected = [[], [], [1, 1], [1], [1, 1]]
     ref = TrtPoolReference(2, 1, True, False, False)
-    req = make_drafter(DraftConfig(prompt_lookup_num_tokens=2, max_matching_ngram_size=1, is_use_oldest=False)).new_request(texts[0], 100)
+    req = make_drafter(DraftConfig(prompt_lookup_num_tokens=2, max_matching_ngram_size=1, is_use_oldest=False), implementation=implementation).new_request(texts[0], 100)
     got = []
     for prev, text in zip([[]] + texts, texts):
         req.extend(text[len(prev):] if prev else [])
@@ -118,18 +167,18 @@ def test_skip_while_removing_quirk_is_reproduced():
     assert got == expected
 
 
-def test_max_seq_len_caps_the_draft_and_stops_updates():
+def test_max_seq_len_caps_the_draft_and_stops_updates(implementation):
     cfg = DraftConfig(prompt_lookup_num_tokens=5, max_matching_ngram_size=1)
     text = [1, 2, 3, 4, 5, 6, 1]
-    assert make_drafter(cfg).new_request(text, 100).propose() == [2, 3, 4, 5, 6]
-    assert make_drafter(cfg).new_request(text, len(text) + 3).propose() == [2, 3]
-    assert make_drafter(cfg).new_request(text, len(text) + 1).propose() == []
-    assert make_drafter(cfg).new_request(text, len(text)).propose() == []
+    assert make_drafter(cfg, implementation=implementation).new_request(text, 100).propose() == [2, 3, 4, 5, 6]
+    assert make_drafter(cfg, implementation=implementation).new_request(text, len(text) + 3).propose() == [2, 3]
+    assert make_drafter(cfg, implementation=implementation).new_request(text, len(text) + 1).propose() == []
+    assert make_drafter(cfg, implementation=implementation).new_request(text, len(text)).propose() == []
 
 
-def test_private_pool_is_per_request_and_public_pool_is_shared():
-    private = make_drafter(DraftConfig(prompt_lookup_num_tokens=2, max_matching_ngram_size=1, is_public_pool=False))
-    public = make_drafter(DraftConfig(prompt_lookup_num_tokens=2, max_matching_ngram_size=1, is_public_pool=True))
+def test_private_pool_is_per_request_and_public_pool_is_shared(implementation):
+    private = make_drafter(DraftConfig(prompt_lookup_num_tokens=2, max_matching_ngram_size=1, is_public_pool=False), implementation=implementation)
+    public = make_drafter(DraftConfig(prompt_lookup_num_tokens=2, max_matching_ngram_size=1, is_public_pool=True), implementation=implementation)
     for drafter, expected in ((private, []), (public, [8, 9])):
         first = drafter.new_request([7, 8, 9, 3], 100)
         first.propose()  # indexes the first request's text

@@ -1,0 +1,590 @@
+/* TensorRT-LLM's n-gram pool in C: module promptlookup.drafting.native._pool.
+ *
+ * Same classes, same drafts as the pure-Python promptlookup/drafting/pool.py, whose module
+ * docstring is the specification (TensorRT-LLM's NGramPoolManager rules, the incremental
+ * window, the skip-while-removing quirk). This file only changes the representation:
+ *
+ *   NGramPool(k, n, is_keep_all, is_use_oldest)
+ *     texts      every text a cursor has seen, copied as int64 tokens. A match is a
+ *                reference (text, offset, length) into them; texts only grow, so a
+ *                reference keeps denoting what TensorRT-LLM inserted at that moment.
+ *     patterns   one record per (size, n-gram): the ordered set S of its matches, as in
+ *                pool.py's MatchSet: the first/last full-length match with sequence
+ *                numbers and a count (full matches are never removed), and the truncated
+ *                matches in insertion order, each with its sequence number and the number
+ *                of full matches inserted before it (adjacency in S for the quirk).
+ *     index      open addressing (linear probing, load <= 1/2) from hash(size, n-gram) to
+ *                the pattern; keys are compared against the n-gram's first occurrence.
+ *     fullset    open addressing set of (pattern, generation, full match) for the
+ *                membership test "m in S" on full matches; a pattern's generation changes
+ *                when is_keep_all=False replaces its whole S, which empties it at once.
+ *   PoolCursor(pool)
+ *     one request: its text in the pool, the length at its previous call, and per size
+ *     the positions whose match was still truncated then (the "tails" of pool.py).
+ *
+ * Insertions are applied eagerly, in TensorRT-LLM's order. With is_use_oldest a pattern
+ * whose oldest match is full is settled: its draft can never change, so later insertions
+ * are skipped and its truncated matches freed (pool.py explains why this is exact).
+ *
+ * Cost of PoolCursor.propose, L the text length, k and n the options: copying the new
+ * tokens, then O(n * (k + new tokens)) insertions, each O(k) for hashing and comparing
+ * plus O(truncated matches of the pattern) for the removal walk; the lookup is O(n * n)
+ * hashing. Nothing depends on L. Memory: 8 bytes per token per text, about 100 bytes per
+ * distinct n-gram, 32 bytes per full match of unsettled patterns.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+typedef int64_t tok_t;
+
+typedef struct {
+    int32_t text, off, len;
+} Ref; /* the match texts[text][off : off + len] */
+
+typedef struct {
+    Ref m;
+    int64_t seq;
+    int64_t nfull; /* full matches inserted before this one (same value = adjacent in S) */
+} Short;
+
+typedef struct {
+    uint64_t hash;
+    int32_t key_text, key_off, size;
+    int32_t gen;
+    int64_t nfull, seq, full_first_seq, full_last_seq;
+    Ref full_first, full_last;
+    Short *shorts;
+    int32_t nshort, cap_short;
+    int settled;
+} Pattern;
+
+typedef struct {
+    uint64_t hash;
+    int32_t pat, gen; /* pat < 0: empty slot */
+    Ref m;
+} FullEntry;
+
+typedef struct {
+    tok_t *data;
+    int64_t len, cap;
+} Text;
+
+typedef struct {
+    PyObject_HEAD
+    int k, n, keep_all, use_oldest;
+    Text *texts;
+    int32_t ntexts, cap_texts;
+    Pattern *pats;
+    int32_t npats, cap_pats;
+    int32_t *index; /* pattern numbers, -1 empty */
+    uint64_t index_mask;
+    FullEntry *fullset;
+    uint64_t fullset_mask, fullset_used;
+} PoolObject;
+
+typedef struct {
+    int64_t p;
+    int32_t pat;
+} Tail;
+
+typedef struct {
+    Tail *items;
+    int64_t len, cap;
+} TailList;
+
+typedef struct {
+    PyObject_HEAD
+    PoolObject *pool;
+    int32_t text;
+    int64_t prev_len;
+    TailList *tails; /* tails[s] for s in 1..n */
+} CursorObject;
+
+static PyTypeObject PoolType;
+
+/* ---------------------------------------------------------------- helpers */
+
+static int grow(void **buf, int64_t *cap, int64_t need, size_t item) {
+    if (need <= *cap) return 0;
+    int64_t c = *cap ? *cap : 8;
+    while (c < need) {
+        if (c > INT64_MAX / 2) { PyErr_NoMemory(); return -1; }
+        c *= 2;
+    }
+    if ((uint64_t)c > (uint64_t)PY_SSIZE_T_MAX / item) { PyErr_NoMemory(); return -1; }
+    void *p = PyMem_Realloc(*buf, (size_t)c * item);
+    if (!p) { PyErr_NoMemory(); return -1; }
+    *buf = p;
+    *cap = c;
+    return 0;
+}
+
+static inline uint64_t mix(uint64_t h) {
+    h ^= h >> 31;
+    h *= 0x9E3779B97F4A7C15ULL;
+    h ^= h >> 29;
+    return h;
+}
+
+static inline uint64_t hash_tokens(uint64_t seed, const tok_t *t, int64_t len) {
+    uint64_t h = mix(seed + 0x632BE59BD9B4E019ULL);
+    for (int64_t i = 0; i < len; i++) h = mix(h ^ (uint64_t)t[i]) + (uint64_t)i;
+    return h;
+}
+
+static inline const tok_t *ref_data(const PoolObject *pool, Ref r) {
+    return pool->texts[r.text].data + r.off;
+}
+
+static inline int ref_eq(const PoolObject *pool, Ref a, Ref b) {
+    return a.len == b.len &&
+           (a.len == 0 || memcmp(ref_data(pool, a), ref_data(pool, b), (size_t)a.len * sizeof(tok_t)) == 0);
+}
+
+/* ---------------------------------------------------------------- the index */
+
+static int index_rebuild(PoolObject *pool, uint64_t slots) {
+    int32_t *idx = PyMem_Malloc((size_t)slots * sizeof(int32_t));
+    if (!idx) { PyErr_NoMemory(); return -1; }
+    memset(idx, 0xff, (size_t)slots * sizeof(int32_t));
+    uint64_t mask = slots - 1;
+    for (int32_t i = 0; i < pool->npats; i++) {
+        uint64_t j = pool->pats[i].hash & mask;
+        while (idx[j] >= 0) j = (j + 1) & mask;
+        idx[j] = i;
+    }
+    PyMem_Free(pool->index);
+    pool->index = idx;
+    pool->index_mask = mask;
+    return 0;
+}
+
+/* Find the pattern for key (size s, tokens at texts[text][off:]); create it (empty S) when
+ * `create` and absent. Returns its number, -1 when absent, -2 on error. *created is set. */
+static int32_t find_pattern(PoolObject *pool, int32_t text, int64_t off, int32_t s, int create, int *created) {
+    const tok_t *key = pool->texts[text].data + off;
+    uint64_t h = hash_tokens((uint64_t)s, key, s);
+    uint64_t mask = pool->index_mask, j = h & mask;
+    *created = 0;
+    for (;;) {
+        int32_t i = pool->index[j];
+        if (i < 0) break;
+        Pattern *pt = &pool->pats[i];
+        if (pt->hash == h && pt->size == s &&
+            memcmp(pool->texts[pt->key_text].data + pt->key_off, key, (size_t)s * sizeof(tok_t)) == 0)
+            return i;
+        j = (j + 1) & mask;
+    }
+    if (!create) return -1;
+    if ((uint64_t)(pool->npats + 1) * 2 > mask + 1) {
+        if (index_rebuild(pool, (mask + 1) * 2) < 0) return -2;
+        mask = pool->index_mask;
+        j = h & mask;
+        while (pool->index[j] >= 0) j = (j + 1) & mask;
+    }
+    if (pool->npats == INT32_MAX) { PyErr_NoMemory(); return -2; }
+    int64_t cap = pool->cap_pats;
+    if (grow((void **)&pool->pats, &cap, (int64_t)pool->npats + 1, sizeof(Pattern)) < 0) return -2;
+    pool->cap_pats = (int32_t)(cap > INT32_MAX ? INT32_MAX : cap);
+    int32_t i = pool->npats++;
+    Pattern *pt = &pool->pats[i];
+    memset(pt, 0, sizeof(*pt));
+    pt->hash = h;
+    pt->key_text = text;
+    pt->key_off = (int32_t)off;
+    pt->size = s;
+    pool->index[j] = i;
+    *created = 1;
+    return i;
+}
+
+/* ---------------------------------------------------------------- full-match set */
+
+static uint64_t full_hash(const PoolObject *pool, int32_t pat, int32_t gen, Ref m) {
+    return hash_tokens(((uint64_t)(uint32_t)pat << 32) ^ (uint32_t)gen, ref_data(pool, m), m.len);
+}
+
+static int fullset_contains(const PoolObject *pool, int32_t pat, int32_t gen, Ref m) {
+    uint64_t h = full_hash(pool, pat, gen, m), mask = pool->fullset_mask, j = h & mask;
+    for (;;) {
+        const FullEntry *e = &pool->fullset[j];
+        if (e->pat < 0) return 0;
+        if (e->hash == h && e->pat == pat && e->gen == gen && ref_eq(pool, e->m, m)) return 1;
+        j = (j + 1) & mask;
+    }
+}
+
+static int fullset_add(PoolObject *pool, int32_t pat, int32_t gen, Ref m) {
+    if ((pool->fullset_used + 1) * 2 > pool->fullset_mask + 1) {
+        uint64_t slots = (pool->fullset_mask + 1) * 2, mask = slots - 1;
+        FullEntry *fs = PyMem_Malloc((size_t)slots * sizeof(FullEntry));
+        if (!fs) { PyErr_NoMemory(); return -1; }
+        for (uint64_t j = 0; j < slots; j++) fs[j].pat = -1;
+        for (uint64_t i = 0; i <= pool->fullset_mask; i++) {
+            FullEntry *e = &pool->fullset[i];
+            if (e->pat < 0) continue;
+            uint64_t j = e->hash & mask;
+            while (fs[j].pat >= 0) j = (j + 1) & mask;
+            fs[j] = *e;
+        }
+        PyMem_Free(pool->fullset);
+        pool->fullset = fs;
+        pool->fullset_mask = mask;
+    }
+    uint64_t h = full_hash(pool, pat, gen, m), mask = pool->fullset_mask, j = h & mask;
+    while (pool->fullset[j].pat >= 0) j = (j + 1) & mask;
+    pool->fullset[j] = (FullEntry){h, pat, gen, m};
+    pool->fullset_used++;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- one pattern's S */
+
+static inline Ref first_of(const Pattern *pt) {
+    if (pt->nshort && (pt->nfull == 0 || pt->shorts[0].seq < pt->full_first_seq)) return pt->shorts[0].m;
+    return pt->full_first;
+}
+
+static inline Ref last_of(const Pattern *pt) {
+    if (pt->nshort && (pt->nfull == 0 || pt->shorts[pt->nshort - 1].seq > pt->full_last_seq))
+        return pt->shorts[pt->nshort - 1].m;
+    return pt->full_last;
+}
+
+static int append_match(PoolObject *pool, int32_t pi, Ref m) {
+    Pattern *pt = &pool->pats[pi];
+    int64_t seq = pt->seq++;
+    if (m.len == pool->k) {
+        if (pt->nfull == 0) {
+            pt->full_first = m;
+            pt->full_first_seq = seq;
+        }
+        pt->full_last = m;
+        pt->full_last_seq = seq;
+        pt->nfull++;
+        /* a settled pattern is never asked again; the set is only for unsettled ones */
+        if (!(pool->use_oldest && first_of(pt).len == pool->k)) return fullset_add(pool, pi, pt->gen, m);
+        return 0;
+    }
+    int64_t cap = pt->cap_short;
+    if (grow((void **)&pt->shorts, &cap, (int64_t)pt->nshort + 1, sizeof(Short)) < 0) return -1;
+    pt->cap_short = (int32_t)(cap > INT32_MAX ? INT32_MAX : cap);
+    pt->shorts[pt->nshort++] = (Short){m, seq, pt->nfull};
+    return 0;
+}
+
+static void settle_if_final(PoolObject *pool, Pattern *pt) {
+    if (pool->use_oldest && first_of(pt).len == pool->k) {
+        pt->settled = 1;
+        PyMem_Free(pt->shorts);
+        pt->shorts = NULL;
+        pt->nshort = pt->cap_short = 0;
+    }
+}
+
+/* One TensorRT-LLM insertion of match m into pattern pi's S (the rule in pool.py). */
+static int insert_match(PoolObject *pool, int32_t pi, Ref m) {
+    Pattern *pt = &pool->pats[pi];
+    if (pt->settled) return 0;
+    if (pt->nshort + pt->nfull == 0 || (!pool->keep_all && m.len > first_of(pt).len)) {
+        pt->gen++; /* S = [m]: forget every full match at once */
+        pt->nfull = 0;
+        pt->nshort = 0;
+        if (append_match(pool, pi, m) < 0) return -1;
+        settle_if_final(pool, &pool->pats[pi]);
+        return 0;
+    }
+    if (m.len == pool->k) {
+        if (pt->nfull && fullset_contains(pool, pi, pt->gen, m)) return 0;
+    } else {
+        for (int32_t i = 0; i < pt->nshort; i++)
+            if (ref_eq(pool, pt->shorts[i].m, m)) return 0;
+    }
+    if (pt->nshort) { /* remove shorter matches, skipping the one after each removal */
+        int32_t w = 0;
+        int prev_removed = 0;
+        int64_t prev_nfull = -1;
+        for (int32_t i = 0; i < pt->nshort; i++) {
+            Short e = pt->shorts[i];
+            if (prev_removed && e.nfull == prev_nfull) {
+                pt->shorts[w++] = e;
+                prev_removed = 0;
+            } else if (e.m.len < m.len) {
+                prev_removed = 1;
+            } else {
+                pt->shorts[w++] = e;
+                prev_removed = 0;
+            }
+            prev_nfull = e.nfull;
+        }
+        pt->nshort = w;
+    }
+    if (append_match(pool, pi, m) < 0) return -1;
+    settle_if_final(pool, &pool->pats[pi]);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- NGramPool */
+
+static void pool_dealloc(PoolObject *self) {
+    for (int32_t i = 0; i < self->ntexts; i++) PyMem_Free(self->texts[i].data);
+    for (int32_t i = 0; i < self->npats; i++) PyMem_Free(self->pats[i].shorts);
+    PyMem_Free(self->texts);
+    PyMem_Free(self->pats);
+    PyMem_Free(self->index);
+    PyMem_Free(self->fullset);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int pool_init(PoolObject *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"k", "n", "is_keep_all", "is_use_oldest", NULL};
+    int k, n, keep_all, use_oldest;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "iipp", kwlist, &k, &n, &keep_all, &use_oldest)) return -1;
+    if (k < 1 || n < 1) {
+        PyErr_Format(PyExc_ValueError, "k and n must be >= 1, got k=%d n=%d", k, n);
+        return -1;
+    }
+    if (self->index) {
+        PyErr_SetString(PyExc_RuntimeError, "NGramPool is already initialised");
+        return -1;
+    }
+    self->k = k;
+    self->n = n;
+    self->keep_all = keep_all;
+    self->use_oldest = use_oldest;
+    if (index_rebuild(self, 64) < 0) return -1;
+    self->fullset = PyMem_Malloc(64 * sizeof(FullEntry));
+    if (!self->fullset) { PyErr_NoMemory(); return -1; }
+    for (int j = 0; j < 64; j++) self->fullset[j].pat = -1;
+    self->fullset_mask = 63;
+    return 0;
+}
+
+static PyObject *pool_num_patterns(PoolObject *self, PyObject *Py_UNUSED(ignored)) {
+    return PyLong_FromLong(self->npats);
+}
+
+static PyMethodDef pool_methods[] = {
+    {"num_patterns", (PyCFunction)pool_num_patterns, METH_NOARGS, "Number of distinct n-grams indexed (all sizes)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyObject *pool_get_k(PoolObject *s, void *c) { return PyLong_FromLong(s->k); }
+static PyObject *pool_get_n(PoolObject *s, void *c) { return PyLong_FromLong(s->n); }
+static PyObject *pool_get_keep_all(PoolObject *s, void *c) { return PyBool_FromLong(s->keep_all); }
+static PyObject *pool_get_use_oldest(PoolObject *s, void *c) { return PyBool_FromLong(s->use_oldest); }
+
+static PyGetSetDef pool_getset[] = {
+    {"k", (getter)pool_get_k, NULL, "prompt_lookup_num_tokens", NULL},
+    {"n", (getter)pool_get_n, NULL, "max_matching_ngram_size", NULL},
+    {"is_keep_all", (getter)pool_get_keep_all, NULL, NULL, NULL},
+    {"is_use_oldest", (getter)pool_get_use_oldest, NULL, NULL, NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject PoolType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "promptlookup.drafting.native._pool.NGramPool",
+    .tp_doc = "NGramPool(k, n, is_keep_all, is_use_oldest): TensorRT-LLM's n-gram pool (see pool.py).",
+    .tp_basicsize = sizeof(PoolObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)pool_init,
+    .tp_dealloc = (destructor)pool_dealloc,
+    .tp_methods = pool_methods,
+    .tp_getset = pool_getset,
+};
+
+/* ---------------------------------------------------------------- PoolCursor */
+
+static void cursor_dealloc(CursorObject *self) {
+    if (self->tails) {
+        for (int s = 0; self->pool && s <= self->pool->n; s++) PyMem_Free(self->tails[s].items);
+        PyMem_Free(self->tails);
+    }
+    Py_XDECREF(self->pool);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int cursor_init(CursorObject *self, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"pool", NULL};
+    PyObject *pool;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!", kwlist, &PoolType, &pool)) return -1;
+    PoolObject *p = (PoolObject *)pool;
+    if (self->pool) {
+        PyErr_SetString(PyExc_RuntimeError, "PoolCursor is already initialised");
+        return -1;
+    }
+    if (!p->index) {
+        PyErr_SetString(PyExc_ValueError, "the NGramPool is not initialised");
+        return -1;
+    }
+    if (p->ntexts == INT32_MAX) { PyErr_NoMemory(); return -1; }
+    int64_t cap = p->cap_texts;
+    if (grow((void **)&p->texts, &cap, (int64_t)p->ntexts + 1, sizeof(Text)) < 0) return -1;
+    p->cap_texts = (int32_t)(cap > INT32_MAX ? INT32_MAX : cap);
+    self->tails = PyMem_Calloc((size_t)p->n + 1, sizeof(TailList));
+    if (!self->tails) { PyErr_NoMemory(); return -1; }
+    self->text = p->ntexts++;
+    p->texts[self->text] = (Text){NULL, 0, 0};
+    Py_INCREF(pool);
+    self->pool = p;
+    self->prev_len = -1;
+    return 0;
+}
+
+static inline int push_tail(TailList *t, int64_t p, int32_t pat) {
+    if (t->len == t->cap && grow((void **)&t->items, &t->cap, t->len + 1, sizeof(Tail)) < 0) return -1;
+    t->items[t->len++] = (Tail){p, pat};
+    return 0;
+}
+
+/* Copy text[have:] into the cursor's text; the text may only have grown. */
+static int sync_text(CursorObject *self, PyObject *seq) {
+    PyObject *fast = PySequence_Fast(seq, "text must be a sequence of int token ids");
+    if (!fast) return -1;
+    Py_ssize_t len = PySequence_Fast_GET_SIZE(fast);
+    Text *t = &self->pool->texts[self->text];
+    if (len < t->len) {
+        Py_DECREF(fast);
+        PyErr_Format(PyExc_ValueError, "the text shrank from %lld to %zd tokens; a cursor's text may only grow",
+                     (long long)t->len, len);
+        return -1;
+    }
+    if (len > INT32_MAX - 1) {
+        Py_DECREF(fast);
+        PyErr_SetString(PyExc_OverflowError, "texts longer than 2**31 - 2 tokens are not supported");
+        return -1;
+    }
+    if (grow((void **)&t->data, &t->cap, len, sizeof(tok_t)) < 0) { Py_DECREF(fast); return -1; }
+    PyObject **items = PySequence_Fast_ITEMS(fast);
+    for (Py_ssize_t i = t->len; i < len; i++) {
+        long long v = PyLong_AsLongLong(items[i]);
+        if (v == -1 && PyErr_Occurred()) {
+            Py_DECREF(fast);
+            return -1; /* nothing past the previous length is kept */
+        }
+        t->data[i] = (tok_t)v;
+    }
+    t->len = len;
+    Py_DECREF(fast);
+    return 0;
+}
+
+static PyObject *empty_answer(void) { return Py_BuildValue("([]i)", 0); }
+
+static PyObject *cursor_propose(CursorObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "propose(text, max_seq_len) takes 2 arguments");
+        return NULL;
+    }
+    PoolObject *pool = self->pool;
+    Py_ssize_t length = PySequence_Length(args[0]);
+    if (length < 0) return NULL;
+    long long max_seq_len = PyLong_AsLongLong(args[1]);
+    if (max_seq_len == -1 && PyErr_Occurred()) return NULL;
+    long long budget = max_seq_len - 1 - (long long)length;
+    if (budget <= 0) return empty_answer(); /* TensorRT-LLM updates nothing either */
+    if (sync_text(self, args[0]) < 0) return NULL;
+
+    const int32_t text = self->text;
+    const int64_t L = length, k = pool->k, prev = self->prev_len;
+    const int top = (int)(pool->n < L - 1 ? pool->n : L - 1);
+    for (int s = top; s >= 1; s--) {
+        const int64_t keep_from = L - s - k + 1; /* positions from here on stay truncated */
+        TailList *tl = &self->tails[s];
+        int64_t w = 0;
+        for (int64_t i = 0; i < tl->len; i++) { /* positions truncated at the previous call */
+            Tail t = tl->items[i];
+            if (pool->pats[t.pat].settled) continue;
+            int64_t q = t.p + s, r = q + k < L ? q + k : L;
+            if (insert_match(pool, t.pat, (Ref){text, (int32_t)q, (int32_t)(r - q)}) < 0) return NULL;
+            if (t.p >= keep_from && !pool->pats[t.pat].settled) tl->items[w++] = t;
+        }
+        tl->len = w;
+        int64_t from = prev < 0 ? 0 : (prev - s > 0 ? prev - s : 0);
+        for (int64_t p = from; p < L - s; p++) { /* positions new since the previous call */
+            int created;
+            int32_t pi = find_pattern(pool, text, p, s, 1, &created);
+            if (pi < -1) return NULL;
+            if (pool->pats[pi].settled) continue;
+            int64_t q = p + s, r = q + k < L ? q + k : L;
+            if (insert_match(pool, pi, (Ref){text, (int32_t)q, (int32_t)(r - q)}) < 0) return NULL;
+            if (p >= keep_from && !pool->pats[pi].settled && push_tail(tl, p, pi) < 0) return NULL;
+        }
+    }
+    self->prev_len = L;
+
+    for (int s = top; s >= 1; s--) {
+        int created;
+        int32_t pi = find_pattern(pool, text, L - s, s, 0, &created);
+        if (pi < 0) continue;
+        Pattern *pt = &pool->pats[pi];
+        Ref m = pool->use_oldest ? first_of(pt) : last_of(pt);
+        int64_t n = m.len < budget ? m.len : budget;
+        PyObject *draft = PyList_New((Py_ssize_t)n);
+        if (!draft) return NULL;
+        const tok_t *d = ref_data(pool, m);
+        for (int64_t i = 0; i < n; i++) {
+            PyObject *v = PyLong_FromLongLong(d[i]);
+            if (!v) { Py_DECREF(draft); return NULL; }
+            PyList_SET_ITEM(draft, (Py_ssize_t)i, v);
+        }
+        return Py_BuildValue("(Ni)", draft, s);
+    }
+    return empty_answer();
+}
+
+static PyMethodDef cursor_methods[] = {
+    {"propose", (PyCFunction)(void (*)(void))cursor_propose, METH_FASTCALL,
+     "propose(text, max_seq_len) -> (draft, matched n-gram size; 0 on no hit): TensorRT-LLM's get_draft_tokens."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyObject *cursor_get_pool(CursorObject *s, void *c) {
+    Py_INCREF(s->pool);
+    return (PyObject *)s->pool;
+}
+static PyObject *cursor_get_prev_len(CursorObject *s, void *c) { return PyLong_FromLongLong(s->prev_len); }
+
+static PyGetSetDef cursor_getset[] = {
+    {"pool", (getter)cursor_get_pool, NULL, "the NGramPool this cursor updates", NULL},
+    {"prev_len", (getter)cursor_get_prev_len, NULL, "text length at the previous updating call (-1: none)", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject CursorType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "promptlookup.drafting.native._pool.PoolCursor",
+    .tp_doc = "PoolCursor(pool): one request's view of an NGramPool (see pool.py).",
+    .tp_basicsize = sizeof(CursorObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)cursor_init,
+    .tp_dealloc = (destructor)cursor_dealloc,
+    .tp_methods = cursor_methods,
+    .tp_getset = cursor_getset,
+};
+
+static struct PyModuleDef pool_module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "_pool",
+    .m_doc = "TensorRT-LLM's n-gram pool in C (see promptlookup/drafting/pool.py).",
+    .m_size = -1,
+};
+
+PyMODINIT_FUNC PyInit__pool(void) {
+    if (PyType_Ready(&PoolType) < 0 || PyType_Ready(&CursorType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&pool_module);
+    if (!m) return NULL;
+    Py_INCREF(&PoolType);
+    Py_INCREF(&CursorType);
+    if (PyModule_AddObject(m, "NGramPool", (PyObject *)&PoolType) < 0 ||
+        PyModule_AddObject(m, "PoolCursor", (PyObject *)&CursorType) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

@@ -1,0 +1,82 @@
+"""The PyTorch backend on a CUDA GPU: the same exactness guarantees as on the CPU.
+
+Skipped where no GPU is visible (CI); run on a GPU machine with ``pytest tests/runtime/test_cuda.py``.
+Greedy prompt lookup on the GPU must equal plain greedy decoding on the GPU token for token,
+and plain decoding must equal Hugging Face ``generate`` on the same GPU.
+"""
+import pytest
+import torch
+
+from promptlookup.decoding import generate
+from promptlookup.drafting.base import DraftConfig
+from promptlookup.errors import UserError
+from promptlookup.runtime.device import resolve_device
+from tests.runtime.test_greedy_equivalence import DRAFTS, END_ID, MAX_NEW, make_prompts, runner_for
+from tests.tiny import tiny_llama
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device visible")
+
+
+def test_resolve_device_refuses_what_is_not_here():
+    assert resolve_device(None) == ("cuda" if torch.cuda.is_available() else "cpu")
+    assert resolve_device("cpu") == "cpu"
+    with pytest.raises(UserError, match="--device 'tpu'"):
+        resolve_device("tpu")
+    with pytest.raises(UserError, match="not a device"):
+        resolve_device("cuda:x")
+    if torch.cuda.device_count() < 8:
+        with pytest.raises(UserError, match="not available here"):
+            resolve_device("cuda:7")
+
+
+@pytest.fixture(scope="module")
+def gpu_model_and_reference():
+    torch.backends.cuda.matmul.allow_tf32 = False  # exact fp32 products, as on the CPU
+    model = tiny_llama(seed=0).to("cuda")
+    prompts = make_prompts(0)
+    reference = []
+    with torch.inference_mode():
+        for p in prompts:
+            out = model.generate(torch.tensor([p], device="cuda"), max_new_tokens=MAX_NEW, do_sample=False,
+                                 eos_token_id=END_ID, pad_token_id=0)[0, len(p):].tolist()
+            if END_ID in out:
+                out = out[: out.index(END_ID) + 1]
+            reference.append(out)
+    return model, prompts, reference
+
+
+@cuda
+def test_plain_on_gpu_matches_hf_generate_on_gpu(gpu_model_and_reference):
+    model, prompts, reference = gpu_model_and_reference
+    runner = runner_for(model)
+    assert runner.pool.k[0].device.type == "cuda"
+    got = generate(runner, prompts, max_new_tokens=MAX_NEW, end_id=END_ID)
+    assert [r.output_ids for r in got] == reference
+
+
+@cuda
+@pytest.mark.parametrize("workflow", ["v1", "v2"])
+@pytest.mark.parametrize("draft", DRAFTS, ids=lambda d: f"{d.mode}-k{d.prompt_lookup_num_tokens}-n{d.max_matching_ngram_size}")
+def test_gpu_lookup_is_token_identical(gpu_model_and_reference, workflow, draft):
+    model, prompts, reference = gpu_model_and_reference
+    batched = generate(runner_for(model), prompts, max_new_tokens=MAX_NEW, end_id=END_ID, draft=draft, workflow=workflow)
+    assert [r.output_ids for r in batched] == reference
+    assert sum(r.accepted for r in batched) > 0
+    runner = runner_for(model, reuse=workflow == "v1")
+    for p, ref in zip(prompts, reference):
+        assert generate(runner, [p], max_new_tokens=MAX_NEW, end_id=END_ID, draft=draft,
+                        workflow=workflow)[0].output_ids == ref
+
+
+@cuda
+def test_load_runner_places_the_engine_on_the_gpu(tiny_engine_dir):
+    from promptlookup.runtime import load_runner
+
+    runner = load_runner(tiny_engine_dir, device="cuda")
+    assert runner.model.device.type == "cuda"
+    cpu = load_runner(tiny_engine_dir, device="cpu")
+    prompt = [[5, 6, 7, 5, 6, 7, 5, 6]]
+    draft = DraftConfig(prompt_lookup_num_tokens=4, max_matching_ngram_size=2)
+    on_gpu = generate(runner, prompt, max_new_tokens=24, end_id=END_ID, draft=draft, workflow="v2")
+    on_cpu = generate(cpu, prompt, max_new_tokens=24, end_id=END_ID, draft=draft, workflow="v2")
+    assert on_gpu[0].output_ids == on_cpu[0].output_ids
