@@ -66,6 +66,8 @@ def main() -> int:
     p.add_argument("--n", type=int, default=2)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--device", default="auto", help="auto (the GPU when one is visible), cpu, cuda or cuda:N")
+    p.add_argument("--cuda_graph_mode", action=argparse.BooleanOptionalAction, default=None,
+                   help="our runners on a GPU: replay CUDA graphs (default: on when on a GPU)")
     p.add_argument("--dataset", default=str(SHARED), help="CNN/DailyMail JSONL for the summary prompts")
     p.add_argument("--output_json", default=str(ROOT / "bench/results/runtime.json"))
     args = p.parse_args()
@@ -82,7 +84,8 @@ def main() -> int:
     encoded = [(kind, encode_text(tok, text, use_chat_template=True)) for kind, text in prompts]
 
     def runner(reuse: bool) -> TorchRunner:
-        return TorchRunner(model, cfg.limits, tokens_per_block=cfg.tokens_per_block, kv_cache_enable_block_reuse=reuse)
+        return TorchRunner(model, cfg.limits, tokens_per_block=cfg.tokens_per_block, kv_cache_enable_block_reuse=reuse,
+                           cuda_graph_mode=args.cuda_graph_mode)
 
     pool = DraftConfig(prompt_lookup_num_tokens=args.k, max_matching_ngram_size=args.n)
     longest = DraftConfig(prompt_lookup_num_tokens=min(32, cfg.limits.max_draft_len), mode="longest")

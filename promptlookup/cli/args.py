@@ -58,6 +58,9 @@ def add_common_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     g.add_argument("--kv_cache_enable_block_reuse", action="store_true", help="reuse cached KV blocks across calls")
     g.add_argument("--device", default="auto",
                    help="PyTorch engines: auto (default: the GPU when one is visible, else the CPU), cpu, cuda or cuda:N")
+    g.add_argument("--cuda_graph_mode", action=argparse.BooleanOptionalAction, default=None,
+                   help="PyTorch engines on a GPU: replay captured CUDA graphs for decoding steps "
+                        "(default: on when the engine runs on a GPU)")
     g = parser.add_argument_group("generation")
     g.add_argument("--end_id", type=int, default=None, help="default: the tokenizer's end-of-sequence id")
     g.add_argument("--use_chat_template", action="store_true", help="wrap text prompts as a chat request")

@@ -68,6 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         max_tokens_in_paged_kv_cache=args.max_tokens_in_paged_kv_cache,
         hf_model_dir=args.hf_model_dir,
         device=args.device,
+        cuda_graph_mode=args.cuda_graph_mode,
     )
     if draft is not None and hasattr(runner, "validate_lookup"):
         runner.validate_lookup(draft.prompt_lookup_num_tokens, device_ids)

@@ -88,6 +88,7 @@ def settings_from_args(args: argparse.Namespace):
         data_type=args.data_type,
         hf_device=None if args.hf_device == "auto" else args.hf_device,
         device=None if args.device == "auto" else args.device,
+        cuda_graph_mode=args.cuda_graph_mode,
         random_seed=args.random_seed,
         sweep=args.sweep,
         sweep_k=parse_int_list(args.sweep_k, "--sweep_k"),

@@ -58,6 +58,7 @@ class EvalSettings:
     data_type: str = "auto"
     hf_device: str | None = None  # None: cuda when available, else cpu
     device: str | None = None  # our PyTorch engine's device; None: cuda when available, else cpu
+    cuda_graph_mode: bool | None = None  # None: on when our engine runs on a GPU
     random_seed: int = 0
     sweep: bool = False
     sweep_k: Sequence[int] = sweep_mod.DEFAULT_SWEEP_K
@@ -225,7 +226,7 @@ def evaluate(
         result.engine_limits = asdict(limits)
         engine = EngineBackend(s.engine_dir, decode_settings, kv_cache_enable_block_reuse=s.kv_cache_enable_block_reuse,
                                device_ids=s.device_ids, max_tokens_in_paged_kv_cache=s.max_tokens_in_paged_kv_cache,
-                               tokenizer=tokenizer, device=s.device)
+                               tokenizer=tokenizer, device=s.device, cuda_graph_mode=s.cuda_graph_mode)
     if s.test_hf:
         check_hf_model_dir(s.hf_model_dir or tokenizer_dir)
         check_device(s.hf_device)

@@ -19,12 +19,14 @@ def load_runner(
     max_tokens_in_paged_kv_cache: int | None = None,
     hf_model_dir: str | os.PathLike[str] | None = None,
     device: str | None = None,
+    cuda_graph_mode: bool | None = None,
 ) -> Runner:
     """Load the engine in ``engine_dir`` on the backend it was built for.
 
     ``device`` places a PyTorch engine (``None``/``"auto"``: the GPU when one is visible,
     else the CPU; or ``cpu``, ``cuda``, ``cuda:N``). TensorRT-LLM engines run on the GPUs
-    of ``device_ids`` and refuse any other ``device``.
+    of ``device_ids`` and refuse any other ``device``. ``cuda_graph_mode`` (PyTorch engines
+    on a GPU; ``None``: on there) replays captured CUDA graphs for decoding steps.
 
     ``hf_model_dir`` is used by the TensorRT-LLM backend's single-call (v2) workflow only,
     whose LLM API loads a Hugging Face checkpoint.
@@ -36,6 +38,9 @@ def load_runner(
         if device not in (None, "auto"):
             raise UserError(f"--device {device} applies to PyTorch engines; a TensorRT-LLM engine runs on the "
                             f"GPUs of --prompt_lookup_config's device list (or all ranks); drop --device")
+        if cuda_graph_mode is not None:
+            raise UserError("--cuda_graph_mode/--no-cuda_graph_mode apply to PyTorch engines here; "
+                            "drop the flag for a TensorRT-LLM engine")
         from .trtllm_runner import TrtllmRunner, trtllm_unavailable_reason
 
         reason = trtllm_unavailable_reason()
@@ -65,6 +70,7 @@ def load_runner(
         tokens_per_block=cfg.tokens_per_block,
         max_tokens_in_paged_kv_cache=max_tokens_in_paged_kv_cache,
         kv_cache_enable_block_reuse=kv_cache_enable_block_reuse,
+        cuda_graph_mode=cuda_graph_mode,
     )
 
 

@@ -25,6 +25,7 @@ import torch
 
 from ..errors import UserError
 from .base import EngineLimits, GenerationOutput, RunnerStats, SamplingConfig, validate_batch
+from .cuda_graphs import CudaGraphs
 from .kv_cache import BlockManager, KVPool, SequenceBlocks
 from .paged_llama import PagedLlama, build_layout
 from .sampling import select_tokens
@@ -86,8 +87,7 @@ class DecodeBatch:
             contexts.append(ctx)
             tables.append(s.blocks.blocks)
             n_logits.append(len(draft) + 1)
-        layout = build_layout(new_tokens, contexts, tables, n_logits, runner.pool.block_size, runner.model.device)
-        logits = runner.model(layout, runner.pool)
+        logits = runner.forward(new_tokens, contexts, tables, n_logits)
         runner.stats.forward_calls += 1
         runner.stats.forward_tokens += sum(len(t) for t in new_tokens)
 
@@ -134,7 +134,10 @@ class TorchRunner:
         tokens_per_block: int = 32,
         max_tokens_in_paged_kv_cache: int | None = None,
         kv_cache_enable_block_reuse: bool = True,
+        cuda_graph_mode: bool | None = None,
     ) -> None:
+        """``cuda_graph_mode``: replay captured CUDA graphs for decoding steps
+        (:mod:`.cuda_graphs`); ``None`` turns them on when the model is on a CUDA device."""
         self.hf_model = hf_model  # the weights container (shared with the fused copies in self.model)
         self.model = PagedLlama(hf_model)
         self.limits = limits
@@ -155,6 +158,25 @@ class TorchRunner:
         self.blocks = BlockManager(self.pool, enable_reuse=kv_cache_enable_block_reuse)
         self.stats = RunnerStats()
         self._step_costs: list[float] = []
+        on_cuda = self.model.device.type == "cuda"
+        if cuda_graph_mode and not on_cuda:
+            raise UserError(f"--cuda_graph_mode needs the model on a CUDA device, but it is on {self.model.device}; "
+                            "pass --device cuda or drop --cuda_graph_mode")
+        self.graphs: CudaGraphs | None = None
+        if on_cuda and cuda_graph_mode is not False:
+            self.graphs = CudaGraphs(self.model, self.pool, max_batch_size=limits.max_batch_size,
+                                     max_q=limits.max_draft_len + 1, max_seq_len=limits.max_seq_len)
+
+    def forward(
+        self, new_tokens: list[list[int]], contexts: list[int], tables: list[list[int]], n_logits: list[int]
+    ) -> torch.Tensor:
+        """One forward pass (see :func:`build_layout` for the arguments): on a captured CUDA
+        graph when one fits the step, else eagerly. Returns the wanted logit rows."""
+        graphs = self.graphs
+        if graphs is not None and graphs.fits(len(new_tokens), max(len(t) for t in new_tokens)):
+            return graphs.run(new_tokens, contexts, tables, n_logits)
+        layout = build_layout(new_tokens, contexts, tables, n_logits, self.pool.block_size, self.model.device)
+        return self.model(layout, self.pool)
 
     def step_costs(self, max_tokens: int, context: int = 128) -> list[float]:
         """Relative wall time of one step feeding ``q`` tokens, ``costs[q]`` for ``1 <= q <= max_tokens``.
@@ -174,18 +196,14 @@ class TorchRunner:
         context = max(1, min(context, room))  # stay within a small KV budget
         try:
             self.blocks.ensure_capacity(seq, context + max_tokens)
-            prefill = build_layout([[0] * context], [context], [seq.blocks], [1], self.pool.block_size,
-                                   self.model.device)
-            self.model(prefill, self.pool)  # real K/V for the scratch context
+            self.forward([[0] * context], [context], [seq.blocks], [1])  # real K/V for the scratch context
             times = [0.0]
             for q in range(1, max_tokens + 1):
-                layout = build_layout([[0] * q], [context + q], [seq.blocks], [q], self.pool.block_size,
-                                      self.model.device)
                 best = float("inf")
                 for rep in range(3):
                     synchronize(self.model.device)
                     start = time.perf_counter()
-                    self.model(layout, self.pool)
+                    self.forward([[0] * q], [context + q], [seq.blocks], [q])
                     synchronize(self.model.device)
                     if rep:  # the first run is a warm-up
                         best = min(best, time.perf_counter() - start)

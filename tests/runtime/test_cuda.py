@@ -2,7 +2,8 @@
 
 Skipped where no GPU is visible (CI); run on a GPU machine with ``pytest tests/runtime/test_cuda.py``.
 Greedy prompt lookup on the GPU must equal plain greedy decoding on the GPU token for token,
-and plain decoding must equal Hugging Face ``generate`` on the same GPU.
+and plain decoding must equal Hugging Face ``generate`` on the same GPU, with CUDA graphs
+(the default there) and without.
 """
 import pytest
 import torch
@@ -10,7 +11,10 @@ import torch
 from promptlookup.decoding import generate
 from promptlookup.drafting.base import DraftConfig
 from promptlookup.errors import UserError
+from promptlookup.runtime.base import EngineLimits
+from promptlookup.runtime.cuda_graphs import next_pow2
 from promptlookup.runtime.device import resolve_device
+from promptlookup.runtime.torch_runner import TorchRunner
 from tests.runtime.test_greedy_equivalence import DRAFTS, END_ID, MAX_NEW, make_prompts, runner_for
 from tests.tiny import tiny_llama
 
@@ -27,6 +31,17 @@ def test_resolve_device_refuses_what_is_not_here():
     if torch.cuda.device_count() < 8:
         with pytest.raises(UserError, match="not available here"):
             resolve_device("cuda:7")
+
+
+def test_cuda_graph_mode_needs_a_gpu_model():
+    limits = EngineLimits(max_batch_size=2, max_input_len=64, max_seq_len=128, max_draft_len=4, vocab_size=512)
+    with pytest.raises(UserError, match="--cuda_graph_mode needs the model on a CUDA device"):
+        TorchRunner(tiny_llama(seed=0), limits, cuda_graph_mode=True)
+    assert TorchRunner(tiny_llama(seed=0), limits).graphs is None  # CPU: eager, no graphs
+
+
+def test_next_pow2():
+    assert [next_pow2(x) for x in (1, 2, 3, 4, 5, 31, 33)] == [1, 2, 4, 4, 8, 32, 64]
 
 
 @pytest.fixture(scope="module")
@@ -46,12 +61,28 @@ def gpu_model_and_reference():
 
 
 @cuda
-def test_plain_on_gpu_matches_hf_generate_on_gpu(gpu_model_and_reference):
+@pytest.mark.parametrize("graphs", [True, False], ids=["graphs", "eager"])
+def test_plain_on_gpu_matches_hf_generate_on_gpu(gpu_model_and_reference, graphs):
     model, prompts, reference = gpu_model_and_reference
     runner = runner_for(model)
+    if not graphs:
+        runner.graphs = None
     assert runner.pool.k[0].device.type == "cuda"
     got = generate(runner, prompts, max_new_tokens=MAX_NEW, end_id=END_ID)
     assert [r.output_ids for r in got] == reference
+    if graphs:
+        assert runner.graphs.graphs  # decoding steps ran on captured graphs
+
+
+@cuda
+def test_eager_gpu_lookup_is_token_identical(gpu_model_and_reference):
+    model, prompts, reference = gpu_model_and_reference
+    runner = runner_for(model)
+    runner.graphs = None
+    draft = DraftConfig(prompt_lookup_num_tokens=10, max_matching_ngram_size=2)
+    for workflow in ("v1", "v2"):
+        got = generate(runner, prompts, max_new_tokens=MAX_NEW, end_id=END_ID, draft=draft, workflow=workflow)
+        assert [r.output_ids for r in got] == reference
 
 
 @cuda
