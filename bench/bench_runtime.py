@@ -103,6 +103,8 @@ def main() -> int:
     hf_generate(model, [warm], max_new_tokens=8, end_id=end_id)
     for r, d, wf in ours.values():
         generate(r, [warm], max_new_tokens=8, end_id=end_id, draft=d, workflow=wf)
+        if r.graphs is not None:  # capture every CUDA graph the run can need, as a server would at start-up
+            r.graphs.warmup(1, max(len(ids) for _, ids in encoded) + args.max_new_tokens + 1)
 
     rows = []
     for idx, (kind, ids) in enumerate(encoded):

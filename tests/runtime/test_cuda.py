@@ -111,3 +111,16 @@ def test_load_runner_places_the_engine_on_the_gpu(tiny_engine_dir):
     on_gpu = generate(runner, prompt, max_new_tokens=24, end_id=END_ID, draft=draft, workflow="v2")
     on_cpu = generate(cpu, prompt, max_new_tokens=24, end_id=END_ID, draft=draft, workflow="v2")
     assert on_gpu[0].output_ids == on_cpu[0].output_ids
+
+
+@cuda
+def test_warmup_captures_every_bucket_a_run_needs(gpu_model_and_reference):
+    model, prompts, reference = gpu_model_and_reference
+    runner = runner_for(model)
+    longest = max(len(p) for p in prompts) + MAX_NEW
+    captured = runner.graphs.warmup(len(prompts), longest)
+    assert captured == len(runner.graphs.graphs) > 0
+    draft = DraftConfig(prompt_lookup_num_tokens=10, max_matching_ngram_size=2)
+    got = generate(runner, prompts, max_new_tokens=MAX_NEW, end_id=END_ID, draft=draft, workflow="v2")
+    assert [r.output_ids for r in got] == reference
+    assert len(runner.graphs.graphs) == captured  # nothing left to capture during the run
