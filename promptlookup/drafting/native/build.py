@@ -6,7 +6,8 @@ configured with (``CC``, else ``cc``) against this interpreter's headers. Each m
 written to a temporary file and renamed into place, so an interrupted build never leaves
 a half-written module. A module already newer than its source is skipped.
 
-With no compiler the build prints one line saying so and exits 0: the drafters then run
+With no compiler (or no ``Python.h`` for this interpreter) the build prints one line
+saying so and exits 0: the drafters then run
 their pure-Python implementations (same drafts, several times the cost per step), and
 :func:`promptlookup.drafting.native.implementation` reports which one is in use.
 ``--strict`` turns a failed build into exit code 2 (used by ``make``); ``--has_compiler``
@@ -37,8 +38,11 @@ def module_path(source: Path) -> Path:
 
 
 def compiler() -> list[str] | None:
+    """The C compiler command, or ``None`` without one or without this Python's headers."""
     cc = shlex.split(sysconfig.get_config_var("CC") or "") or ["cc"]
-    return cc if shutil.which(cc[0]) else None
+    if not shutil.which(cc[0]) or not (Path(sysconfig.get_paths()["include"]) / "Python.h").is_file():
+        return None
+    return cc
 
 
 def build_one(cc: list[str], source: Path) -> None:
@@ -71,8 +75,9 @@ def main(argv: list[str] | None = None) -> int:
         print(int(cc is not None))
         return 0
     if cc is None:
-        print("note: no C compiler found; the drafters will use their pure-Python implementations "
-              "(same drafts, slower). Install gcc and run `python -m promptlookup.drafting.native.build`.")
+        print("note: no C compiler (or no Python.h) found; the drafters will use their pure-Python "
+              "implementations (same drafts, slower). Install gcc and the Python headers, then run "
+              "`python -m promptlookup.drafting.native.build`.")
         return 0
     for source in sources():
         target = module_path(source)
