@@ -55,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         raise UserError(f"--max_output_len must be at least 1, got {args.max_output_len}")
 
     from ..decoding import generate
+    from ..drafting.native import implementation as drafter_implementation
     from ..engine.config import read_engine_config
     from ..runtime import load_runner, load_tokenizer
 
@@ -138,6 +139,9 @@ def main(argv: list[str] | None = None) -> int:
                     "kv_cache_enable_block_reuse": args.kv_cache_enable_block_reuse,
                     "draft_length_policy": args.draft_length_policy,
                     "batch_size": len(prompts),
+                    "device": str(getattr(getattr(runner, "model", None), "device", "trtllm")),
+                    "cuda_graphs": getattr(runner, "graphs", None) is not None,
+                    "drafter_implementation": drafter_implementation() if draft else None,
                 },
                 "wall_time_s": wall,
                 "tokens_per_s": stats["generated_tokens"] / wall if wall > 0 else 0.0,

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from promptlookup.cli.run import main
 
@@ -34,6 +35,9 @@ def test_output_json_has_the_documented_fields(tiny_engine_dir, tmp_path):
                    "--prompt_lookup_config", "[4,2,[0]]", "--kv_cache_enable_block_reuse")
     assert set(res) >= {"config", "wall_time_s", "tokens_per_s", "sequences"}
     assert res["config"]["prompt_lookup_config"] == "[4,2,[0]]"
+    assert res["config"]["device"] == ("cuda:0" if torch.cuda.is_available() else "cpu")
+    assert res["config"]["cuda_graphs"] == torch.cuda.is_available()
+    assert set(res["config"]["drafter_implementation"]) == {"pool", "suffix_automaton"}
     assert len(res["sequences"]) == 2
     for s in res["sequences"]:
         assert set(s) >= {"text", "output_ids", "generated_tokens", "steps", "drafted", "accepted"}
@@ -135,3 +139,13 @@ def test_tokenizer_larger_than_engine_vocab(tmp_path, smollm2_tokenizer_dir):
     engine = _build_engine(tiny_llama(vocab_size=512), None, tmp_path)
     r = run_cli("--engine_dir", str(engine), "--tokenizer_dir", str(smollm2_tokenizer_dir), "--input_text", "x")
     assert r.returncode == 2 and "vocabulary is 512" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_bad_device_is_one_line_and_exit_2(tiny_engine_dir):
+    r = run_cli("--engine_dir", str(tiny_engine_dir), "--input_text", TEXT, "--device", "tpu")
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines() == ["error: --device 'tpu' is not a device; use auto, cpu, cuda or cuda:N"]
+    if not torch.cuda.is_available():
+        r = run_cli("--engine_dir", str(tiny_engine_dir), "--input_text", TEXT, "--device", "cpu", "--cuda_graph_mode")
+        assert r.returncode == 2 and "--cuda_graph_mode needs the model on a CUDA device" in r.stderr
+        assert "Traceback" not in r.stderr
