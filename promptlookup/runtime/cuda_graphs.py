@@ -45,12 +45,57 @@ def next_pow2(x: int) -> int:
     return 1 << max(0, (x - 1).bit_length())
 
 
+def padded_inputs(
+    shape: tuple[int, int, int],
+    new_tokens: list[list[int]],
+    contexts: list[int],
+    tables: list[list[int]],
+    n_logits: list[int],
+    block_size: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A step padded to ``shape = (B, Q, K)``, as one flat ``int64`` CPU tensor (the layout
+    :func:`padded_layout` reads), and the flat indices of the wanted logit rows."""
+    B, Q, K = shape
+    scratch = SCRATCH_BLOCK * block_size
+    ids = torch.zeros(B, Q, dtype=torch.long)
+    pos = torch.zeros(B, Q, dtype=torch.long)
+    write = torch.full((B, Q), scratch, dtype=torch.long)
+    read = torch.full((B, K), scratch, dtype=torch.long)
+    ctx = torch.ones(B, dtype=torch.long)  # padded sequences attend to key 0 only
+    rows: list[int] = []
+    for b, (toks, c, table, n) in enumerate(zip(new_tokens, contexts, tables, n_logits)):
+        q = len(toks)
+        ids[b, :q] = torch.tensor(toks, dtype=torch.long)
+        p = torch.arange(c - q, c)
+        pos[b, :q] = p
+        blocks = torch.tensor(table, dtype=torch.long)
+        write[b, :q] = blocks[p // block_size] * block_size + p % block_size
+        slots = (blocks.view(-1, 1) * block_size + torch.arange(block_size)).view(-1)
+        read[b, :c] = slots[:c]
+        ctx[b] = c
+        rows.extend(range(b * Q + q - n, b * Q + q))
+    flat = torch.cat([ids.view(-1), pos.view(-1), write.view(-1), read.view(-1), ctx])
+    return flat, torch.tensor(rows, dtype=torch.long)
+
+
+def padded_layout(inputs: torch.Tensor, shape: tuple[int, int, int]) -> BatchLayout:
+    """The :class:`BatchLayout` over views of ``inputs`` (see :func:`padded_inputs`), with the
+    causal and context mask computed from them, and every row's logits wanted."""
+    B, Q, K = shape
+    n = B * Q
+    ids, pos, write = inputs[:n].view(B, Q), inputs[n : 2 * n].view(B, Q), inputs[2 * n : 3 * n].view(B, Q)
+    read, ctx = inputs[3 * n : 3 * n + B * K].view(B, K), inputs[3 * n + B * K :]
+    key = torch.arange(K, device=inputs.device)
+    mask = (key.view(1, 1, K) <= pos.view(B, Q, 1)) & (key.view(1, 1, K) < ctx.view(B, 1, 1))
+    return BatchLayout(input_ids=ids, positions=pos, write_slots=write, read_slots=read, contiguous_start=0,
+                       kv_len=K, mask=mask.unsqueeze(1), logit_rows=torch.arange(n, device=inputs.device))
+
+
 @dataclass
 class _Graph:
     graph: "torch.cuda.CUDAGraph"
     inputs: torch.Tensor  # flat int64: ids [B*Q], positions [B*Q], write slots [B*Q], read slots [B*K], contexts [B]
     logits: torch.Tensor  # [B*Q, vocab]
-    constants: tuple[torch.Tensor, ...]  # tensors the graph reads besides its inputs: kept alive with it
 
 
 class CudaGraphs:
@@ -65,11 +110,8 @@ class CudaGraphs:
         self.max_q = next_pow2(max_q)
         bs = pool.block_size
         self.max_k = -(-max_seq_len // bs) * bs
-        self.scratch = SCRATCH_BLOCK * bs
         self.graphs: dict[tuple[int, int, int], _Graph] = {}
         self.mempool = torch.cuda.graph_pool_handle()
-        for t in (*pool.k, *pool.v):  # padded reads see finite values
-            t[:, self.scratch : self.scratch + bs].zero_()
 
     def fits(self, batch: int, max_q: int) -> bool:
         return batch <= self.max_b and max_q <= self.max_q
@@ -107,50 +149,22 @@ class CudaGraphs:
         g = self.graphs.get((B, Q, K))
         if g is None:
             g = self.graphs[(B, Q, K)] = self._capture(B, Q, K)
-        host, rows = self._host_inputs(B, Q, K, new_tokens, contexts, tables, n_logits)
-        g.inputs.copy_(host, non_blocking=True)
+        host, rows = padded_inputs((B, Q, K), new_tokens, contexts, tables, n_logits, self.pool.block_size)
+        g.inputs.copy_(host.pin_memory(), non_blocking=True)
         g.graph.replay()
-        return g.logits.index_select(0, rows.to(g.logits.device, non_blocking=True))
-
-    def _host_inputs(self, B: int, Q: int, K: int, new_tokens, contexts, tables, n_logits):
-        bs = self.pool.block_size
-        ids = torch.zeros(B, Q, dtype=torch.long)
-        pos = torch.zeros(B, Q, dtype=torch.long)
-        write = torch.full((B, Q), self.scratch, dtype=torch.long)
-        read = torch.full((B, K), self.scratch, dtype=torch.long)
-        ctx = torch.ones(B, dtype=torch.long)  # padded sequences attend to key 0 only
-        rows: list[int] = []
-        for b, (toks, c, table, n) in enumerate(zip(new_tokens, contexts, tables, n_logits)):
-            q = len(toks)
-            ids[b, :q] = torch.tensor(toks, dtype=torch.long)
-            p = torch.arange(c - q, c)
-            pos[b, :q] = p
-            blocks = torch.tensor(table, dtype=torch.long)
-            write[b, :q] = blocks[p // bs] * bs + p % bs
-            slots = (blocks.view(-1, 1) * bs + torch.arange(bs)).view(-1)
-            read[b, :c] = slots[:c]
-            ctx[b] = c
-            rows.extend(range(b * Q + q - n, b * Q + q))
-        flat = torch.cat([ids.view(-1), pos.view(-1), write.view(-1), read.view(-1), ctx])
-        return flat.pin_memory(), torch.tensor(rows, dtype=torch.long).pin_memory()
+        return g.logits.index_select(0, rows.pin_memory().to(g.logits.device, non_blocking=True))
 
     def _capture(self, B: int, Q: int, K: int) -> _Graph:
         dev = self.model.device
-        n = B * Q
-        inputs = torch.zeros(3 * n + B * K + B, dtype=torch.long, device=dev)
-        ids, pos, write = inputs[:n].view(B, Q), inputs[n : 2 * n].view(B, Q), inputs[2 * n : 3 * n].view(B, Q)
-        read, ctx = inputs[3 * n : 3 * n + B * K].view(B, K), inputs[3 * n + B * K :]
-        write.fill_(self.scratch)  # warm-up and capture write nowhere that matters
-        read.fill_(self.scratch)
-        ctx.fill_(1)
-        key = torch.arange(K, device=dev)
-        rows = torch.arange(n, device=dev)
+        # an empty step: warm-up and capture write only into the scratch block
+        empty, _ = padded_inputs((B, Q, K), [], [], [], [], self.pool.block_size)
+        inputs = empty.to(dev)
 
         def step() -> torch.Tensor:
-            mask = (key.view(1, 1, K) <= pos.view(B, Q, 1)) & (key.view(1, 1, K) < ctx.view(B, 1, 1))
-            layout = BatchLayout(input_ids=ids, positions=pos, write_slots=write, read_slots=read,
-                                 contiguous_start=0, kv_len=K, mask=mask.unsqueeze(1), logit_rows=rows)
-            return self.model(layout, self.pool)
+            # Everything but `inputs`, the weights and the KV pool is computed inside the graph
+            # (the mask and row indices included), so it is recomputed at every replay and no
+            # tensor allocated outside the capture can be freed under it.
+            return self.model(padded_layout(inputs, (B, Q, K)), self.pool)
 
         side = torch.cuda.Stream(dev)
         side.wait_stream(torch.cuda.current_stream(dev))
@@ -160,4 +174,4 @@ class CudaGraphs:
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=self.mempool):
             logits = step()
-        return _Graph(graph, inputs, logits, (key, rows))
+        return _Graph(graph, inputs, logits)

@@ -62,6 +62,8 @@ class KVPool:
         # torch.empty: pages are only committed when first written.
         self.k = [torch.empty(num_kv_heads, slots, head_dim, dtype=dtype, device=device) for _ in range(num_layers)]
         self.v = [torch.empty(num_kv_heads, slots, head_dim, dtype=dtype, device=device) for _ in range(num_layers)]
+        for t in (*self.k, *self.v):  # padded reads land here, masked: they must be finite
+            t[:, SCRATCH_BLOCK * block_size : (SCRATCH_BLOCK + 1) * block_size].zero_()
 
     @staticmethod
     def bytes_per_token(num_layers: int, num_kv_heads: int, head_dim: int, dtype: torch.dtype) -> int:
