@@ -66,7 +66,13 @@ def test_input_file_formats_agree(tiny_engine_dir, tmp_path, smollm2_tokenizer_d
     for name in ("p.txt", "p.json", "p.csv", "p.npy"):
         res = run_json(tiny_engine_dir, tmp_path, "--input_file", str(tmp_path / name))
         outs[name] = [s["output_ids"] for s in res["sequences"]]
-    assert outs["p.txt"][0] == outs["p.json"][0] == outs["p.json"][1] == outs["p.csv"][0] == outs["p.npy"][0]
+    assert outs["p.txt"][0] == outs["p.csv"][0] == outs["p.npy"][0]  # one prompt each
+    assert outs["p.json"][0] == outs["p.json"][1]  # text and ids, batched together
+    if not torch.cuda.is_available():
+        # A batch of 2 and a batch of 1 agree on the CPU, whose kernels compute each row
+        # alike; GPU kernels chosen per batch shape may round differently, and this random
+        # tiny model's near-tied logits can then pick another token.
+        assert outs["p.txt"][0] == outs["p.json"][0]
 
 
 def test_token_id_prompts_get_no_chat_template(tiny_engine_dir, tmp_path):
