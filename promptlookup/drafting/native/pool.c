@@ -56,7 +56,8 @@ typedef struct {
     int64_t nfull, seq, full_first_seq, full_last_seq;
     Ref full_first, full_last;
     Short *shorts;
-    int32_t nshort, cap_short;
+    int32_t nshort;
+    int64_t cap_short;
     int settled;
 } Pattern;
 
@@ -75,9 +76,11 @@ typedef struct {
     PyObject_HEAD
     int k, n, keep_all, use_oldest;
     Text *texts;
-    int32_t ntexts, cap_texts;
+    int32_t ntexts;
+    int64_t cap_texts;
     Pattern *pats;
-    int32_t npats, cap_pats;
+    int32_t npats;
+    int64_t cap_pats;
     int32_t *index; /* pattern numbers, -1 empty */
     uint64_t index_mask;
     FullEntry *fullset;
@@ -185,9 +188,7 @@ static int32_t find_pattern(PoolObject *pool, int32_t text, int64_t off, int32_t
         while (pool->index[j] >= 0) j = (j + 1) & mask;
     }
     if (pool->npats == INT32_MAX) { PyErr_NoMemory(); return -2; }
-    int64_t cap = pool->cap_pats;
-    if (grow((void **)&pool->pats, &cap, (int64_t)pool->npats + 1, sizeof(Pattern)) < 0) return -2;
-    pool->cap_pats = (int32_t)(cap > INT32_MAX ? INT32_MAX : cap);
+    if (grow((void **)&pool->pats, &pool->cap_pats, (int64_t)pool->npats + 1, sizeof(Pattern)) < 0) return -2;
     int32_t i = pool->npats++;
     Pattern *pt = &pool->pats[i];
     memset(pt, 0, sizeof(*pt));
@@ -268,9 +269,7 @@ static int append_match(PoolObject *pool, int32_t pi, Ref m) {
         if (!(pool->use_oldest && first_of(pt).len == pool->k)) return fullset_add(pool, pi, pt->gen, m);
         return 0;
     }
-    int64_t cap = pt->cap_short;
-    if (grow((void **)&pt->shorts, &cap, (int64_t)pt->nshort + 1, sizeof(Short)) < 0) return -1;
-    pt->cap_short = (int32_t)(cap > INT32_MAX ? INT32_MAX : cap);
+    if (grow((void **)&pt->shorts, &pt->cap_short, (int64_t)pt->nshort + 1, sizeof(Short)) < 0) return -1;
     pt->shorts[pt->nshort++] = (Short){m, seq, pt->nfull};
     return 0;
 }
@@ -422,9 +421,7 @@ static int cursor_init(CursorObject *self, PyObject *args, PyObject *kwds) {
         return -1;
     }
     if (p->ntexts == INT32_MAX) { PyErr_NoMemory(); return -1; }
-    int64_t cap = p->cap_texts;
-    if (grow((void **)&p->texts, &cap, (int64_t)p->ntexts + 1, sizeof(Text)) < 0) return -1;
-    p->cap_texts = (int32_t)(cap > INT32_MAX ? INT32_MAX : cap);
+    if (grow((void **)&p->texts, &p->cap_texts, (int64_t)p->ntexts + 1, sizeof(Text)) < 0) return -1;
     self->tails = PyMem_Calloc((size_t)p->n + 1, sizeof(TailList));
     if (!self->tails) { PyErr_NoMemory(); return -1; }
     self->text = p->ntexts++;
