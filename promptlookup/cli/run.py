@@ -55,7 +55,6 @@ def main(argv: list[str] | None = None) -> int:
         raise UserError(f"--max_output_len must be at least 1, got {args.max_output_len}")
 
     from ..decoding import generate
-    from ..drafting.native import implementation as drafter_implementation
     from ..engine.config import read_engine_config
     from ..runtime import load_runner, load_tokenizer
 
@@ -141,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
                     "batch_size": len(prompts),
                     "device": str(getattr(getattr(runner, "model", None), "device", "trtllm")),
                     "cuda_graphs": getattr(runner, "graphs", None) is not None,
-                    "drafter_implementation": drafter_implementation() if draft else None,
+                    "drafter_implementation": drafter.classes.implementation if drafter else None,
                 },
                 "wall_time_s": wall,
                 "tokens_per_s": stats["generated_tokens"] / wall if wall > 0 else 0.0,

@@ -61,9 +61,7 @@ def load_runner(
     from .torch_runner import TorchRunner
 
     target = resolve_device(device)
-    model = load_checkpoint(cfg.directory)
-    if target != "cpu":
-        model = model.to(target)
+    model = load_checkpoint(cfg.directory).to(target)  # loaded on the CPU; a no-op there
     return TorchRunner(
         model,
         cfg.limits,

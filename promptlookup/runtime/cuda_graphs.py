@@ -31,6 +31,7 @@ prompt lookup token for token against plain decoding and against Hugging Face.
 """
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import torch
@@ -123,23 +124,14 @@ class CudaGraphs:
         """Capture every bucket a run of up to ``max_batch`` sequences and ``max_context``
         tokens can need, so no step pays for a capture later (each takes ~0.1 s). Returns
         how many graphs were captured."""
-        _, _, top_k = self.bucket(max_batch, 1, max_context)
-        before = len(self.graphs)
-        b = 1
-        while b <= next_pow2(min(max_batch, self.max_b)):
-            q = 1
-            while q <= self.max_q:
-                k = MIN_K if MIN_K <= top_k else top_k
-                while True:
-                    shape = self.bucket(b, q, k)
-                    if shape not in self.graphs:
-                        self.graphs[shape] = self._capture(*shape)
-                    if k >= top_k:
-                        break
-                    k = min(2 * k, top_k)
-                q *= 2
-            b *= 2
-        return len(self.graphs) - before
+        top_b, _, top_k = self.bucket(min(max_batch, self.max_b), 1, max_context)
+        batches = [1 << i for i in range(top_b.bit_length())]  # 1, 2, 4, ..., top_b
+        tokens = [1 << i for i in range(self.max_q.bit_length())]
+        contexts = [k for k in (MIN_K << i for i in range(top_k.bit_length())) if k < top_k] + [top_k]
+        missing = [s for s in itertools.product(batches, tokens, contexts) if s not in self.graphs]
+        for shape in missing:
+            self.graphs[shape] = self._capture(*shape)
+        return len(missing)
 
     def run(
         self, new_tokens: list[list[int]], contexts: list[int], tables: list[list[int]], n_logits: list[int]

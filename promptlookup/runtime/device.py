@@ -25,10 +25,9 @@ def resolve_device(device: str | None, flag: str = "--device") -> str:
     return device
 
 
-def synchronize(device: "str | object") -> None:
+def synchronize(device: "str | torch.device") -> None:
     """Wait for queued GPU work on ``device`` (a no-op on CPU), so wall-clock timings are real."""
     import torch
 
-    dev = torch.device(device) if not isinstance(device, torch.device) else device
-    if dev.type == "cuda":
-        torch.cuda.synchronize(dev)
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)

@@ -43,8 +43,8 @@ def load(name: str) -> ModuleType | None:
 
 
 def implementation() -> dict[str, str]:
-    """``{"pool": "c" | "python", "suffix_automaton": "c" | "python"}``."""
-    return {name: "c" if load(name) is not None else "python" for name in MODULES}
+    """What ``implementation="auto"`` uses: ``{"pool": "c" | "python", "suffix_automaton": ...}``."""
+    return drafting_classes().implementation
 
 
 def drafting_classes(implementation: str = "auto") -> DraftingClasses:
