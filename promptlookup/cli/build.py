@@ -22,6 +22,11 @@ def parse_args(argv: list[str] | None):
     p.add_argument("--gemm_plugin", default="auto")
     p.add_argument("--tokens_per_block", type=int, default=32)
     p.add_argument("--backend", choices=BACKENDS, default="auto")
+    p.add_argument("--step_costs", choices=["measure", "none"], default="measure",
+                   help="PyTorch engines: measure the relative cost of each step size now, on --device, and store "
+                        "it for run.py's cost-aware draft policy (none: run.py verifies full drafts)")
+    p.add_argument("--device", default="auto",
+                   help="PyTorch engines: where to measure step costs (auto: the GPU when one is visible, else the CPU)")
     return p.parse_args(argv)
 
 
@@ -57,7 +62,8 @@ def main(argv: list[str] | None = None) -> int:
             gemm_plugin=args.gemm_plugin,
         )
     else:
-        build_torch_engine(ckpt, args.output_dir, build)
+        build_torch_engine(ckpt, args.output_dir, build,
+                           step_costs_device=args.device if args.step_costs == "measure" else None)
     print(
         f"built a {backend} engine in {args.output_dir} ({time.perf_counter() - start:.1f} s): "
         f"max_batch_size={args.max_batch_size} max_input_len={args.max_input_len} "

@@ -6,13 +6,14 @@ from typing import Sequence
 from ..drafting.base import DraftConfig, Drafter
 from ..errors import UserError
 from ..runtime.base import Runner, SamplingConfig, validate_batch
+from .lookahead import LookaheadConfig, step_tokens
 from .orchestrator import run_orchestrator
 from .result import SequenceResult, StepCallback, StepEvent
 
 WORKFLOWS = ("v1", "v2")
 DRAFT_LENGTH_POLICIES = ("cost", "full")
 
-__all__ = ["generate", "SequenceResult", "StepEvent", "StepCallback", "WORKFLOWS"]
+__all__ = ["generate", "LookaheadConfig", "SequenceResult", "StepEvent", "StepCallback", "WORKFLOWS"]
 
 
 def generate(
@@ -27,16 +28,23 @@ def generate(
     on_step: StepCallback | None = None,
     drafter: Drafter | None = None,
     draft_length_policy: str = "cost",
+    max_candidates: int = 1,
+    lookahead: LookaheadConfig | None = None,
 ) -> list[SequenceResult]:
     """Generate for a batch of token-id prompts.
 
     Drafts come from ``drafter`` when given (to share its public pool and caches across
-    calls), else from a drafter made from ``draft``; with neither, this is plain decoding.
+    calls), else from a drafter made from ``draft``; with neither (and no ``lookahead``),
+    this is plain decoding.
 
-    ``draft_length_policy="cost"`` verifies, per step, only the prefix of each draft that
-    is expected to pay off on this runner (:mod:`.draft_policy`; runners that report no
-    step costs get full drafts); ``"full"`` always verifies the whole draft, as
-    TensorRT-LLM does. Neither changes the output tokens.
+    ``max_candidates > 1`` verifies several prompt-lookup candidates per step as one token
+    tree; ``lookahead`` runs Lookahead decoding (with prompt lookup too when a drafter is
+    given). Both need the PyTorch runner's single-call (v2) loop.
+
+    ``draft_length_policy="cost"`` sizes each step's draft (or tree) from the runner's
+    step-cost table, measured when the engine was built (:mod:`.draft_policy`; a runner
+    without a table gets full drafts); ``"full"`` always verifies everything proposed, as
+    TensorRT-LLM does. Neither changes the output tokens, and neither times anything.
     """
     if draft_length_policy not in DRAFT_LENGTH_POLICIES:
         raise UserError(f"unknown draft length policy {draft_length_policy!r}; choose cost or full")
@@ -44,6 +52,8 @@ def generate(
         raise UserError(f"unknown workflow {workflow!r}; choose v1 or v2")
     if max_new_tokens < 1:
         raise UserError(f"max_output_len must be at least 1, got {max_new_tokens}")
+    if not isinstance(max_candidates, int) or max_candidates < 1:
+        raise UserError(f"the number of draft candidates must be an integer >= 1, got {max_candidates!r}")
     limits = runner.limits
     validate_batch(prompts, limits)
     for i, p in enumerate(prompts):
@@ -64,18 +74,30 @@ def generate(
                 f"prompt_lookup_num_tokens {k} exceeds the engine's max_draft_len {limits.max_draft_len}; "
                 f"lower k or rebuild with --max_draft_len {k}"
             )
+    if lookahead is not None:
+        need = step_tokens(lookahead, config.prompt_lookup_num_tokens if drafter is not None and config else 0)
+        if need > limits.max_draft_len:
+            w, n, g = lookahead.triple
+            raise UserError(
+                f"--lookahead_config [{w},{n},{g}] feeds up to {need} draft tokens per step, more than the engine's "
+                f"max_draft_len {limits.max_draft_len}; rebuild with --max_draft_len {need} or use a smaller [W,N,G]"
+            )
 
     from ..runtime.torch_runner import TorchRunner
 
+    tree_mode = lookahead is not None or (max_candidates > 1 and drafter is not None)
+    if tree_mode and not (isinstance(runner, TorchRunner) and workflow == "v2"):
+        what = "--lookahead_config" if lookahead is not None else "several draft candidates"
+        raise UserError(f"{what} needs the PyTorch backend's single-call loop; pass --workflow v2")
     kwargs = dict(max_new_tokens=max_new_tokens, end_id=end_id, sampling=sampling, on_step=on_step)
-    if drafter is not None and draft_length_policy == "cost" and hasattr(runner, "step_costs"):
-        k = config.prompt_lookup_num_tokens if config is not None else limits.max_draft_len
-        kwargs["step_costs"] = runner.step_costs(min(k, limits.max_draft_len) + 1)
+    if (drafter is not None or lookahead is not None) and draft_length_policy == "cost":
+        kwargs["step_costs"] = getattr(runner, "step_cost_table", None)
     if isinstance(runner, TorchRunner):
         if workflow == "v2" or drafter is None:
             from .single_call import run_single_call
 
-            return run_single_call(runner, prompts, drafter=drafter, **kwargs)
+            return run_single_call(runner, prompts, drafter=drafter, max_candidates=max_candidates,
+                                   lookahead=lookahead, **kwargs)
         return run_orchestrator(runner, prompts, drafter=drafter, **kwargs)
     if workflow == "v2" and drafter is not None:
         lookup = getattr(runner, "generate_lookup", None)

@@ -9,29 +9,23 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from ..drafting.base import Drafter, RequestDrafter
+from ..drafting.base import Drafter
+from ..runtime.tree import DraftTree
 from .draft_policy import DraftLengthPolicy
+from .lookahead import LookaheadConfig
+from .proposers import CandidateProposer, ChainProposer, LookaheadProposer, NoDraft, Proposer
 from .result import SequenceResult, StepCallback, StepEvent
 
 
-class _NoDraft:
-    """Plain decoding: never proposes anything."""
-
-    def extend(self, tokens: Sequence[int]) -> None:
-        pass
-
-    def propose(self) -> list[int]:
-        return []
-
-    def record(self, drafted: int, accepted: int) -> None:
-        pass
-
-    def finish(self) -> None:
-        pass
-
-
 class LoopState:
-    """Live sequences of one generation: ``active`` lists the unfinished ones."""
+    """Live sequences of one generation: ``active`` lists the unfinished ones.
+
+    Each sequence has a :class:`~.proposers.Proposer` that builds its step's tree:
+    plain decoding, a prompt-lookup chain, several prompt-lookup candidates
+    (``max_candidates > 1``) or Lookahead (``lookahead``, with prompt lookup too when a
+    drafter is given). ``step_costs`` (relative step cost by tokens fed; ``None``: verify
+    everything proposed) lets the proposers size their trees.
+    """
 
     def __init__(
         self,
@@ -42,30 +36,57 @@ class LoopState:
         end_id: int,
         on_step: StepCallback | None,
         step_costs: Sequence[float] | None = None,
+        *,
+        max_candidates: int = 1,
+        lookahead: LookaheadConfig | None = None,
+        max_tree_nodes: int | None = None,
     ) -> None:
         self.max_new_tokens = max_new_tokens
+        self.max_seq_len = max_seq_len
+        self.max_tree_nodes = max_tree_nodes
         self.end_id = end_id
         self.on_step = on_step
         self.results = [SequenceResult() for _ in prompts]
-        self.drafters: list[RequestDrafter] = [
-            drafter.new_request(p, max_seq_len) if drafter is not None else _NoDraft() for p in prompts
+        self.lengths = [len(p) for p in prompts]
+        self.proposers: list[Proposer] = [
+            self._proposer(i, p, drafter, step_costs, max_candidates, lookahead) for i, p in enumerate(prompts)
         ]
         self.active = list(range(len(prompts)))
-        self.policies = [DraftLengthPolicy(step_costs) for _ in prompts] if step_costs else None
-        self.proposals: list[list[int]] = [[] for _ in prompts]
+        self.last_trees: dict[int, DraftTree] = {}
 
-    def drafts(self) -> list[list[int]]:
-        """One draft per active sequence, cut to leave room for the target's own token and,
-        with a cost table, to the length the draft policy expects to pay off."""
+    def _proposer(self, i, prompt, drafter, costs, max_candidates, lookahead) -> Proposer:
+        req = drafter.new_request(prompt, self.max_seq_len) if drafter is not None else None
+        if lookahead is not None:
+            return LookaheadProposer(lookahead, prompt, drafter=req, costs=costs, seed=i)
+        if req is None:
+            return NoDraft()
+        policy = DraftLengthPolicy(costs) if costs else None
+        if max_candidates > 1:
+            return CandidateProposer(req, policy, max_candidates)
+        return ChainProposer(req, policy)
+
+    def trees(self) -> list[DraftTree]:
+        """One tree per active sequence, within the output and engine limits."""
         out = []
         for i in self.active:
             room = self.max_new_tokens - len(self.results[i].output_ids) - 1
-            proposal = self.drafters[i].propose()[:room] if room > 0 else []
-            self.proposals[i] = proposal
-            out.append(proposal[: self.policies[i].choose(proposal)] if self.policies else proposal)
+            space = self.max_seq_len - self.lengths[i] - len(self.results[i].output_ids)
+            if self.max_tree_nodes is not None:
+                space = min(space, self.max_tree_nodes)
+            tree = self.proposers[i].tree(max(0, room), max(0, space))
+            self.last_trees[i] = tree
+            out.append(tree)
         return out
 
-    def commit(self, i: int, drafted: int, tokens: Sequence[int], accepted: int) -> None:
+    def drafts(self) -> list[list[int]]:
+        """Chain drafts, for backends that verify one chain per sequence (V1)."""
+        trees = self.trees()
+        if not all(t.is_chain for t in trees):
+            raise ValueError("this loop verifies chains only")
+        return [t.tokens for t in trees]
+
+    def commit(self, i: int, drafted: int, tokens: Sequence[int], accepted: int,
+               choices: Sequence[int] = ()) -> None:
         """Append one step's tokens (``accepted`` draft tokens, then the target's own)."""
         r = self.results[i]
         tokens = list(tokens)[: self.max_new_tokens - len(r.output_ids)]
@@ -76,11 +97,14 @@ class LoopState:
         r.output_ids.extend(tokens)
         r.draft_flags.extend([True] * accepted + [False] * (len(tokens) - accepted))
         r.finished = bool(tokens) and tokens[-1] == self.end_id
-        if self.policies:
-            self.policies[i].observe(self.proposals[i], drafted, tokens)
-        d = self.drafters[i]
-        d.record(drafted, accepted)
-        d.extend(tokens)
+        tree = self.last_trees.pop(i, None)
+        if tree is None:
+            tree = DraftTree([], [])
+        r.tree_tokens += len(tree)
+        self.proposers[i].observe(tree, tokens, accepted, choices)
+        by_source = getattr(self.proposers[i], "accepted_by_source", None)
+        if by_source is not None:
+            r.accepted_by_source = dict(by_source)
         if self.on_step is not None:
             self.on_step(StepEvent(i, tokens, accepted))
 
@@ -89,7 +113,7 @@ class LoopState:
         for i in self.active:
             r = self.results[i]
             if r.finished or len(r.output_ids) >= self.max_new_tokens:
-                self.drafters[i].finish()
+                self.proposers[i].finish()
             else:
                 still.append(i)
         self.active = still

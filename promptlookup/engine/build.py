@@ -88,13 +88,27 @@ def build_config(
     }
 
 
-def build_torch_engine(checkpoint_dir: str | Path, output_dir: str | Path, build: dict[str, Any]) -> Path:
-    """Write a PyTorch engine directory (atomically) and return its path."""
+def build_torch_engine(
+    checkpoint_dir: str | Path,
+    output_dir: str | Path,
+    build: dict[str, Any],
+    *,
+    step_costs_device: str | None = None,
+) -> Path:
+    """Write a PyTorch engine directory (atomically) and return its path.
+
+    ``step_costs_device`` (``cpu``, ``cuda``, ``auto``; ``None``: skip) measures the step-cost
+    table on that device and stores it in ``config.json`` (:mod:`.step_costs`).
+    """
     from ..checkpoint.load import load_checkpoint, read_checkpoint_config
 
     checkpoint_dir = Path(checkpoint_dir)
     pretrained = read_checkpoint_config(checkpoint_dir)
-    load_checkpoint(checkpoint_dir)  # proves the weights are complete and consistent
+    model = load_checkpoint(checkpoint_dir)  # proves the weights are complete and consistent
+    step_costs = {}
+    if step_costs_device is not None:
+        step_costs = measure_for_engine(model, pretrained, build, step_costs_device)
+    del model
     output_dir = Path(output_dir)
     with atomic_output_dir(output_dir) as tmp:
         for src in sorted(checkpoint_dir.glob("rank*.safetensors")):
@@ -108,5 +122,28 @@ def build_torch_engine(checkpoint_dir: str | Path, output_dir: str | Path, build
             "pretrained_config": pretrained,
             "build_config": build,
         }
+        if step_costs:
+            config["step_costs"] = step_costs
         (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     return output_dir
+
+
+def measure_for_engine(model: Any, pretrained: dict[str, Any], build: dict[str, Any], device: str) -> dict[str, Any]:
+    """``{device type: table}`` for the engine's limits, measured on ``device``."""
+    from ..runtime.base import EngineLimits
+    from ..runtime.device import resolve_device
+    from ..runtime.torch_runner import TorchRunner
+    from .step_costs import table_entry
+
+    target = resolve_device(device)
+    limits = EngineLimits(
+        max_batch_size=1,
+        max_input_len=int(build["max_input_len"]),
+        max_seq_len=int(build["max_seq_len"]),
+        max_draft_len=int(build["max_draft_len"]),
+        vocab_size=int(pretrained["vocab_size"]),
+    )
+    max_tokens = max(2, limits.max_draft_len + 1)
+    runner = TorchRunner(model.to(target), limits, tokens_per_block=int(build["plugin_config"]["tokens_per_block"]),
+                         max_tokens_in_paged_kv_cache=max_tokens + 1024, cuda_graph_mode=False)
+    return {target.split(":")[0]: table_entry(runner, max_tokens)}

@@ -9,7 +9,8 @@ Layout (PyTorch engine)::
                                              speculative_decoding_mode,
                                              plugin_config: {use_paged_context_fmha,
                                                              gemm_plugin, paged_kv_cache,
-                                                             tokens_per_block}}}
+                                                             tokens_per_block}},
+                            "step_costs": {<device type>: {"costs": [...], ...}}}  (optional)
     rank{N}.safetensors    the checkpoint's weights (TensorRT-LLM names, any tp/pp)
     tokenizer files        copied from the checkpoint
 
@@ -35,6 +36,7 @@ class EngineConfig:
     backend: str  # "torch" or "trtllm"
     pretrained: dict[str, Any]
     build: dict[str, Any]
+    step_costs: dict[str, Any] | None = None  # {device type: {"costs": [...], ...}} (engine/step_costs.py)
 
     @property
     def limits(self) -> EngineLimits:
@@ -79,4 +81,4 @@ def read_engine_config(engine_dir: str | Path) -> EngineConfig:
     missing = [f"rank{r}.{suffix}" for r in range(world) if not (d / f"rank{r}.{suffix}").is_file()]
     if missing:
         raise UserError(f"engine directory {d} is incomplete (missing {', '.join(missing)}); rebuild it with build.sh")
-    return EngineConfig(d, backend, pretrained, build)
+    return EngineConfig(d, backend, pretrained, build, raw.get("step_costs") if isinstance(raw.get("step_costs"), dict) else None)

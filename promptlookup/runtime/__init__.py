@@ -60,6 +60,8 @@ def load_runner(
     from .device import resolve_device
     from .torch_runner import TorchRunner
 
+    from ..engine.step_costs import costs_for
+
     target = resolve_device(device)
     model = load_checkpoint(cfg.directory).to(target)  # loaded on the CPU; a no-op there
     return TorchRunner(
@@ -69,6 +71,7 @@ def load_runner(
         max_tokens_in_paged_kv_cache=max_tokens_in_paged_kv_cache,
         kv_cache_enable_block_reuse=kv_cache_enable_block_reuse,
         cuda_graph_mode=cuda_graph_mode,
+        step_cost_table=costs_for(cfg.step_costs, target.split(":")[0]),
     )
 
 

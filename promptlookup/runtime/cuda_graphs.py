@@ -17,7 +17,8 @@ Padding. Sequence ``b`` puts its tokens at ``[b, 0:q_b]`` (as :func:`build_layou
 Padded token slots and padded sequences write their K/V into the scratch block, read the
 scratch slot beyond each sequence's context, and attend to key 0 only, so every softmax
 row is finite; their logits are computed and dropped. The mask is built inside the graph
-from the positions and context lengths.
+from the context lengths and a ``[Q, Q]`` row-visibility matrix per sequence, so token
+trees (:class:`~.paged_llama.SequenceRows`) replay on the same graphs as chains.
 
 Inputs travel in one host-to-device copy: the five integer inputs are views of a single
 flat ``int64`` buffer per graph. Outputs: the logits of all ``B' * Q'`` rows, of which the
@@ -33,11 +34,12 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
+from typing import Sequence
 
 import torch
 
 from .kv_cache import SCRATCH_BLOCK, KVPool
-from .paged_llama import BatchLayout, PagedLlama
+from .paged_llama import BatchLayout, PagedLlama, Parents, sequence_rows
 
 MIN_K = 256  # smallest attended-slot bucket
 
@@ -53,9 +55,12 @@ def padded_inputs(
     tables: list[list[int]],
     n_logits: list[int],
     block_size: int,
+    parents: Sequence[Parents] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """A step padded to ``shape = (B, Q, K)``, as one flat ``int64`` CPU tensor (the layout
-    :func:`padded_layout` reads), and the flat indices of the wanted logit rows."""
+    :func:`padded_layout` reads), and the flat indices of the wanted logit rows.
+
+    ``parents[b]`` makes sequence ``b``'s rows a tree (:class:`~.paged_llama.SequenceRows`)."""
     B, Q, K = shape
     scratch = SCRATCH_BLOCK * block_size
     ids = torch.zeros(B, Q, dtype=torch.long)
@@ -63,31 +68,44 @@ def padded_inputs(
     write = torch.full((B, Q), scratch, dtype=torch.long)
     read = torch.full((B, K), scratch, dtype=torch.long)
     ctx = torch.ones(B, dtype=torch.long)  # padded sequences attend to key 0 only
+    base = torch.zeros(B, dtype=torch.long)
+    visible = torch.zeros(B, Q, Q, dtype=torch.long)
+    visible[:, :, 0] = 1  # padded rows see one finite key (their logits are dropped)
     rows: list[int] = []
     for b, (toks, c, table, n) in enumerate(zip(new_tokens, contexts, tables, n_logits)):
         q = len(toks)
+        sr = sequence_rows(q, c, table, parents[b] if parents is not None else None, block_size)
         ids[b, :q] = torch.tensor(toks, dtype=torch.long)
-        p = torch.arange(c - q, c)
-        pos[b, :q] = p
+        pos[b, :q] = sr.positions
+        write[b, :q] = sr.write_slots
         blocks = torch.tensor(table, dtype=torch.long)
-        write[b, :q] = blocks[p // block_size] * block_size + p % block_size
         slots = (blocks.view(-1, 1) * block_size + torch.arange(block_size)).view(-1)
         read[b, :c] = slots[:c]
         ctx[b] = c
+        base[b] = c - q
+        visible[b, :q, :q] = sr.visible if sr.visible is not None else torch.ones(q, q, dtype=torch.long).tril()
         rows.extend(range(b * Q + q - n, b * Q + q))
-    flat = torch.cat([ids.view(-1), pos.view(-1), write.view(-1), read.view(-1), ctx])
+    flat = torch.cat([ids.view(-1), pos.view(-1), write.view(-1), read.view(-1), ctx, base, visible.view(-1)])
     return flat, torch.tensor(rows, dtype=torch.long)
 
 
 def padded_layout(inputs: torch.Tensor, shape: tuple[int, int, int]) -> BatchLayout:
     """The :class:`BatchLayout` over views of ``inputs`` (see :func:`padded_inputs`), with the
-    causal and context mask computed from them, and every row's logits wanted."""
+    mask computed from them, and every row's logits wanted.
+
+    Row ``r`` of sequence ``b`` sees key ``k`` iff ``k < ctx[b]`` and either ``k < base[b]``
+    (the cached context) or ``visible[b, r, k - base[b]]`` (its own tree among the step's rows)."""
     B, Q, K = shape
     n = B * Q
     ids, pos, write = inputs[:n].view(B, Q), inputs[n : 2 * n].view(B, Q), inputs[2 * n : 3 * n].view(B, Q)
-    read, ctx = inputs[3 * n : 3 * n + B * K].view(B, K), inputs[3 * n + B * K :]
+    read = inputs[3 * n : 3 * n + B * K].view(B, K)
+    rest = 3 * n + B * K
+    ctx, base = inputs[rest : rest + B], inputs[rest + B : rest + 2 * B]
+    visible = inputs[rest + 2 * B :].view(B, Q, Q)
     key = torch.arange(K, device=inputs.device)
-    mask = (key.view(1, 1, K) <= pos.view(B, Q, 1)) & (key.view(1, 1, K) < ctx.view(B, 1, 1))
+    rel = key.view(1, 1, K) - base.view(B, 1, 1)  # [B, 1, K]: key's row index among the step's rows
+    own = visible.gather(2, rel.clamp(0, Q - 1).expand(B, Q, K)) != 0
+    mask = ((rel < 0) | ((rel < Q) & own)) & (key.view(1, 1, K) < ctx.view(B, 1, 1))
     return BatchLayout(input_ids=ids, positions=pos, write_slots=write, read_slots=read, contiguous_start=0,
                        kv_len=K, mask=mask.unsqueeze(1), logit_rows=torch.arange(n, device=inputs.device))
 
@@ -95,7 +113,7 @@ def padded_layout(inputs: torch.Tensor, shape: tuple[int, int, int]) -> BatchLay
 @dataclass
 class _Graph:
     graph: "torch.cuda.CUDAGraph"
-    inputs: torch.Tensor  # flat int64: ids [B*Q], positions [B*Q], write slots [B*Q], read slots [B*K], contexts [B]
+    inputs: torch.Tensor  # flat int64: ids, positions, write slots [B*Q] each; read slots [B*K]; contexts, bases [B]; visibility [B*Q*Q]
     logits: torch.Tensor  # [B*Q, vocab]
 
 
@@ -134,14 +152,19 @@ class CudaGraphs:
         return len(missing)
 
     def run(
-        self, new_tokens: list[list[int]], contexts: list[int], tables: list[list[int]], n_logits: list[int]
+        self,
+        new_tokens: list[list[int]],
+        contexts: list[int],
+        tables: list[list[int]],
+        n_logits: list[int],
+        parents: Sequence[Parents] | None = None,
     ) -> torch.Tensor:
         """Logits ``[sum(n_logits), vocab]`` in the order of :func:`build_layout`'s ``logit_rows``."""
         B, Q, K = self.bucket(len(new_tokens), max(len(t) for t in new_tokens), max(contexts))
         g = self.graphs.get((B, Q, K))
         if g is None:
             g = self.graphs[(B, Q, K)] = self._capture(B, Q, K)
-        host, rows = padded_inputs((B, Q, K), new_tokens, contexts, tables, n_logits, self.pool.block_size)
+        host, rows = padded_inputs((B, Q, K), new_tokens, contexts, tables, n_logits, self.pool.block_size, parents)
         g.inputs.copy_(host.pin_memory(), non_blocking=True)
         g.graph.replay()
         return g.logits.index_select(0, rows.pin_memory().to(g.logits.device, non_blocking=True))

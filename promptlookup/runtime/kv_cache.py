@@ -69,6 +69,16 @@ class KVPool:
     def bytes_per_token(num_layers: int, num_kv_heads: int, head_dim: int, dtype: torch.dtype) -> int:
         return 2 * num_layers * num_kv_heads * head_dim * torch.empty((), dtype=dtype).element_size()
 
+    def move_slots(self, src: list[int], dst: list[int]) -> None:
+        """Copy the K/V of slots ``src`` into slots ``dst`` in every layer (``dst`` slots must
+        not be among the ``src`` slots of a later pair). Cost: one gather and one scatter per
+        layer tensor, of ``len(src)`` rows."""
+        device = self.k[0].device
+        s = torch.tensor(src, dtype=torch.long, device=device)
+        d = torch.tensor(dst, dtype=torch.long, device=device)
+        for t in (*self.k, *self.v):
+            t.index_copy_(1, d, t.index_select(1, s))
+
     def copy_block(self, src: int, dst: int) -> None:
         bs = self.block_size
         for t in (*self.k, *self.v):

@@ -8,9 +8,9 @@ matmul each, new K/V are scattered into their cache slots, and attention runs th
 head).
 
 One call processes a batch of sequences, each contributing ``q_len[b]`` new tokens
-(padded to ``Q``). For sequence ``b`` the new tokens sit at positions
-``ctx[b] - q_len[b] .. ctx[b] - 1`` and attend to slots ``0 .. ctx[b] - 1`` of its block
-table, causally. Cost per call: the model's FLOPs for ``sum(q_len)`` tokens, plus a gather
+(padded to ``Q``). For sequence ``b`` the new tokens fill slots ``ctx[b] - q_len[b] ..
+ctx[b] - 1`` of its block table and attend to the slots before them and, among
+themselves, causally (a chain) or along a token tree (:class:`SequenceRows`). Cost per call: the model's FLOPs for ``sum(q_len)`` tokens, plus a gather
 of ``max(ctx)`` K/V rows per layer (skipped when a single sequence's blocks are contiguous).
 On CPU the projections run through :class:`~.cpu_linear.CpuLinear`, which picks the faster
 GEMM kernel for the step's row count.
@@ -18,7 +18,7 @@ GEMM kernel for the step's row count.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -53,6 +53,50 @@ class BatchLayout:
     logit_rows: torch.Tensor
 
 
+Parents = Sequence[int] | None  # a step's row tree; None: a chain (each row's parent is the row before)
+
+
+@dataclass
+class SequenceRows:
+    """The rows one sequence feeds into a step, as a tree over the rows.
+
+    Row ``r`` sits in the sequence's logical slot ``base + r`` (``base = ctx - q``), where
+    its K/V are written. ``parents[r]`` is the row it follows (``-1``: the cached context
+    before the first row). A row's position is ``base + depth(r)``, with ``depth = 0`` for
+    a row whose parent is ``-1``; it attends to every cached slot ``< base``, to its
+    ancestor rows and to itself, and to nothing else. A chain (``parents = [-1, 0, 1, ...]``,
+    the default) is ordinary causal attention; a token tree (drafts branching from the
+    sequence's last token) uses the same rule, so both are one code path.
+
+    Invariant: ``parents[r] < r``. Cost: O(q^2) booleans for the visibility matrix.
+    """
+
+    positions: torch.Tensor  # [q] int64
+    write_slots: torch.Tensor  # [q] int64 physical slots
+    visible: torch.Tensor | None  # [q, q] bool (row r sees row c), None for a chain
+
+
+def sequence_rows(q: int, ctx: int, table: Sequence[int], parents: Parents, block_size: int) -> SequenceRows:
+    """Positions, write slots and row visibility of one sequence's ``q`` rows ending at ``ctx``."""
+    base = ctx - q
+    slots = torch.arange(base, ctx)
+    blocks = torch.tensor(table, dtype=torch.long)
+    write = blocks[slots // block_size] * block_size + slots % block_size
+    if parents is None:
+        return SequenceRows(slots, write, None)
+    if len(parents) != q:
+        raise ValueError(f"{len(parents)} parents for {q} rows")
+    depth = [0] * q
+    seen = [0] * q  # bitsets of visible rows
+    for r, p in enumerate(parents):
+        if not -1 <= p < r:
+            raise ValueError(f"row {r} has parent {p}; parents must precede their children")
+        depth[r] = depth[p] + 1 if p >= 0 else 0
+        seen[r] = (seen[p] if p >= 0 else 0) | (1 << r)
+    bits = torch.tensor([[(m >> c) & 1 for c in range(q)] for m in seen], dtype=torch.bool)
+    return SequenceRows(base + torch.tensor(depth, dtype=torch.long), write, bits)
+
+
 def build_layout(
     new_tokens: list[list[int]],
     contexts: list[int],
@@ -60,10 +104,12 @@ def build_layout(
     logits_per_seq: list[int],
     block_size: int,
     device: torch.device,
+    parents: Sequence[Parents] | None = None,
 ) -> BatchLayout:
     """Lay out a batch: sequence ``b`` feeds ``new_tokens[b]`` ending at context length ``contexts[b]``.
 
-    ``logits_per_seq[b]`` trailing positions of sequence ``b`` get logits.
+    ``logits_per_seq[b]`` trailing rows of sequence ``b`` get logits. ``parents[b]`` makes
+    the rows a tree (see :class:`SequenceRows`); by default every sequence is a chain.
     """
     B = len(new_tokens)
     Q = max(len(t) for t in new_tokens)
@@ -72,14 +118,14 @@ def build_layout(
     pos = torch.zeros(B, Q, dtype=torch.long)
     write = torch.full((B, Q), SCRATCH_BLOCK * block_size, dtype=torch.long)
     rows: list[int] = []
+    layouts = []
     for b, (toks, ctx, table) in enumerate(zip(new_tokens, contexts, block_tables)):
         q = len(toks)
-        start = ctx - q
+        sr = sequence_rows(q, ctx, table, parents[b] if parents is not None else None, block_size)
+        layouts.append(sr)
         ids[b, :q] = torch.tensor(toks, dtype=torch.long)
-        p = torch.arange(start, ctx)
-        pos[b, :q] = p
-        blocks = torch.tensor(table, dtype=torch.long)
-        write[b, :q] = blocks[p // block_size] * block_size + p % block_size
+        pos[b, :q] = sr.positions
+        write[b, :q] = sr.write_slots
         rows.extend(range(b * Q + q - logits_per_seq[b], b * Q + q))
 
     read = None
@@ -97,8 +143,13 @@ def build_layout(
     mask = None
     if Q > 1 or B > 1:
         key_pos = torch.arange(K)
-        ctx_t = torch.tensor(contexts).view(B, 1, 1)
-        mask = (key_pos.view(1, 1, K) <= pos.view(B, Q, 1)) & (key_pos.view(1, 1, K) < ctx_t)
+        mask = torch.zeros(B, Q, K, dtype=torch.bool)
+        for b, (toks, ctx, sr) in enumerate(zip(new_tokens, contexts, layouts)):
+            q = len(toks)
+            base = ctx - q
+            mask[b] = key_pos.view(1, K) < base
+            mask[b, :q, base:ctx] = sr.visible if sr.visible is not None else torch.ones(q, q, dtype=torch.bool).tril()
+            mask[b, q:, 0] = True  # padded rows: one finite key, logits dropped
         mask = mask.unsqueeze(1).to(device)
     return BatchLayout(
         input_ids=ids.to(device),

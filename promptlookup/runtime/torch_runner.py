@@ -27,8 +27,9 @@ from ..errors import UserError
 from .base import EngineLimits, GenerationOutput, RunnerStats, SamplingConfig, validate_batch
 from .cuda_graphs import CudaGraphs
 from .kv_cache import BlockManager, KVPool, SequenceBlocks
-from .paged_llama import PagedLlama, build_layout
+from .paged_llama import PagedLlama, Parents, build_layout
 from .sampling import select_tokens
+from .tree import DraftTree, accept_path
 
 
 @dataclass
@@ -46,6 +47,8 @@ class StepResult:
     tokens: list[int]  # accepted draft tokens, then the target's own token (cut at end_id)
     accepted: int
     finished: bool
+    choices: list[int] = field(default_factory=list)  # the target's choice at the root, then at every node
+    path: list[int] = field(default_factory=list)  # accepted node indices of the tree
 
 
 class DecodeBatch:
@@ -70,13 +73,55 @@ class DecodeBatch:
         end_id: int,
         sampling: SamplingConfig,
     ) -> list[StepResult]:
-        """Verify ``drafts[j]`` for sequence ``indices[j]``; all in one forward pass."""
+        """Verify ``drafts[j]`` (a chain) for sequence ``indices[j]``; all in one forward pass."""
+        return self.step_trees(indices, [DraftTree.chain(d) for d in drafts], end_id, sampling)
+
+    def step_trees(
+        self,
+        indices: Sequence[int],
+        trees: Sequence[DraftTree],
+        end_id: int,
+        sampling: SamplingConfig,
+    ) -> list[StepResult]:
+        """Verify ``trees[j]`` for sequence ``indices[j]`` in one forward pass, then commit
+        each sequence's accepted path (:func:`~.tree.accept_path`)."""
+        choices = self.verify(indices, trees, sampling)
+        results = []
+        moves: list[tuple[int, int]] = []  # (from, to) physical slots of accepted tree nodes
+        for i, tree, mine in zip(indices, trees, choices):
+            s = self.seqs[i]
+            path, out = accept_path(tree, mine, end_id)
+            bs = self.runner.pool.block_size
+            for depth, node in enumerate(path):  # node j sits in slot len(tokens) + j; it belongs at + depth
+                if node != depth:
+                    src, dst = len(s.tokens) + node, len(s.tokens) + depth
+                    moves.append((s.blocks.blocks[src // bs] * bs + src % bs, s.blocks.blocks[dst // bs] * bs + dst % bs))
+            accepted = len(path)
+            finished = out[-1] == end_id
+            s.cached = len(s.tokens) + accepted
+            s.tokens.extend(out)
+            s.stats.output_ids.extend(out)
+            s.stats.num_draft_tokens += tree.num_walkable
+            s.stats.num_accepted_draft_tokens += accepted
+            s.stats.finished = finished
+            results.append(StepResult(out, accepted, finished, list(mine), path))
+        if moves:
+            self.runner.pool.move_slots([m[0] for m in moves], [m[1] for m in moves])
+        return results
+
+    def verify(self, indices: Sequence[int], trees: Sequence[DraftTree], sampling: SamplingConfig) -> list[list[int]]:
+        """One forward pass: feed each selected sequence its pending tokens plus its tree's
+        nodes (node ``j`` in slot ``len(tokens) + j``) and return, per sequence, the
+        target's choice at the root and at every node. Commits nothing: call
+        :meth:`step_trees` (or commit a path yourself) before the next step."""
         runner = self.runner
         seqs = [self.seqs[i] for i in indices]
-        new_tokens, contexts, tables, n_logits = [], [], [], []
-        for s, draft in zip(seqs, drafts):
-            feed = s.tokens[s.cached :] + list(draft)
-            ctx = len(s.tokens) + len(draft)
+        new_tokens, contexts, tables, n_logits, parents = [], [], [], [], []
+        chains = True
+        for s, tree in zip(seqs, trees):
+            pending = s.tokens[s.cached :]
+            feed = pending + tree.tokens
+            ctx = len(s.tokens) + len(tree)
             if ctx > runner.limits.max_seq_len:
                 raise UserError(
                     f"sequence length {ctx} exceeds the engine's max_seq_len {runner.limits.max_seq_len}; "
@@ -86,35 +131,27 @@ class DecodeBatch:
             new_tokens.append(feed)
             contexts.append(ctx)
             tables.append(s.blocks.blocks)
-            n_logits.append(len(draft) + 1)
-        logits = runner.forward(new_tokens, contexts, tables, n_logits)
+            n_logits.append(len(tree) + 1)
+            p = len(pending)
+            # Rows: the pending tokens (a chain), then the nodes (parent -1 is the root, row p - 1).
+            parents.append(list(range(-1, p - 1)) + [q + p if q >= 0 else p - 1 for q in tree.parents])
+            chains = chains and tree.is_chain
+        logits = runner.forward(new_tokens, contexts, tables, n_logits, None if chains else parents)
         runner.stats.forward_calls += 1
         runner.stats.forward_tokens += sum(len(t) for t in new_tokens)
 
         requests, positions = [], []
-        for s, draft in zip(seqs, drafts):
-            requests.extend([s.request] * (len(draft) + 1))
-            positions.extend(range(len(s.tokens), len(s.tokens) + len(draft) + 1))
+        for s, tree in zip(seqs, trees):
+            requests.extend([s.request] * (len(tree) + 1))
+            root = len(s.tokens)  # the position of the token chosen at the root
+            positions.append(root)
+            positions.extend(root + d for d in tree.depths())
         chosen = select_tokens(logits, sampling, requests, positions)
-
-        results = []
-        row = 0
-        for s, draft in zip(seqs, drafts):
-            mine = chosen[row : row + len(draft) + 1]
-            row += len(draft) + 1
-            accepted = 0
-            while accepted < len(draft) and draft[accepted] == mine[accepted] and draft[accepted] != end_id:
-                accepted += 1
-            out = mine[: accepted + 1]
-            finished = out[-1] == end_id
-            s.cached = len(s.tokens) + accepted
-            s.tokens.extend(out)
-            s.stats.output_ids.extend(out)
-            s.stats.num_draft_tokens += len(draft)
-            s.stats.num_accepted_draft_tokens += accepted
-            s.stats.finished = finished
-            results.append(StepResult(out, accepted, finished))
-        return results
+        out, row = [], 0
+        for tree in trees:
+            out.append(chosen[row : row + len(tree) + 1])
+            row += len(tree) + 1
+        return out
 
     def close(self) -> None:
         """Release every sequence's blocks (registering them for reuse)."""
@@ -135,9 +172,13 @@ class TorchRunner:
         max_tokens_in_paged_kv_cache: int | None = None,
         kv_cache_enable_block_reuse: bool = True,
         cuda_graph_mode: bool | None = None,
+        step_cost_table: Sequence[float] | None = None,
     ) -> None:
         """``cuda_graph_mode``: replay captured CUDA graphs for decoding steps
-        (:mod:`.cuda_graphs`); ``None`` turns them on when the model is on a CUDA device."""
+        (:mod:`.cuda_graphs`); ``None`` turns them on when the model is on a CUDA device.
+        ``step_cost_table[q]``: the relative cost of a step feeding ``q`` tokens, measured
+        when the engine was built (:mod:`promptlookup.engine.step_costs`); the cost-aware
+        draft policy reads it, and ``None`` means full drafts. The runner never times itself."""
         self.hf_model = hf_model  # the weights container (shared with the fused copies in self.model)
         self.model = PagedLlama(hf_model)
         self.limits = limits
@@ -157,7 +198,7 @@ class TorchRunner:
         )
         self.blocks = BlockManager(self.pool, enable_reuse=kv_cache_enable_block_reuse)
         self.stats = RunnerStats()
-        self._step_costs: list[float] = []
+        self.step_cost_table: list[float] | None = list(step_cost_table) if step_cost_table else None
         on_cuda = self.model.device.type == "cuda"
         if cuda_graph_mode and not on_cuda:
             raise UserError(f"--cuda_graph_mode needs the model on a CUDA device, but it is on {self.model.device}; "
@@ -168,50 +209,20 @@ class TorchRunner:
                                      max_q=limits.max_draft_len + 1, max_seq_len=limits.max_seq_len)
 
     def forward(
-        self, new_tokens: list[list[int]], contexts: list[int], tables: list[list[int]], n_logits: list[int]
+        self,
+        new_tokens: list[list[int]],
+        contexts: list[int],
+        tables: list[list[int]],
+        n_logits: list[int],
+        parents: Sequence[Parents] | None = None,
     ) -> torch.Tensor:
         """One forward pass (see :func:`build_layout` for the arguments): on a captured CUDA
         graph when one fits the step, else eagerly. Returns the wanted logit rows."""
         graphs = self.graphs
         if graphs is not None and graphs.fits(len(new_tokens), max(len(t) for t in new_tokens)):
-            return graphs.run(new_tokens, contexts, tables, n_logits)
-        layout = build_layout(new_tokens, contexts, tables, n_logits, self.pool.block_size, self.model.device)
+            return graphs.run(new_tokens, contexts, tables, n_logits, parents)
+        layout = build_layout(new_tokens, contexts, tables, n_logits, self.pool.block_size, self.model.device, parents)
         return self.model(layout, self.pool)
-
-    def step_costs(self, max_tokens: int, context: int = 128) -> list[float]:
-        """Relative wall time of one step feeding ``q`` tokens, ``costs[q]`` for ``1 <= q <= max_tokens``.
-
-        Measured once (and extended on demand) on a scratch sequence of ``context``
-        tokens: the minimum of two timed forward passes per size, divided by the
-        one-token time. Used by the cost-aware draft length policy; never changes output.
-        """
-        import time
-
-        from .device import synchronize
-
-        if len(self._step_costs) > max_tokens:
-            return self._step_costs[: max_tokens + 1]
-        seq = SequenceBlocks()
-        room = self.blocks.num_available * self.pool.block_size - max_tokens
-        context = max(1, min(context, room))  # stay within a small KV budget
-        try:
-            self.blocks.ensure_capacity(seq, context + max_tokens)
-            self.forward([[0] * context], [context], [seq.blocks], [1])  # real K/V for the scratch context
-            times = [0.0]
-            for q in range(1, max_tokens + 1):
-                best = float("inf")
-                for rep in range(3):
-                    synchronize(self.model.device)
-                    start = time.perf_counter()
-                    self.forward([[0] * q], [context + q], [seq.blocks], [q])
-                    synchronize(self.model.device)
-                    if rep:  # the first run is a warm-up
-                        best = min(best, time.perf_counter() - start)
-                times.append(best)
-        finally:
-            self.blocks.release(seq, [])
-        self._step_costs = [0.0] + [t / times[1] for t in times[1:]]
-        return self._step_costs
 
     def open(
         self,

@@ -42,7 +42,7 @@ def test_policy_changes_no_token(workflow):
     outs = {}
     for policy in ("cost", "full"):
         runner = runner_for(model)
-        runner._step_costs = STEEP  # deterministic table instead of a measured one
+        runner.step_cost_table = STEEP  # a fixed table, as an engine stores it
         res = generate(runner, prompts, max_new_tokens=MAX_NEW, end_id=END_ID, draft=draft, workflow=workflow,
                        draft_length_policy=policy)
         outs[policy] = ([r.output_ids for r in res], sum(r.drafted for r in res))

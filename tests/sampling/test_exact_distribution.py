@@ -176,12 +176,13 @@ def test_speculative_and_plain_samples_agree(name):
 def install_greedy_acceptance(monkeypatch) -> None:
     """The classic mistake: a draft token is kept when it equals the *argmax* of the
     target's logits (or, by chance, the sampled token), instead of only the sampled one."""
-    real_step, real_select = DecodeBatch.step, torch_runner.select_tokens
+    real_step, real_select = DecodeBatch.step_trees, torch_runner.select_tokens
     pending: list[list[int]] = []
 
-    def step(self, indices, drafts, end_id, sampling):
-        pending[:] = [list(d) for d in drafts]
-        return real_step(self, indices, drafts, end_id, sampling)
+    def step(self, indices, trees, end_id, sampling):
+        assert all(t.is_chain for t in trees)
+        pending[:] = [list(t.tokens) for t in trees]
+        return real_step(self, indices, trees, end_id, sampling)
 
     def select(logits, sampling, requests, positions):
         chosen = real_select(logits, sampling, requests, positions)
@@ -194,7 +195,7 @@ def install_greedy_acceptance(monkeypatch) -> None:
             row += len(draft) + 1
         return chosen
 
-    monkeypatch.setattr(DecodeBatch, "step", step)
+    monkeypatch.setattr(DecodeBatch, "step_trees", step)
     monkeypatch.setattr(torch_runner, "select_tokens", select)
 
 
