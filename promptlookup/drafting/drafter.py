@@ -50,6 +50,8 @@ def validate_config(config: DraftConfig) -> None:
         raise UserError(f"max_matching_ngram_size must be a positive integer, got {config.max_matching_ngram_size!r}")
     if not isinstance(config.max_match_len, int) or config.max_match_len < 1:
         raise UserError(f"max_match_len must be a positive integer, got {config.max_match_len!r}")
+    if not isinstance(config.max_candidates, int) or config.max_candidates < 1:
+        raise UserError(f"max_candidates must be a positive integer (1: one chain draft), got {config.max_candidates!r}")
 
 
 class NgramDrafter:
