@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Protocol, Sequence
 
 DRAFT_MODES = ("pool", "longest")
+MAX_CANDIDATES = 64  # upper bound on DraftConfig.max_candidates (the C drafters' stack arrays)
 
 
 @dataclass(frozen=True)

@@ -54,3 +54,16 @@ def node_depths(parents: Sequence[int]) -> list[int]:
             raise ValueError(f"parents[{i}] = {parent}: a parent must be -1 or an earlier node")
         depths.append(1 if parent < 0 else depths[parent] + 1)
     return depths
+
+
+def is_covered(draft: Sequence[int], chosen: Sequence[Sequence[int]]) -> bool:
+    """Whether ``draft`` is empty, equal to or a prefix of a draft in ``chosen``, i.e. adds
+    no node to their tree. O(len(chosen) * len(draft))."""
+    n = len(draft)
+    if n == 0:
+        return True
+    draft = list(draft)
+    for other in chosen:
+        if len(other) >= n and list(other[:n]) == draft:
+            return True
+    return False
