@@ -83,7 +83,7 @@ class NgramDrafter:
             else None
         )
         self.shared_text = (
-            SuffixAutomaton(config.max_match_len) if config.mode == "longest" and config.is_public_pool else None
+            SuffixAutomaton(config.max_match_len, config.max_candidates > 1) if config.mode == "longest" and config.is_public_pool else None
         )
         self.finished_requests = 0
         self.static_cache: NgramCache | None = None
@@ -148,7 +148,7 @@ class NgramRequest:
                                          config.is_use_oldest, config.max_candidates)
             self.cursor = classes.PoolCursor(pool)
         else:
-            self.sam = classes.SuffixAutomaton(config.max_match_len)
+            self.sam = classes.SuffixAutomaton(config.max_match_len, config.max_candidates > 1)
             self.sam.extend(self.tokens)
             if drafter.shared_text is not None:
                 self.public = classes.Matcher(drafter.shared_text)

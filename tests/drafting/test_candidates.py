@@ -14,8 +14,10 @@ from hypothesis import strategies as st
 
 from promptlookup.drafting import DraftConfig, make_drafter
 
-from .implementations import require
-from .reference import TrtPoolReference, covered
+from promptlookup.drafting import suffix_automaton as python_sam
+
+from .implementations import NAMES, require, require_native
+from .reference import TrtPoolReference, corpus_occurrence_candidates, covered, earlier_occurrence_candidates
 
 
 def _expected(draft: list[int], found: list[list[int]], max_candidates: int) -> list[list[int]]:
@@ -141,3 +143,151 @@ def test_g1_is_todays_chain_and_bad_sizes_are_refused(implementation):
         req.candidates(2)
     with pytest.raises(ValueError, match="max_candidates"):
         req.candidates(0)
+
+
+# ---------------------------------------------------------------- longest mode
+
+
+@pytest.fixture(scope="module", params=NAMES)
+def sam_impl(request):
+    """Each implementation of SuffixAutomaton/Matcher: the pure-Python one and the C one."""
+    return python_sam if request.param == "python" else require_native("suffix_automaton")
+
+
+def _check_sam_stream(impl, tokens: list[int], max_len: int, budget: int, g: int, scan: int) -> None:
+    sam = impl.SuffixAutomaton(max_len, True)
+    for i, t in enumerate(tokens):
+        sam.append(t)
+        got = sam.candidates(budget, g, scan)
+        text = tokens[: i + 1]
+        assert got == earlier_occurrence_candidates(text, max_len, budget, g, scan), (text, max_len, budget, g, scan)
+        if got:  # the first is the single draft's
+            assert got[0] == (sam.match_len, sam.continuation(budget))
+        else:
+            assert sam.match_len == 0 or scan == 0 or g == 0
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    tokens=st.integers(1, 4).flatmap(lambda a: st.lists(st.integers(0, a - 1), max_size=50)),
+    max_len=st.integers(1, 8),
+    budget=st.integers(1, 5),
+    g=st.integers(1, 5),
+    scan=st.integers(1, 20),
+)
+def test_longest_candidates_match_brute_force(sam_impl, tokens, max_len, budget, g, scan):
+    _check_sam_stream(sam_impl, tokens, max_len, budget, g, scan)
+
+
+def test_longest_candidates_adversarial_streams(sam_impl):
+    fib = [0, 1]
+    while len(fib) < 80:
+        fib = fib + fib[: len(fib) // 2 + 1]
+    for max_len in (1, 3, 64):
+        for stream in ([5] * 60, ([1, 2, 3] * 30)[:70], [0, 0, 1] * 20 + [0] * 8, fib[:80]):
+            _check_sam_stream(sam_impl, stream, max_len, 4, 4, 32)
+
+
+def test_matcher_candidates_match_brute_force(sam_impl):
+    rnd = random.Random(5)
+    for trial in range(150):
+        alphabet = rnd.randint(1, 4)
+        max_len = rnd.choice([1, 2, 4, 64])
+        shared = sam_impl.SuffixAutomaton(max_len, True)
+        corpus: list[int] = []
+        for sep in range(1, rnd.randint(1, 3) + 1):  # finished texts, each followed by a separator
+            text = [rnd.randrange(alphabet) for _ in range(rnd.randint(0, 25))]
+            shared.extend(text + [-sep])
+            corpus += text + [-sep]
+        matcher = sam_impl.Matcher(shared)
+        query: list[int] = []
+        for _ in range(rnd.randint(1, 30)):
+            chunk = [rnd.randrange(alphabet) for _ in range(rnd.randint(1, 3))]
+            matcher.feed(chunk)
+            query += chunk
+            budget, g, scan = rnd.randint(1, 5), rnd.randint(1, 5), rnd.randint(1, 20)
+            got = matcher.candidates(budget, g, scan)
+            assert got == corpus_occurrence_candidates(corpus, query, matcher.matched, budget, g, scan)
+            length, first = matcher.continuation(budget)
+            if got and first:
+                assert got[0] == (length, first)
+
+
+def test_candidates_need_occurrence_records(sam_impl):
+    sam = sam_impl.SuffixAutomaton(4)
+    sam.extend([1, 2, 1, 2])
+    with pytest.raises(ValueError, match="occurrences"):
+        sam.candidates(3, 2, 8)
+    with pytest.raises(ValueError, match="occurrences"):
+        sam_impl.Matcher(sam).candidates(3, 2, 8)
+
+
+def test_longest_candidates_example(implementation):
+    a, b, x, y, z, w, q = range(1, 8)
+    prompt = [a, b, x, y, a, b, z, w, b, q, a, b, x, y, a, b]
+    cfg = DraftConfig(prompt_lookup_num_tokens=2, mode="longest", max_candidates=4)
+    req = make_drafter(cfg, implementation=implementation).new_request(prompt, 100)
+    assert req.propose() == [z, w]  # the longest earlier match, "a b x y a b", ended at 5
+    # "a b" also ended at 11 (then x y) and 1 (x y again: skipped); "b" also at 8 (then q a)
+    assert req.candidates(4) == [[z, w], [x, y], [q, a]]
+    assert req.candidates(2) == [[z, w], [x, y]]
+
+
+@st.composite
+def longest_scenarios(draw):
+    k = draw(st.integers(1, 6))
+    max_len = draw(st.integers(1, 6))
+    public, adaptive = draw(st.booleans()), draw(st.booleans())
+    g = draw(st.integers(2, 5))
+    alphabet = draw(st.integers(1, 4))
+    token = st.integers(0, alphabet - 1)
+    prompts = draw(st.lists(st.lists(token, max_size=15), min_size=1, max_size=3))
+    limit = draw(st.integers(2, 60))
+    chunks = draw(st.lists(st.lists(token, min_size=1, max_size=4), max_size=25))
+    return k, max_len, public, adaptive, g, prompts, limit, chunks
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenario=longest_scenarios())
+def test_longest_request_candidates_invariants_and_implementations_agree(scenario):
+    k, max_len, public, adaptive, g, prompts, limit, chunks = scenario
+    cfg = DraftConfig(prompt_lookup_num_tokens=k, mode="longest", max_match_len=max_len, is_public_pool=public,
+                      adaptive=adaptive, max_candidates=g)
+    names = [name for name in NAMES if name == "python" or require_native_or_none()]
+    drafters = [make_drafter(cfg, implementation=name) for name in names]
+    for prompt in prompts[:-1]:  # finished requests fill the public pool
+        for drafter in drafters:
+            req = drafter.new_request(prompt, limit)
+            req.propose()
+            req.finish()
+    reqs = [drafter.new_request(prompts[-1], limit) for drafter in drafters]
+    text = list(prompts[-1])
+    for chunk in chunks:
+        drafts = [req.propose() for req in reqs]
+        cands = [req.candidates(g) for req in reqs]
+        assert all(d == drafts[0] for d in drafts) and all(c == cands[0] for c in cands)
+        _check_invariants(cands[0], drafts[0], len(text), k, limit, g)
+        for req in reqs:
+            req.record(len(drafts[0]), 0)
+            req.extend(chunk)
+        text += chunk
+
+
+def require_native_or_none() -> bool:
+    from promptlookup.drafting.native import load
+
+    return load("pool") is not None and load("suffix_automaton") is not None
+
+
+def test_caches_give_the_draft_alone():
+    from promptlookup.drafting.cache_file import NgramCache
+
+    cache = NgramCache(4)
+    cache.update([1, 2, 3, 4, 1, 2, 3, 4, 1, 2, 3, 4])
+    drafter = make_drafter(DraftConfig(prompt_lookup_num_tokens=3, max_candidates=3), implementation="python")
+    drafter.static_cache = cache  # a cache as loaded from a file; the request's own text has no match
+    req = drafter.new_request([9, 1, 2], 100)
+    req.has_caches = True
+    draft = req.propose()
+    assert draft and req.last_source == "static"
+    assert req.candidates(3) == [draft]
