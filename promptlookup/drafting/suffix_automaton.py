@@ -37,6 +37,7 @@ call, independent of the stream length. They read the automaton and never change
 """
 from __future__ import annotations
 
+from .base import MAX_CANDIDATES
 from .tree import is_covered
 
 
@@ -278,6 +279,8 @@ def _walk(sam: SuffixAutomaton, tokens: list, groups: list[tuple[int, int]], k: 
           max_scan: int, cut_negative: bool) -> list[tuple[int, list]]:
     """Follow each group's occurrences (length, most recent end) backwards through the
     occurrence records; keep the continuations that add a tree node."""
+    if max_candidates > MAX_CANDIDATES:
+        raise ValueError(f"max_candidates must be <= {MAX_CANDIDATES}, got {max_candidates}")
     out: list[tuple[int, list]] = []
     chosen: list[list] = []
     steps = 0

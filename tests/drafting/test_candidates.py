@@ -291,3 +291,29 @@ def test_caches_give_the_draft_alone():
     draft = req.propose()
     assert draft and req.last_source == "static"
     assert req.candidates(3) == [draft]
+
+
+@pytest.mark.parametrize("max_len", [4, 64])
+def test_longest_candidates_c_equals_python_on_long_texts(max_len):
+    require("c")
+    rnd = random.Random(max_len)
+    for alphabet in (3, 300):
+        cfg = DraftConfig(prompt_lookup_num_tokens=8, mode="longest", max_match_len=max_len, max_candidates=4)
+        pair = [make_drafter(cfg, implementation=name) for name in ("python", "c")]
+        finished = [rnd.randrange(alphabet) for _ in range(400)]
+        for drafter in pair:  # one finished request in the public pool
+            drafter.new_request(finished, 10**6).finish()
+        py, c = (drafter.new_request([], 10**6) for drafter in pair)
+        text = [rnd.randrange(alphabet) for _ in range(200)]
+        py.extend(text)
+        c.extend(text)
+        while len(py.tokens) < 2500:
+            assert c.propose() == py.propose()
+            assert c.candidates(4) == py.candidates(4)
+            if rnd.random() < 0.4:
+                start = rnd.randrange(len(py.tokens) - 40)
+                new = py.tokens[start:start + rnd.randint(1, 12)]
+            else:
+                new = [rnd.randrange(alphabet) for _ in range(rnd.randint(1, 4))]
+            py.extend(new)
+            c.extend(new)
