@@ -83,7 +83,9 @@ class NgramDrafter:
             else None
         )
         self.shared_text = (
-            SuffixAutomaton(config.max_match_len, config.max_candidates > 1) if config.mode == "longest" and config.is_public_pool else None
+            SuffixAutomaton(config.max_match_len, config.max_candidates > 1)
+            if config.mode == "longest" and config.is_public_pool
+            else None
         )
         self.finished_requests = 0
         self.static_cache: NgramCache | None = None
@@ -225,18 +227,24 @@ class NgramRequest:
         if not draft or max_candidates == 1 or self.last_source in ("dynamic", "static"):
             return [draft] if draft else []
         budget = min(self.k, self.max_seq_len - 1 - len(self.tokens))
-        found: list[tuple[list[int], int, int]] = []  # (candidate, match length, ref) best first
+        found: list[tuple[list[int], int]] = []  # (candidate, match length), best first, deduplicated
+        merged = False  # found joins two deduplicated lists
+        ref = self.k
         if self.cursor is not None:
             ref = self.config.max_matching_ngram_size
-            found = [(d, size, ref) for d, size in self.cursor.candidates(self.tokens, self.max_seq_len, max_candidates)]
+            found = self.cursor.candidates(self.tokens, self.max_seq_len, max_candidates)
         elif self.sam is not None and budget > 0:
             scan = SCAN_PER_CANDIDATE * max_candidates
-            found = [(d, m, self.k) for m, d in self.sam.candidates(budget, max_candidates, scan)]
+            found = [(d, m) for m, d in self.sam.candidates(budget, max_candidates, scan)]
             if self.public is not None:
-                public = [(d, m, self.k) for m, d in self.public.candidates(budget, max_candidates, scan)]
-                found = sorted(found + public, key=lambda item: -item[1])  # stable: own text first on ties
+                public = [(d, m) for m, d in self.public.candidates(budget, max_candidates, scan)]
+                if public:  # longer matches first; stable: the request's own text first on ties
+                    found = sorted(found + public, key=lambda item: -item[1])
+                    merged = True
+        if self.adaptive is None and not merged and found and found[0][0] == draft:
+            return [candidate for candidate, _ in found[:max_candidates]]  # nothing to cut or merge
         out = [draft]
-        for candidate, match_len, ref in found:
+        for candidate, match_len in found:
             if self.adaptive is not None:
                 candidate = candidate[: self.adaptive.length(match_len, ref)]
             if not is_covered(candidate, out):

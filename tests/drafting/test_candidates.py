@@ -136,7 +136,8 @@ def test_pool_candidates_example(implementation):
 
 
 def test_g1_is_todays_chain_and_bad_sizes_are_refused(implementation):
-    req = make_drafter(DraftConfig(prompt_lookup_num_tokens=3), implementation=implementation).new_request([1, 2, 3, 1, 2], 100)
+    drafter = make_drafter(DraftConfig(prompt_lookup_num_tokens=3), implementation=implementation)
+    req = drafter.new_request([1, 2, 3, 1, 2], 100)
     assert req.propose() == [3, 1, 2]
     assert req.candidates(1) == [[3, 1, 2]]
     with pytest.raises(ValueError, match="max_candidates"):
