@@ -257,6 +257,12 @@ class NGramPool:
     A pattern whose very first match is already full (with ``is_use_oldest``: most patterns
     of a long prompt) is settled from the start and stored as the bare match tuple instead
     of a record, which keeps the number of objects the garbage collector walks small.
+
+    Candidates (``max_candidates = c > 1``, see :meth:`PoolCursor.candidates`): every
+    :class:`MatchSet` also keeps its first ``c`` (``is_use_oldest``) or last ``c`` full
+    matches in order, so ``S[0:c]`` / ``S[-c:]`` are known; a record settles only once
+    ``S[0:c]`` are all full, and none is stored bare. With ``c == 1`` nothing changes.
+    Drafts never depend on ``c``: only what :meth:`PoolCursor.candidates` can see does.
     """
 
     PENDING_LIMIT = 32

@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from promptlookup.drafting import DraftConfig, make_drafter
+from promptlookup.errors import UserError
 
 from promptlookup.drafting import suffix_automaton as python_sam
 
@@ -318,3 +319,28 @@ def test_longest_candidates_c_equals_python_on_long_texts(max_len):
                 new = [rnd.randrange(alphabet) for _ in range(rnd.randint(1, 4))]
             py.extend(new)
             c.extend(new)
+
+
+def test_low_level_candidates_reject_bad_use(implementation):
+    from promptlookup.drafting.native import drafting_classes
+
+    classes = drafting_classes(implementation)
+    with pytest.raises(ValueError, match="max_candidates"):
+        classes.NGramPool(3, 2, True, True, 0)
+    with pytest.raises(ValueError, match="max_candidates"):
+        classes.NGramPool(3, 2, True, True, 65)
+    cursor = classes.PoolCursor(classes.NGramPool(3, 2, True, True, 2))
+    with pytest.raises(ValueError, match="propose"):
+        cursor.candidates([1, 2, 1, 2], 100, 2)  # propose() has not seen this text
+    assert cursor.propose([1, 2, 1, 2], 100) == ([1, 2], 2)
+    assert cursor.candidates([1, 2, 1, 2], 100, 2) == [([1, 2], 2)]
+    with pytest.raises(ValueError, match="max_candidates"):
+        cursor.candidates([1, 2, 1, 2], 100, 65)
+    assert cursor.candidates([1, 2, 1, 2], 5, 2) == []  # no room left: nothing, like propose()
+    sam = classes.SuffixAutomaton(4, True)
+    sam.extend([1, 2, 1, 2])
+    with pytest.raises(ValueError, match="max_candidates"):
+        sam.candidates(3, 65, 8)
+    assert sam.candidates(3, 2, 0) == [] and sam.candidates(0, 2, 8) == []
+    with pytest.raises(UserError, match="max_candidates"):
+        make_drafter(DraftConfig(max_candidates=0))
