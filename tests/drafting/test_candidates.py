@@ -18,6 +18,7 @@ from promptlookup.errors import UserError
 from promptlookup.drafting import suffix_automaton as python_sam
 
 from .implementations import NAMES, require, require_native
+from .test_pool import _replay, scenarios
 from .reference import TrtPoolReference, corpus_occurrence_candidates, covered, earlier_occurrence_candidates
 
 
@@ -39,51 +40,23 @@ def _check_invariants(cands: list[list[int]], draft: list[int], text_len: int, k
 
 @st.composite
 def pool_scenarios(draw):
-    k = draw(st.integers(1, 6))
-    n = draw(st.integers(1, 4))
-    keep_all, oldest, public = draw(st.tuples(st.booleans(), st.booleans(), st.booleans()))
+    """test_pool.py's scenarios, plus G and the sizes asked of candidates() at each step."""
     g = draw(st.integers(1, 5))
-    ask = draw(st.lists(st.integers(1, g), min_size=1, max_size=3))
-    alphabet = draw(st.integers(1, 4))
-    token = st.integers(0, alphabet - 1)
-    nreq = draw(st.integers(1, 3))
-    prompts = draw(st.lists(st.lists(token, max_size=12), min_size=nreq, max_size=nreq))
-    limits = draw(st.lists(st.integers(2, 60), min_size=nreq, max_size=nreq))
-    actions = draw(st.lists(st.tuples(st.integers(0, nreq - 1), st.lists(token, max_size=8),
-                                      st.integers(0, 12), st.booleans()), max_size=40))
-    return k, n, keep_all, oldest, public, g, ask, prompts, limits, actions
+    return draw(scenarios()), g, draw(st.lists(st.integers(1, g), min_size=1, max_size=3))
 
 
 def _replay_pool(scenario, implementation: str) -> None:
-    k, n, keep_all, oldest, public, g, ask, prompts, limits, actions = scenario
-    ref = TrtPoolReference(k, n, keep_all, oldest, public)
-    drafter = make_drafter(
-        DraftConfig(prompt_lookup_num_tokens=k, max_matching_ngram_size=n, mode="pool", is_keep_all=keep_all,
-                    is_use_oldest=oldest, is_public_pool=public, max_candidates=g),
-        implementation=implementation,
-    )
-    texts = [list(p) for p in prompts]
-    reqs = [drafter.new_request(p, m) for p, m in zip(prompts, limits)]
-    ids = list(range(len(prompts)))
-    next_id = len(prompts)
-    for step, (i, chunk, restart, call) in enumerate(actions):
-        expected = ref.get_draft_tokens(list(texts[i]), ids[i], limits[i])
-        draft = reqs[i].propose()
-        assert draft == expected  # candidates() calls never change a later draft
-        if call:
-            for want in ask:
-                cands = reqs[i].candidates(want)
-                found = ref.candidates(list(texts[i]), ids[i], limits[i], g, want)
-                assert cands == _expected(draft, found, want), (texts[i], want)
-                _check_invariants(cands, draft, len(texts[i]), k, limits[i], want)
-        reqs[i].extend(chunk)
-        texts[i].extend(chunk)
-        if restart == 0:
-            reqs[i].finish()
-            ref.finish(ids[i])
-            ids[i], next_id = next_id, next_id + 1
-            texts[i] = list(chunk)
-            reqs[i] = drafter.new_request(chunk, limits[i])
+    base, g, ask = scenario
+    k = base[0]
+
+    def check(req, ref, text, request_id, limit, draft):
+        for want in ask:
+            cands = req.candidates(want)
+            found = ref.candidates(list(text), request_id, limit, g, want)
+            assert cands == _expected(draft, found, want), (text, want)
+            _check_invariants(cands, draft, len(text), k, limit, want)
+
+    _replay(base, implementation, g, check)  # also: candidates() calls never change a later draft
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -99,6 +72,21 @@ def test_c_pool_candidates_match_tensorrt_llm_reference(scenario):
     _replay_pool(scenario, "c")
 
 
+def _run_side_by_side(rnd: random.Random, py, c, alphabet: int, until: int) -> None:
+    """Grow two requests' texts alike (random tokens, or a copied span as generated text
+    does) until ``until`` tokens, checking propose() and candidates(4) agree at each step."""
+    while len(py.tokens) < until:
+        assert c.propose() == py.propose()
+        assert c.candidates(4) == py.candidates(4)
+        if rnd.random() < 0.3:
+            start = rnd.randrange(len(py.tokens) - 40)
+            new = py.tokens[start:start + rnd.randint(1, 12)]
+        else:
+            new = [rnd.randrange(alphabet) for _ in range(rnd.randint(1, 4))]
+        py.extend(new)
+        c.extend(new)
+
+
 @pytest.mark.parametrize("keep_all,oldest", [(True, True), (True, False), (False, True), (False, False)])
 def test_pool_candidates_c_equals_python_on_long_texts(keep_all, oldest):
     require("c")
@@ -111,17 +99,7 @@ def test_pool_candidates_c_equals_python_on_long_texts(keep_all, oldest):
         text = [rnd.randrange(alphabet) for _ in range(200)]
         py.extend(text)
         c.extend(text)
-        while len(py.tokens) < 3000:
-            assert c.propose() == py.propose()
-            if rnd.random() < 0.5:
-                assert c.candidates(4) == py.candidates(4)
-            if rnd.random() < 0.3:  # copy a span, as generated text does
-                start = rnd.randrange(len(py.tokens) - 40)
-                new = py.tokens[start:start + rnd.randint(1, 12)]
-            else:
-                new = [rnd.randrange(alphabet) for _ in range(rnd.randint(1, 4))]
-            py.extend(new)
-            c.extend(new)
+        _run_side_by_side(rnd, py, c, alphabet, 3000)
 
 
 def test_pool_candidates_example(implementation):
@@ -309,16 +287,7 @@ def test_longest_candidates_c_equals_python_on_long_texts(max_len):
         text = [rnd.randrange(alphabet) for _ in range(200)]
         py.extend(text)
         c.extend(text)
-        while len(py.tokens) < 2500:
-            assert c.propose() == py.propose()
-            assert c.candidates(4) == py.candidates(4)
-            if rnd.random() < 0.4:
-                start = rnd.randrange(len(py.tokens) - 40)
-                new = py.tokens[start:start + rnd.randint(1, 12)]
-            else:
-                new = [rnd.randrange(alphabet) for _ in range(rnd.randint(1, 4))]
-            py.extend(new)
-            c.extend(new)
+        _run_side_by_side(rnd, py, c, alphabet, 2500)
 
 
 def test_low_level_candidates_reject_bad_use(implementation):

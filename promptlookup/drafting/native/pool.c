@@ -520,17 +520,27 @@ static int sync_text(CursorObject *self, PyObject *seq) {
 
 static PyObject *empty_answer(void) { return Py_BuildValue("([]i)", 0); }
 
-static PyObject *cursor_propose(CursorObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "propose(text, max_seq_len) takes 2 arguments");
-        return NULL;
+/* Check the argument count of `signature`, then parse (text, max_seq_len, ...): the text's
+ * length and the room left for a draft, max_seq_len - 1 - length. -1 on error. */
+static int parse_room(PyObject *const *args, Py_ssize_t nargs, Py_ssize_t expected, const char *signature,
+                      Py_ssize_t *length, long long *budget) {
+    if (nargs != expected) {
+        PyErr_Format(PyExc_TypeError, "%s takes %zd arguments", signature, expected);
+        return -1;
     }
+    *length = PySequence_Length(args[0]);
+    if (*length < 0) return -1;
+    long long limit = PyLong_AsLongLong(args[1]);
+    if (limit == -1 && PyErr_Occurred()) return -1;
+    *budget = limit - 1 - (long long)*length;
+    return 0;
+}
+
+static PyObject *cursor_propose(CursorObject *self, PyObject *const *args, Py_ssize_t nargs) {
     PoolObject *pool = self->pool;
-    Py_ssize_t length = PySequence_Length(args[0]);
-    if (length < 0) return NULL;
-    long long max_seq_len = PyLong_AsLongLong(args[1]);
-    if (max_seq_len == -1 && PyErr_Occurred()) return NULL;
-    long long budget = max_seq_len - 1 - (long long)length;
+    Py_ssize_t length;
+    long long budget;
+    if (parse_room(args, nargs, 2, "propose(text, max_seq_len)", &length, &budget) < 0) return NULL;
     if (budget <= 0) return empty_answer(); /* TensorRT-LLM updates nothing either */
     if (sync_text(self, args[0]) < 0) return NULL;
 
@@ -604,21 +614,15 @@ static int covered(const PoolObject *pool, Ref m, const Ref *chosen, int nchosen
     return 0;
 }
 
-
 /* candidates(text, max_seq_len, max_candidates): pool.py's PoolCursor.candidates. */
 static PyObject *cursor_candidates(CursorObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "candidates(text, max_seq_len, max_candidates) takes 3 arguments");
-        return NULL;
-    }
     PoolObject *pool = self->pool;
-    Py_ssize_t length = PySequence_Length(args[0]);
-    if (length < 0) return NULL;
-    long long max_seq_len = PyLong_AsLongLong(args[1]);
-    if (max_seq_len == -1 && PyErr_Occurred()) return NULL;
+    Py_ssize_t length;
+    long long budget;
+    if (parse_room(args, nargs, 3, "candidates(text, max_seq_len, max_candidates)", &length, &budget) < 0)
+        return NULL;
     long long want = PyLong_AsLongLong(args[2]);
     if (want == -1 && PyErr_Occurred()) return NULL;
-    long long budget = max_seq_len - 1 - (long long)length;
     PyObject *out = PyList_New(0);
     if (!out || budget <= 0 || want < 1) return out;
     if (self->prev_len != length || pool->texts[self->text].len != length) {
