@@ -137,6 +137,7 @@ class NgramRequest:
         self.last_match_len = 0  # length of the match behind the last proposal (0: none)
         self.last_source = ""  # "context", "public", "dynamic", "static" or "" (no draft)
         self.last_draft: list[int] = []  # what propose() returned last (candidates()[0])
+        self.proposed_len = -1  # text length at the last propose()
         self.adaptive = AdaptiveLength(self.k) if config.adaptive else None
         self.has_caches = drafter.static_cache is not None or drafter.dynamic_cache is not None
         classes = drafter.classes
@@ -198,6 +199,7 @@ class NgramRequest:
         self.last_match_len = match_len
         self.last_source = source
         self.last_draft = draft
+        self.proposed_len = len(tokens)
         return draft
 
     def candidates(self, max_candidates: int) -> list[list[int]]:
@@ -223,6 +225,8 @@ class NgramRequest:
         if not isinstance(max_candidates, int) or not 1 <= max_candidates <= self.config.max_candidates:
             raise ValueError(f"max_candidates must be in 1..DraftConfig.max_candidates "
                              f"({self.config.max_candidates}), got {max_candidates!r}")
+        if self.proposed_len != len(self.tokens):
+            raise RuntimeError("candidates() must follow propose() for the same text (extend() came in between)")
         draft = self.last_draft
         if not draft or max_candidates == 1 or self.last_source in ("dynamic", "static"):
             return [draft] if draft else []

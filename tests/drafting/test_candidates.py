@@ -214,9 +214,10 @@ def test_longest_candidates_example(implementation):
 
 
 @st.composite
-def longest_scenarios(draw):
+def request_scenarios(draw):
+    mode = draw(st.sampled_from(["pool", "longest"]))
     k = draw(st.integers(1, 6))
-    max_len = draw(st.integers(1, 6))
+    max_len = draw(st.integers(1, 6))  # n in pool mode
     public, adaptive = draw(st.booleans()), draw(st.booleans())
     g = draw(st.integers(2, 5))
     alphabet = draw(st.integers(1, 4))
@@ -224,15 +225,16 @@ def longest_scenarios(draw):
     prompts = draw(st.lists(st.lists(token, max_size=15), min_size=1, max_size=3))
     limit = draw(st.integers(2, 60))
     chunks = draw(st.lists(st.lists(token, min_size=1, max_size=4), max_size=25))
-    return k, max_len, public, adaptive, g, prompts, limit, chunks
+    return mode, k, max_len, public, adaptive, g, prompts, limit, chunks
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(scenario=longest_scenarios())
-def test_longest_request_candidates_invariants_and_implementations_agree(scenario):
-    k, max_len, public, adaptive, g, prompts, limit, chunks = scenario
-    cfg = DraftConfig(prompt_lookup_num_tokens=k, mode="longest", max_match_len=max_len, is_public_pool=public,
-                      adaptive=adaptive, max_candidates=g)
+@given(scenario=request_scenarios())
+def test_request_candidates_invariants_and_implementations_agree(scenario):
+    """Both modes, with the public pool and adaptive lengths: the invariants hold and C == Python."""
+    mode, k, max_len, public, adaptive, g, prompts, limit, chunks = scenario
+    cfg = DraftConfig(prompt_lookup_num_tokens=k, mode=mode, max_match_len=max_len, max_matching_ngram_size=max_len,
+                      is_public_pool=public, adaptive=adaptive, max_candidates=g)
     names = [name for name in NAMES if name == "python" or require_native_or_none()]
     drafters = [make_drafter(cfg, implementation=name) for name in names]
     for prompt in prompts[:-1]:  # finished requests fill the public pool
@@ -313,3 +315,8 @@ def test_low_level_candidates_reject_bad_use(implementation):
     assert sam.candidates(3, 2, 0) == [] and sam.candidates(0, 2, 8) == []
     with pytest.raises(UserError, match="max_candidates"):
         make_drafter(DraftConfig(max_candidates=0))
+    req = make_drafter(DraftConfig(max_candidates=2), implementation=implementation).new_request([1, 2, 1], 100)
+    req.propose()
+    req.extend([2])
+    with pytest.raises(RuntimeError, match="follow propose"):
+        req.candidates(2)
