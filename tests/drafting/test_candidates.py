@@ -320,3 +320,19 @@ def test_low_level_candidates_reject_bad_use(implementation):
     req.extend([2])
     with pytest.raises(RuntimeError, match="follow propose"):
         req.candidates(2)
+
+
+def test_simulate_verifies_the_candidate_tree(implementation):
+    from promptlookup.drafting import simulate
+
+    a, x, y, p, q, z = 1, 2, 3, 4, 5, 6
+    prompt = [a, x, y, z, a, p, q, z, a]
+    tokens = prompt + [p, q, z, a, p, q]
+    chain_cfg = DraftConfig(prompt_lookup_num_tokens=2, max_matching_ngram_size=1)
+    tree_cfg = DraftConfig(prompt_lookup_num_tokens=2, max_matching_ngram_size=1, max_candidates=2)
+    chain = simulate(tokens, len(prompt), chain_cfg, drafter=make_drafter(chain_cfg, implementation=implementation))
+    tree = simulate(tokens, len(prompt), tree_cfg, drafter=make_drafter(tree_cfg, implementation=implementation))
+    # after "a" the chain drafts its oldest match "x y" (rejected); the tree also holds "p q"
+    assert tree.label.endswith("G=2") and tree.generated == chain.generated == 6
+    assert tree.accepted > chain.accepted and tree.steps < chain.steps
+    assert tree.accepted <= tree.drafted
