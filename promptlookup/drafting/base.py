@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Protocol, Sequence
 
 DRAFT_MODES = ("pool", "longest")
+MAX_CANDIDATES = 64  # upper bound on DraftConfig.max_candidates (the C drafters' stack arrays)
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,10 @@ class DraftConfig:
     max_match_len: int = 64  # cap on the suffix length searched by the longest mode
     static_cache: str | None = None  # persisted cache built offline from a corpus (read only)
     dynamic_cache: str | None = None  # persisted cache that learns from finished requests
+    # G: the most candidate drafts RequestDrafter.candidates() may return per step (1: a
+    # chain, exactly today's drafting). The pool keeps up to G matches per pattern and the
+    # longest mode records earlier occurrences only when G > 1.
+    max_candidates: int = 1
 
 
 class RequestDrafter(Protocol):
@@ -51,6 +56,16 @@ class RequestDrafter(Protocol):
 
     def propose(self) -> list[int]:
         """Return the draft for the current text (possibly empty)."""
+
+    def candidates(self, max_candidates: int) -> list[list[int]]:
+        """Up to ``max_candidates`` distinct drafts for the current text, best first.
+
+        Called right after :meth:`propose` for the same text; reads, never changes, the
+        drafting state. ``candidates[0]`` is the draft ``propose()`` returned (``[]`` when it
+        was empty); each candidate obeys propose()'s length invariants, and none equals or
+        is a prefix of an earlier one (it would add no node to the token tree, see
+        :mod:`.tree`). ``max_candidates`` must not exceed ``DraftConfig.max_candidates``.
+        """
 
     def record(self, drafted: int, accepted: int) -> None:
         """Report how many of the last proposed tokens the target accepted."""

@@ -32,10 +32,14 @@ from typing import Any, Sequence
 
 from ..errors import UserError
 from .adaptive import AdaptiveLength
-from .base import DRAFT_MODES, DraftConfig
+from .base import DRAFT_MODES, MAX_CANDIDATES, DraftConfig
 from .cache_file import DEFAULT_MAX_NGRAM, LAX, STRICT, NgramCache
 from .identity import TokenizerIdentity
 from .native import DraftingClasses, drafting_classes
+from .tree import is_covered
+
+# longest mode: earlier occurrences examined per requested candidate (bounds candidates()'s cost)
+SCAN_PER_CANDIDATE = 8
 
 
 def validate_config(config: DraftConfig) -> None:
@@ -50,6 +54,9 @@ def validate_config(config: DraftConfig) -> None:
         raise UserError(f"max_matching_ngram_size must be a positive integer, got {config.max_matching_ngram_size!r}")
     if not isinstance(config.max_match_len, int) or config.max_match_len < 1:
         raise UserError(f"max_match_len must be a positive integer, got {config.max_match_len!r}")
+    if not isinstance(config.max_candidates, int) or not 1 <= config.max_candidates <= MAX_CANDIDATES:
+        raise UserError(f"max_candidates must be an integer in 1..{MAX_CANDIDATES} (1: one chain draft), "
+                        f"got {config.max_candidates!r}")
 
 
 class NgramDrafter:
@@ -71,12 +78,14 @@ class NgramDrafter:
         )
         k, n = config.prompt_lookup_num_tokens, config.max_matching_ngram_size
         self.public_pool = (
-            NGramPool(k, n, config.is_keep_all, config.is_use_oldest)
+            NGramPool(k, n, config.is_keep_all, config.is_use_oldest, config.max_candidates)
             if config.mode == "pool" and config.is_public_pool
             else None
         )
         self.shared_text = (
-            SuffixAutomaton(config.max_match_len) if config.mode == "longest" and config.is_public_pool else None
+            SuffixAutomaton(config.max_match_len, config.max_candidates > 1)
+            if config.mode == "longest" and config.is_public_pool
+            else None
         )
         self.finished_requests = 0
         self.static_cache: NgramCache | None = None
@@ -127,6 +136,8 @@ class NgramRequest:
         self.finished = False
         self.last_match_len = 0  # length of the match behind the last proposal (0: none)
         self.last_source = ""  # "context", "public", "dynamic", "static" or "" (no draft)
+        self.last_draft: list[int] = []  # what propose() returned last (candidates()[0])
+        self.proposed_len = -1  # text length at the last propose()
         self.adaptive = AdaptiveLength(self.k) if config.adaptive else None
         self.has_caches = drafter.static_cache is not None or drafter.dynamic_cache is not None
         classes = drafter.classes
@@ -137,10 +148,10 @@ class NgramRequest:
             pool = drafter.public_pool
             if pool is None:
                 pool = classes.NGramPool(self.k, config.max_matching_ngram_size, config.is_keep_all,
-                                         config.is_use_oldest)
+                                         config.is_use_oldest, config.max_candidates)
             self.cursor = classes.PoolCursor(pool)
         else:
-            self.sam = classes.SuffixAutomaton(config.max_match_len)
+            self.sam = classes.SuffixAutomaton(config.max_match_len, config.max_candidates > 1)
             self.sam.extend(self.tokens)
             if drafter.shared_text is not None:
                 self.public = classes.Matcher(drafter.shared_text)
@@ -187,7 +198,64 @@ class NgramRequest:
             match_len, source = 0, ""
         self.last_match_len = match_len
         self.last_source = source
+        self.last_draft = draft
+        self.proposed_len = len(tokens)
         return draft
+
+    def candidates(self, max_candidates: int) -> list[list[int]]:
+        """Up to ``max_candidates`` distinct drafts, best first (see ``RequestDrafter``).
+
+        ``[propose()'s draft]`` followed by, from the source that gave it:
+        - pool mode: the other matches of the pattern behind the draft, then those of the
+          shorter patterns (:meth:`PoolCursor.candidates`);
+        - longest mode: continuations of other earlier occurrences of the matched suffix,
+          then of shorter suffixes, from the request's text and the public pool, longer
+          matches first (:meth:`SuffixAutomaton.candidates`, :meth:`Matcher.candidates`);
+        - caches (static/dynamic): nothing more: the draft alone.
+        Each is cut like the draft (k, ``max_seq_len``, and the adaptive cut for its own
+        match length); one equal to or a prefix of an earlier candidate is dropped. Empty
+        when the draft was empty. A pure read of the drafting state.
+
+        Cost: pool mode O(n * (n + G * k)); longest mode O(S * (d + G * k)) with S =
+        :data:`SCAN_PER_CANDIDATE` * G earlier occurrences examined at most (d: the
+        occurrence records per position, a handful); independent of the text length.
+        """
+        if self.finished:
+            raise RuntimeError("candidates() after finish()")
+        if not isinstance(max_candidates, int) or not 1 <= max_candidates <= self.config.max_candidates:
+            raise ValueError(f"max_candidates must be in 1..DraftConfig.max_candidates "
+                             f"({self.config.max_candidates}), got {max_candidates!r}")
+        if self.proposed_len != len(self.tokens):
+            raise RuntimeError("candidates() must follow propose() for the same text (extend() came in between)")
+        draft = self.last_draft
+        if not draft or max_candidates == 1 or self.last_source in ("dynamic", "static"):
+            return [draft] if draft else []
+        budget = min(self.k, self.max_seq_len - 1 - len(self.tokens))
+        found: list[tuple[list[int], int]] = []  # (candidate, match length), best first, deduplicated
+        merged = False  # found joins two deduplicated lists
+        ref = self.k
+        if self.cursor is not None:
+            ref = self.config.max_matching_ngram_size
+            found = self.cursor.candidates(self.tokens, self.max_seq_len, max_candidates)
+        elif self.sam is not None and budget > 0:
+            scan = SCAN_PER_CANDIDATE * max_candidates
+            found = [(d, m) for m, d in self.sam.candidates(budget, max_candidates, scan)]
+            if self.public is not None:
+                public = [(d, m) for m, d in self.public.candidates(budget, max_candidates, scan)]
+                if public:  # longer matches first; stable: the request's own text first on ties
+                    found = sorted(found + public, key=lambda item: -item[1])
+                    merged = True
+        if self.adaptive is None and not merged and found and found[0][0] == draft:
+            return [candidate for candidate, _ in found[:max_candidates]]  # nothing to cut or merge
+        out = [draft]
+        for candidate, match_len in found:
+            if self.adaptive is not None:
+                candidate = candidate[: self.adaptive.length(match_len, ref)]
+            if not is_covered(candidate, out):
+                out.append(candidate)
+                if len(out) == max_candidates:
+                    break
+        return out
 
     def _cache_draft(self, budget: int) -> tuple[list[int], int, int, str]:
         sources = []

@@ -64,6 +64,9 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from .base import MAX_CANDIDATES
+from .tree import is_covered
+
 Match = tuple  # a continuation: tuple[int, ...]
 
 
@@ -81,10 +84,15 @@ class MatchSet:
       are adjacent in ``S`` iff no full match lies between them (equal counts).
     """
 
-    __slots__ = ("k", "full_set", "full_first", "full_first_seq", "full_last", "full_last_seq", "short", "seq")
+    __slots__ = ("k", "full_set", "full_first", "full_first_seq", "full_last", "full_last_seq", "short", "seq",
+                 "keep", "oldest", "full_keep")
 
-    def __init__(self, k: int, first: Match, second: Match) -> None:
+    def __init__(self, k: int, first: Match, second: Match, keep: int = 1, oldest: bool = True) -> None:
         self.k = k
+        # candidates: with keep > 1, the first (oldest) or last keep full matches, (seq, m)
+        self.keep = keep
+        self.oldest = oldest
+        self.full_keep: list[tuple[int, Match]] = []
         self.full_set: set[Match] = set()
         self.full_first: Match | None = None
         self.full_first_seq = -1
@@ -103,8 +111,51 @@ class MatchSet:
                 self.full_first, self.full_first_seq = m, seq
             self.full_last, self.full_last_seq = m, seq
             self.full_set.add(m)
+            if self.keep > 1:
+                self._keep_full(seq, m)
         else:
             self.short[m] = (seq, len(self.full_set))
+
+    def _keep_full(self, seq: int, m: Match) -> None:
+        full_keep = self.full_keep
+        if not self.oldest:
+            full_keep.append((seq, m))
+            if len(full_keep) > self.keep:
+                del full_keep[0]
+        elif len(full_keep) < self.keep:
+            full_keep.append((seq, m))
+
+    def ordered(self, count: int) -> list[Match]:
+        """The first ``count`` entries of ``S`` (``S[0], S[1], ...``) with ``oldest``, else the
+        last ones (``S[-1], S[-2], ...``); ``count <= keep`` (only those full matches are kept)."""
+        if count <= 1:
+            return [self.first() if self.oldest else self.last()]
+        if self.oldest:
+            shorts = [(seq, m) for m, (seq, _) in self.short.items()]
+            fulls = self.full_keep
+            before = int.__lt__
+        else:
+            shorts = [(seq, m) for m, (seq, _) in reversed(self.short.items())]
+            fulls = self.full_keep[::-1]
+            before = int.__gt__
+        out: list[Match] = []
+        i = j = 0
+        while len(out) < count and (i < len(shorts) or j < len(fulls)):
+            if j == len(fulls) or (i < len(shorts) and before(shorts[i][0], fulls[j][0])):
+                out.append(shorts[i][1])
+                i += 1
+            else:
+                out.append(fulls[j][1])
+                j += 1
+        return out
+
+    def prefix_is_full(self) -> bool:
+        """With ``oldest``: ``S[0:keep]`` are all full matches, so they can never change."""
+        full_keep = self.full_keep
+        if len(full_keep) < self.keep:
+            return False
+        short = self.short
+        return not short or short[next(iter(short))][0] > full_keep[-1][0]
 
     def first(self) -> Match:
         short = self.short
@@ -155,6 +206,8 @@ class MatchSet:
                 self.full_first, self.full_first_seq = m, seq
             self.full_last, self.full_last_seq = m, seq
             self.full_set.add(m)
+            if self.keep > 1:
+                self._keep_full(seq, m)
         else:
             short[m] = (seq, len(self.full_set))
 
@@ -162,8 +215,9 @@ class MatchSet:
         return len(self.full_set) + len(self.short)
 
 
-def _apply(state, m: Match, k: int, keep_all: bool):
-    """One TensorRT-LLM insertion of match ``m`` into ``S`` (``None``: pattern absent)."""
+def _apply(state, m: Match, k: int, keep_all: bool, keep: int = 1, oldest: bool = True):
+    """One TensorRT-LLM insertion of match ``m`` into ``S`` (``None``: pattern absent);
+    ``keep``/``oldest``: how a new :class:`MatchSet` keeps full matches for candidates."""
     if state is None:
         return m
     if type(state) is tuple:  # S = [state]
@@ -171,7 +225,7 @@ def _apply(state, m: Match, k: int, keep_all: bool):
             return state
         if len(state) < len(m):  # replaced (keep_all=False) or removed as shorter
             return m
-        return MatchSet(k, state, m)
+        return MatchSet(k, state, m, keep, oldest)
     if not keep_all and len(m) > len(state.first()):
         return m
     state.add(m)
@@ -203,15 +257,27 @@ class NGramPool:
     A pattern whose very first match is already full (with ``is_use_oldest``: most patterns
     of a long prompt) is settled from the start and stored as the bare match tuple instead
     of a record, which keeps the number of objects the garbage collector walks small.
+
+    Candidates (``max_candidates = c > 1``, see :meth:`PoolCursor.candidates`): every
+    :class:`MatchSet` also keeps its first ``c`` (``is_use_oldest``) or last ``c`` full
+    matches in order, so ``S[0:c]`` / ``S[-c:]`` are known; a record settles only once
+    ``S[0:c]`` are all full, and none is stored bare. With ``c == 1`` nothing changes.
+    Drafts never depend on ``c``: only what :meth:`PoolCursor.candidates` can see does.
     """
 
     PENDING_LIMIT = 32
 
-    def __init__(self, k: int, n: int, is_keep_all: bool, is_use_oldest: bool) -> None:
+    def __init__(self, k: int, n: int, is_keep_all: bool, is_use_oldest: bool, max_candidates: int = 1) -> None:
+        if not 1 <= max_candidates <= MAX_CANDIDATES:
+            raise ValueError(f"max_candidates must be in 1..{MAX_CANDIDATES}, got {max_candidates}")
         self.k = k
         self.n = n
         self.is_keep_all = is_keep_all
         self.is_use_oldest = is_use_oldest
+        # matches kept per pattern for candidates(): S[0:c] (oldest) or S[-c:]. With c > 1 a
+        # pattern settles only once S[0:c] are all full, and is never stored bare.
+        self.max_candidates = max_candidates
+        self.settle_single = is_use_oldest and max_candidates == 1
         self.maps: list[dict] = [{} for _ in range(n + 1)]  # maps[s] for s in 1..n
 
     def num_patterns(self) -> int:
@@ -232,13 +298,21 @@ class NGramPool:
                     else:
                         state = m
                 else:
-                    state = _apply(state, m, k, keep_all)
+                    state = _apply(state, m, k, keep_all, self.max_candidates, self.is_use_oldest)
             rec[0] = state
-            if self.is_use_oldest and _first_is_full(state, k):
+            if self.is_settled(state):
                 rec[1] = None
             else:
                 rec[1] = []
         return state
+
+    def is_settled(self, state) -> bool:
+        """With ``is_use_oldest``: the first ``max_candidates`` entries of ``S`` are full."""
+        if not self.is_use_oldest:
+            return False
+        if self.max_candidates == 1:
+            return _first_is_full(state, self.k)
+        return type(state) is MatchSet and state.prefix_is_full()
 
     def lookup(self, text: Sequence[int], max_size: int) -> tuple[Match, int]:
         """First hit for sizes ``max_size..1`` on the tail of ``text``: (match, size) or ((), 0)."""
@@ -279,6 +353,8 @@ class PoolCursor:
         pool = self.pool
         k = pool.k
         oldest = pool.is_use_oldest
+        settle_single = pool.settle_single
+        keep = pool.max_candidates
         limit = pool.PENDING_LIMIT
         materialize = pool.materialize
         top = min(pool.n, length - 1)
@@ -304,10 +380,10 @@ class PoolCursor:
                     m = tuple(text[q:r])
                     if len(state) < len(m):
                         rec[0] = m
-                        if oldest and r - q == k:
+                        if settle_single and r - q == k:
                             rec[1] = None
                     elif state != m:
-                        rec[0] = MatchSet(k, state, m)
+                        rec[0] = MatchSet(k, state, m, keep, oldest)
                 else:
                     pending.append((text, q, r))
                     if len(pending) > limit:
@@ -324,7 +400,7 @@ class PoolCursor:
                 rec = table.get(key)
                 if rec is None:  # pattern absent: S = [m]
                     m = tuple(text[q:r])
-                    if oldest and r - q == k:
+                    if settle_single and r - q == k:
                         table[key] = m  # settled from the start, stored bare (see NGramPool)
                         continue
                     rec = table[key] = [m, []]
@@ -339,10 +415,10 @@ class PoolCursor:
                         m = tuple(text[q:r])
                         if len(state) < len(m):
                             rec[0] = m
-                            if oldest and r - q == k:
+                            if settle_single and r - q == k:
                                 rec[1] = None
                         elif state != m:
-                            rec[0] = MatchSet(k, state, m)
+                            rec[0] = MatchSet(k, state, m, keep, oldest)
                     else:
                         pending.append((text, q, r))
                         if len(pending) > limit:
@@ -355,3 +431,46 @@ class PoolCursor:
             return [], 0
         match, size = pool.lookup(text, top)
         return list(match[:budget]), size
+
+    def candidates(self, text: Sequence[int], max_seq_len: int, max_candidates: int) -> list[tuple[list[int], int]]:
+        """Candidate drafts for ``text`` after :meth:`propose` saw it: ``(draft, n-gram size)``.
+
+        For each size ``s`` from ``min(n, len(text) - 1)`` down to 1 whose pattern
+        ``text[-s:]`` is in the pool, its matches in draft priority (``S[0], S[1], ...`` with
+        ``is_use_oldest``, else ``S[-1], S[-2], ...``; at most ``min(max_candidates,
+        pool.max_candidates)`` per pattern), each cut to ``max_seq_len - 1 - len(text)``
+        tokens; a match equal to or a prefix of an earlier candidate is skipped; at most
+        ``max_candidates`` in all. The first is :meth:`propose`'s draft.
+
+        A pure read: no draft of any later call changes (deferred insertions of the looked
+        up patterns are applied, as a lookup does). Cost: O(n * (n + max_candidates * k)),
+        plus the deferred insertions applied; independent of the text length.
+        """
+        length = len(text)
+        budget = max_seq_len - 1 - length
+        if budget <= 0 or max_candidates < 1:
+            return []
+        if max_candidates > MAX_CANDIDATES:
+            raise ValueError(f"max_candidates must be <= {MAX_CANDIDATES}, got {max_candidates}")
+        if self.prev_len != length:
+            raise ValueError(f"candidates() needs propose() for the same text first "
+                             f"(text has {length} tokens, the last proposal saw {self.prev_len})")
+        pool = self.pool
+        per_pattern = min(max_candidates, pool.max_candidates)
+        out: list[tuple[list[int], int]] = []
+        chosen: list[list[int]] = []
+        for s in range(min(pool.n, length - 1), 0, -1):
+            rec = pool.maps[s].get(text[-1] if s == 1 else tuple(text[-s:]))
+            if rec is None:
+                continue
+            state = rec if type(rec) is tuple else pool.materialize(rec)
+            matches = [state] if type(state) is tuple else state.ordered(per_pattern)
+            for m in matches:
+                draft = list(m[:budget])
+                if is_covered(draft, chosen):
+                    continue
+                chosen.append(draft)
+                out.append((draft, s))
+                if len(out) == max_candidates:
+                    return out
+        return out

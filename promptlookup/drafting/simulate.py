@@ -8,6 +8,11 @@ counts (steps, drafted, accepted) are those a real run would see, without the mo
 
 The request is started with ``max_seq_len = len(tokens)``, so drafts are capped the way a
 generation limited to this output length would cap them.
+
+With ``max_candidates = G > 1`` each step verifies the token tree of ``candidates(G)``
+(:mod:`.tree`), as the runtime's tree step would: the longest candidate prefix equal to
+the actual next tokens is accepted (the first such candidate in priority order is the one
+reported to ``record``), and ``drafted`` counts tree nodes.
 """
 from __future__ import annotations
 
@@ -19,6 +24,7 @@ from typing import Any, Iterable, Sequence
 from ..errors import UserError
 from .base import DraftConfig
 from .drafter import NgramDrafter, make_drafter
+from .tree import merge_candidates
 
 
 @dataclass
@@ -77,6 +83,8 @@ def config_label(config: DraftConfig) -> str:
         parts.append(f"max_match={config.max_match_len}")
     if config.adaptive:
         parts.append("adaptive")
+    if config.max_candidates > 1:
+        parts.append(f"G={config.max_candidates}")
     return " ".join(parts)
 
 
@@ -92,14 +100,21 @@ def _run_one(drafter: NgramDrafter, tokens: Sequence[int], prompt_len: int) -> S
     spent += clock() - t0
     pos = prompt_len
     end = len(tokens)
+    g = drafter.config.max_candidates
     while pos < end:
         t0 = clock()
         draft = req.propose()
+        candidates = req.candidates(g) if g > 1 else [draft]
         spent += clock() - t0
         a = 0
         limit = len(draft)
-        while a < limit and draft[a] == tokens[pos + a]:
-            a += 1
+        for candidate in candidates:  # the first candidate with the longest accepted prefix
+            c = 0
+            while c < len(candidate) and candidate[c] == tokens[pos + c]:
+                c += 1
+            if c > a:
+                a, limit = c, len(candidate)
+        nodes = len(merge_candidates(candidates)[0]) if g > 1 else len(draft)
         new = tokens[pos:pos + a + 1]
         t0 = clock()
         req.record(limit, a)
@@ -107,9 +122,9 @@ def _run_one(drafter: NgramDrafter, tokens: Sequence[int], prompt_len: int) -> S
         spent += clock() - t0
         pos += len(new)
         stats.steps += 1
-        stats.drafted += limit
+        stats.drafted += nodes
         stats.accepted += a
-        stats.proposals += 1 if limit else 0
+        stats.proposals += 1 if nodes else 0
     t0 = clock()
     req.finish()
     stats.draft_seconds = spent + (clock() - t0)

@@ -22,10 +22,23 @@ refresh, where d <= max_len + 1 is the length of that short chain; independent o
 stream length. Memory: at most 2 * len(stream) states, each with a dict of transitions.
 Token ids are arbitrary hashables; callers use negative ints as separators.
 
+Candidates (``occurrences=True``): during that refresh, position ``i`` also records, for
+each state ``v`` of the chain, the pair (shortest length of ``v``, the previous
+``recent[v]``): for every suffix length ``l`` in ``v``'s range, the previous end of the
+``l``-token suffix ending at ``i`` (-1: none). These per-position records, O(d) per token,
+link every occurrence of a string to the one before it, so :meth:`SuffixAutomaton.candidates`
+and :meth:`Matcher.candidates` walk the earlier occurrences of the matched suffix most
+recent first, then those of shorter suffixes (one walk per distinct set of occurrences),
+examining at most ``max_scan`` occurrences: O(max_scan * (d + max_candidates * k)) per
+call, independent of the stream length. They read the automaton and never change it.
+
 ``native/suffix_automaton.c`` implements the same two classes in C for int64 token ids
 (about 10x cheaper per token); :func:`make_drafter` uses it wherever it is built.
 """
 from __future__ import annotations
+
+from .base import MAX_CANDIDATES
+from .tree import is_covered
 
 
 class SuffixAutomaton:
@@ -39,9 +52,10 @@ class SuffixAutomaton:
       shortest string has at most ``max_len`` tokens.
     """
 
-    __slots__ = ("max_len", "tokens", "link", "length", "trans", "recent", "last", "window", "match_len", "match_end")
+    __slots__ = ("max_len", "tokens", "link", "length", "trans", "recent", "last", "window", "match_len", "match_end",
+                 "occurrences", "occ_lo", "occ_prev", "occ_start")
 
-    def __init__(self, max_len: int) -> None:
+    def __init__(self, max_len: int, occurrences: bool = False) -> None:
         if max_len < 1:
             raise ValueError("max_len must be >= 1")
         self.max_len = max_len
@@ -54,6 +68,12 @@ class SuffixAutomaton:
         self.window = 0  # state holding the suffix of length min(max_len, L)
         self.match_len = 0
         self.match_end = -1
+        # occurrence records (see the module docstring): position i's are the indices
+        # occ_start[i] .. occ_start[i + 1] - 1 of occ_lo / occ_prev, longest range first
+        self.occurrences = bool(occurrences)
+        self.occ_lo: list[int] = []
+        self.occ_prev: list[int] = []
+        self.occ_start: list[int] = [0]
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -124,6 +144,14 @@ class SuffixAutomaton:
 
         # position i now ends every string on the chain from the window state to the root
         v = w
+        if self.occurrences:
+            occ_lo, occ_prev = self.occ_lo, self.occ_prev
+            while v > 0:
+                occ_lo.append(length[link[v]] + 1)
+                occ_prev.append(recent[v] if recent[v] != i else -1)  # i: a new state, no earlier end
+                recent[v] = i
+                v = link[v]
+            self.occ_start.append(len(occ_lo))
         while v > 0:
             recent[v] = i
             v = link[v]
@@ -134,6 +162,38 @@ class SuffixAutomaton:
             return []
         start = self.match_end + 1
         return self.tokens[start:start + k]
+
+    def previous_end(self, end: int, length: int) -> int:
+        """The end before ``end`` of the ``length``-token string ending at ``end`` (-1: none);
+        needs ``occurrences``. O(records at ``end``)."""
+        occ_lo = self.occ_lo
+        for j in range(self.occ_start[end], self.occ_start[end + 1]):
+            if occ_lo[j] <= length:
+                return self.occ_prev[j]
+        return -1
+
+    def candidates(self, k: int, max_candidates: int, max_scan: int) -> list[tuple[int, list]]:
+        """``(match length, continuation)`` pairs: what followed earlier occurrences of the tail.
+
+        For each suffix of the stream, longest first (``match_len`` down to 1), that has a
+        set of earlier ends different from the longer suffix's, those ends most recent
+        first; each end ``e`` gives ``tokens[e + 1:e + 1 + k]``, kept unless equal to or a
+        prefix of one kept before. Stops at ``max_candidates`` kept or ``max_scan`` ends
+        examined (repeats included). The first is :meth:`continuation`'s. Needs
+        ``occurrences=True``. Cost: see the module docstring.
+        """
+        if not self.occurrences:
+            raise ValueError("candidates() needs a SuffixAutomaton built with occurrences=True")
+        end = len(self.tokens) - 1
+        if self.match_len == 0 or k < 1:
+            return []
+        groups = []
+        hi = min(self.max_len, end + 1)
+        for j in range(self.occ_start[end], self.occ_start[end + 1]):
+            if self.occ_prev[j] >= 0:
+                groups.append((hi, self.occ_prev[j]))
+            hi = self.occ_lo[j] - 1
+        return _walk(self, self.tokens, groups, k, max_candidates, max_scan, False)
 
 
 class Matcher:
@@ -194,3 +254,46 @@ class Matcher:
         if out and min(out) < 0:
             out = out[: next(j for j, t in enumerate(out) if t < 0)]
         return self.matched, out
+
+    def candidates(self, k: int, max_candidates: int, max_scan: int) -> list[tuple[int, list]]:
+        """:meth:`SuffixAutomaton.candidates` for the matched suffix of the query in the
+        automaton's text (the automaton needs ``occurrences=True``): the ends of the
+        matched string, most recent first, then of its shorter suffixes; continuations are
+        cut before the first negative token."""
+        sam = self.sam
+        if not sam.occurrences:
+            raise ValueError("candidates() needs a SuffixAutomaton built with occurrences=True")
+        if self.matched == 0 or k < 1:
+            return []
+        groups = []
+        v = self._settle()
+        hi = self.matched
+        while v > 0:
+            groups.append((hi, sam.recent[v]))
+            hi = sam.length[sam.link[v]]
+            v = sam.link[v]
+        return _walk(sam, sam.tokens, groups, k, max_candidates, max_scan, True)
+
+
+def _walk(sam: SuffixAutomaton, tokens: list, groups: list[tuple[int, int]], k: int, max_candidates: int,
+          max_scan: int, cut_negative: bool) -> list[tuple[int, list]]:
+    """Follow each group's occurrences (length, most recent end) backwards through the
+    occurrence records; keep the continuations that add a tree node."""
+    if max_candidates > MAX_CANDIDATES:
+        raise ValueError(f"max_candidates must be <= {MAX_CANDIDATES}, got {max_candidates}")
+    out: list[tuple[int, list]] = []
+    chosen: list[list] = []
+    steps = 0
+    for length, end in groups:
+        while end >= 0:
+            if steps >= max_scan or len(out) >= max_candidates:
+                return out
+            steps += 1
+            cont = tokens[end + 1:end + 1 + k]
+            if cut_negative and cont and min(cont) < 0:
+                cont = cont[: next(j for j, t in enumerate(cont) if t < 0)]
+            if not is_covered(cont, chosen):
+                chosen.append(cont)
+                out.append((length, cont))
+            end = sam.previous_end(end, length)
+    return out

@@ -30,12 +30,15 @@ def scenarios(draw):
     return k, n, keep_all, oldest, public, prompts, limits, actions
 
 
-def _replay(scenario, implementation: str = "python"):
+def _replay(scenario, implementation: str = "python", max_candidates: int = 1, on_step=None):
+    """Replay ``scenario``; ``on_step(request, reference, text, request_id, limit, draft)``
+    runs after each checked proposal (test_candidates.py checks candidates() there)."""
     k, n, keep_all, oldest, public, prompts, limits, actions = scenario
     ref = TrtPoolReference(k, n, keep_all, oldest, public)
     drafter = make_drafter(
         DraftConfig(prompt_lookup_num_tokens=k, max_matching_ngram_size=n, mode="pool",
-                    is_keep_all=keep_all, is_use_oldest=oldest, is_public_pool=public),
+                    is_keep_all=keep_all, is_use_oldest=oldest, is_public_pool=public,
+                    max_candidates=max_candidates),
         implementation=implementation,
     )
     texts = [list(p) for p in prompts]
@@ -47,6 +50,8 @@ def _replay(scenario, implementation: str = "python"):
         got = reqs[i].propose()
         assert got == expected, (texts[i], ids[i])
         assert len(got) <= k and len(texts[i]) + len(got) + 1 <= limits[i] or not got
+        if on_step is not None:
+            on_step(reqs[i], ref, texts[i], ids[i], limits[i], got)
         reqs[i].record(len(got), 0)
         reqs[i].extend(chunk)
         texts[i].extend(chunk)

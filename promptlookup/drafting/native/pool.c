@@ -26,6 +26,12 @@
  * whose oldest match is full is settled: its draft can never change, so later insertions
  * are skipped and its truncated matches freed (pool.py explains why this is exact).
  *
+ * Candidates (NGramPool's optional 5th argument max_candidates = c, default 1): each pattern
+ * also keeps, in `keep`, its first c (is_use_oldest) or last c full matches with their
+ * sequence numbers, allocated only when c > 1, so S[0:c] / S[-c:] are a merge of `keep`
+ * and the truncated matches by sequence number. With c > 1 a pattern settles only once
+ * S[0:c] are all full. PoolCursor.candidates reads the pool and never changes it.
+ *
  * Cost of PoolCursor.propose, L the text length, k and n the options: copying the new
  * tokens, then O(n * (k + new tokens)) insertions, each O(k) for hashing and comparing
  * plus O(truncated matches of the pattern) for the removal walk; the lookup is O(n * n)
@@ -39,6 +45,8 @@
 
 typedef int64_t tok_t;
 
+#define MAX_CANDIDATES 64 /* base.py's MAX_CANDIDATES */
+
 typedef struct {
     int32_t text, off, len;
 } Ref; /* the match texts[text][off : off + len] */
@@ -50,6 +58,11 @@ typedef struct {
 } Short;
 
 typedef struct {
+    Ref m;
+    int64_t seq;
+} Kept; /* a full match kept for candidates */
+
+typedef struct {
     uint64_t hash;
     int32_t key_text, key_off, size;
     int32_t gen;
@@ -59,6 +72,8 @@ typedef struct {
     int32_t nshort;
     int64_t cap_short;
     int settled;
+    Kept *keep; /* max_candidates > 1: first (oldest) or last full matches, S order */
+    int32_t nkeep;
 } Pattern;
 
 typedef struct {
@@ -74,7 +89,7 @@ typedef struct {
 
 typedef struct {
     PyObject_HEAD
-    int k, n, keep_all, use_oldest;
+    int k, n, keep_all, use_oldest, cand;
     Text *texts;
     int32_t ntexts;
     int64_t cap_texts;
@@ -254,6 +269,27 @@ static inline Ref last_of(const Pattern *pt) {
     return pt->full_last;
 }
 
+/* With is_use_oldest: S[0:cand] are all full, so no draft or candidate can change again. */
+static int is_final(const PoolObject *pool, const Pattern *pt) {
+    if (!pool->use_oldest) return 0;
+    if (pool->cand == 1) return first_of(pt).len == pool->k;
+    return pt->nkeep == pool->cand && (pt->nshort == 0 || pt->shorts[0].seq > pt->keep[pt->nkeep - 1].seq);
+}
+
+static int keep_full(PoolObject *pool, Pattern *pt, Ref m, int64_t seq) {
+    if (!pt->keep) {
+        pt->keep = PyMem_Malloc((size_t)pool->cand * sizeof(Kept));
+        if (!pt->keep) { PyErr_NoMemory(); return -1; }
+    }
+    if (pt->nkeep < pool->cand) {
+        pt->keep[pt->nkeep++] = (Kept){m, seq};
+    } else if (!pool->use_oldest) { /* keep the last cand: drop the oldest */
+        memmove(pt->keep, pt->keep + 1, (size_t)(pool->cand - 1) * sizeof(Kept));
+        pt->keep[pool->cand - 1] = (Kept){m, seq};
+    }
+    return 0;
+}
+
 static int append_match(PoolObject *pool, int32_t pi, Ref m) {
     Pattern *pt = &pool->pats[pi];
     int64_t seq = pt->seq++;
@@ -265,8 +301,9 @@ static int append_match(PoolObject *pool, int32_t pi, Ref m) {
         pt->full_last = m;
         pt->full_last_seq = seq;
         pt->nfull++;
+        if (pool->cand > 1 && keep_full(pool, pt, m, seq) < 0) return -1;
         /* a settled pattern is never asked again; the set is only for unsettled ones */
-        if (!(pool->use_oldest && first_of(pt).len == pool->k)) return fullset_add(pool, pi, pt->gen, m);
+        if (!is_final(pool, pt)) return fullset_add(pool, pi, pt->gen, m);
         return 0;
     }
     if (grow((void **)&pt->shorts, &pt->cap_short, (int64_t)pt->nshort + 1, sizeof(Short)) < 0) return -1;
@@ -275,7 +312,7 @@ static int append_match(PoolObject *pool, int32_t pi, Ref m) {
 }
 
 static void settle_if_final(PoolObject *pool, Pattern *pt) {
-    if (pool->use_oldest && first_of(pt).len == pool->k) {
+    if (is_final(pool, pt)) {
         pt->settled = 1;
         PyMem_Free(pt->shorts);
         pt->shorts = NULL;
@@ -291,6 +328,7 @@ static int insert_match(PoolObject *pool, int32_t pi, Ref m) {
         pt->gen++; /* S = [m]: forget every full match at once */
         pt->nfull = 0;
         pt->nshort = 0;
+        pt->nkeep = 0;
         if (append_match(pool, pi, m) < 0) return -1;
         settle_if_final(pool, &pool->pats[pi]);
         return 0;
@@ -329,7 +367,10 @@ static int insert_match(PoolObject *pool, int32_t pi, Ref m) {
 
 static void pool_dealloc(PoolObject *self) {
     for (int32_t i = 0; i < self->ntexts; i++) PyMem_Free(self->texts[i].data);
-    for (int32_t i = 0; i < self->npats; i++) PyMem_Free(self->pats[i].shorts);
+    for (int32_t i = 0; i < self->npats; i++) {
+        PyMem_Free(self->pats[i].shorts);
+        PyMem_Free(self->pats[i].keep);
+    }
     PyMem_Free(self->texts);
     PyMem_Free(self->pats);
     PyMem_Free(self->index);
@@ -338,11 +379,15 @@ static void pool_dealloc(PoolObject *self) {
 }
 
 static int pool_init(PoolObject *self, PyObject *args, PyObject *kwds) {
-    static char *kwlist[] = {"k", "n", "is_keep_all", "is_use_oldest", NULL};
-    int k, n, keep_all, use_oldest;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "iipp", kwlist, &k, &n, &keep_all, &use_oldest)) return -1;
+    static char *kwlist[] = {"k", "n", "is_keep_all", "is_use_oldest", "max_candidates", NULL};
+    int k, n, keep_all, use_oldest, cand = 1;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "iipp|i", kwlist, &k, &n, &keep_all, &use_oldest, &cand)) return -1;
     if (k < 1 || n < 1) {
         PyErr_Format(PyExc_ValueError, "k and n must be >= 1, got k=%d n=%d", k, n);
+        return -1;
+    }
+    if (cand < 1 || cand > MAX_CANDIDATES) {
+        PyErr_Format(PyExc_ValueError, "max_candidates must be in 1..%d, got %d", MAX_CANDIDATES, cand);
         return -1;
     }
     if (self->index) {
@@ -353,6 +398,7 @@ static int pool_init(PoolObject *self, PyObject *args, PyObject *kwds) {
     self->n = n;
     self->keep_all = keep_all;
     self->use_oldest = use_oldest;
+    self->cand = cand;
     if (index_rebuild(self, 64) < 0) return -1;
     self->fullset = PyMem_Malloc(64 * sizeof(FullEntry));
     if (!self->fullset) { PyErr_NoMemory(); return -1; }
@@ -374,12 +420,14 @@ static PyObject *pool_get_k(PoolObject *s, void *c) { return PyLong_FromLong(s->
 static PyObject *pool_get_n(PoolObject *s, void *c) { return PyLong_FromLong(s->n); }
 static PyObject *pool_get_keep_all(PoolObject *s, void *c) { return PyBool_FromLong(s->keep_all); }
 static PyObject *pool_get_use_oldest(PoolObject *s, void *c) { return PyBool_FromLong(s->use_oldest); }
+static PyObject *pool_get_cand(PoolObject *s, void *c) { return PyLong_FromLong(s->cand); }
 
 static PyGetSetDef pool_getset[] = {
     {"k", (getter)pool_get_k, NULL, "prompt_lookup_num_tokens", NULL},
     {"n", (getter)pool_get_n, NULL, "max_matching_ngram_size", NULL},
     {"is_keep_all", (getter)pool_get_keep_all, NULL, NULL, NULL},
     {"is_use_oldest", (getter)pool_get_use_oldest, NULL, NULL, NULL},
+    {"max_candidates", (getter)pool_get_cand, NULL, "matches kept per pattern for candidates()", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -472,17 +520,27 @@ static int sync_text(CursorObject *self, PyObject *seq) {
 
 static PyObject *empty_answer(void) { return Py_BuildValue("([]i)", 0); }
 
-static PyObject *cursor_propose(CursorObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "propose(text, max_seq_len) takes 2 arguments");
-        return NULL;
+/* Check the argument count of `signature`, then parse (text, max_seq_len, ...): the text's
+ * length and the room left for a draft, max_seq_len - 1 - length. -1 on error. */
+static int parse_room(PyObject *const *args, Py_ssize_t nargs, Py_ssize_t expected, const char *signature,
+                      Py_ssize_t *length, long long *budget) {
+    if (nargs != expected) {
+        PyErr_Format(PyExc_TypeError, "%s takes %zd arguments", signature, expected);
+        return -1;
     }
+    *length = PySequence_Length(args[0]);
+    if (*length < 0) return -1;
+    long long limit = PyLong_AsLongLong(args[1]);
+    if (limit == -1 && PyErr_Occurred()) return -1;
+    *budget = limit - 1 - (long long)*length;
+    return 0;
+}
+
+static PyObject *cursor_propose(CursorObject *self, PyObject *const *args, Py_ssize_t nargs) {
     PoolObject *pool = self->pool;
-    Py_ssize_t length = PySequence_Length(args[0]);
-    if (length < 0) return NULL;
-    long long max_seq_len = PyLong_AsLongLong(args[1]);
-    if (max_seq_len == -1 && PyErr_Occurred()) return NULL;
-    long long budget = max_seq_len - 1 - (long long)length;
+    Py_ssize_t length;
+    long long budget;
+    if (parse_room(args, nargs, 2, "propose(text, max_seq_len)", &length, &budget) < 0) return NULL;
     if (budget <= 0) return empty_answer(); /* TensorRT-LLM updates nothing either */
     if (sync_text(self, args[0]) < 0) return NULL;
 
@@ -534,7 +592,102 @@ static PyObject *cursor_propose(CursorObject *self, PyObject *const *args, Py_ss
     return empty_answer();
 }
 
+static PyObject *ref_list(const PoolObject *pool, Ref m) {
+    PyObject *list = PyList_New((Py_ssize_t)m.len);
+    if (!list) return NULL;
+    const tok_t *d = ref_data(pool, m);
+    for (int32_t i = 0; i < m.len; i++) {
+        PyObject *v = PyLong_FromLongLong(d[i]);
+        if (!v) { Py_DECREF(list); return NULL; }
+        PyList_SET_ITEM(list, (Py_ssize_t)i, v);
+    }
+    return list;
+}
+
+/* m (already cut) is empty, or equal to or a prefix of one of chosen[0:nchosen]. */
+static int covered(const PoolObject *pool, Ref m, const Ref *chosen, int nchosen) {
+    if (m.len == 0) return 1;
+    for (int i = 0; i < nchosen; i++)
+        if (chosen[i].len >= m.len &&
+            memcmp(ref_data(pool, chosen[i]), ref_data(pool, m), (size_t)m.len * sizeof(tok_t)) == 0)
+            return 1;
+    return 0;
+}
+
+/* candidates(text, max_seq_len, max_candidates): pool.py's PoolCursor.candidates. */
+static PyObject *cursor_candidates(CursorObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    PoolObject *pool = self->pool;
+    Py_ssize_t length;
+    long long budget;
+    if (parse_room(args, nargs, 3, "candidates(text, max_seq_len, max_candidates)", &length, &budget) < 0)
+        return NULL;
+    long long want = PyLong_AsLongLong(args[2]);
+    if (want == -1 && PyErr_Occurred()) return NULL;
+    PyObject *out = PyList_New(0);
+    if (!out || budget <= 0 || want < 1) return out;
+    if (self->prev_len != length || pool->texts[self->text].len != length) {
+        Py_DECREF(out);
+        PyErr_Format(PyExc_ValueError, "candidates() needs propose() for the same text first "
+                     "(text has %zd tokens, the last proposal saw %lld)", length, (long long)self->prev_len);
+        return NULL;
+    }
+    if (want > MAX_CANDIDATES) {
+        Py_DECREF(out);
+        PyErr_Format(PyExc_ValueError, "max_candidates must be <= %d, got %lld", MAX_CANDIDATES, want);
+        return NULL;
+    }
+    Ref chosen[MAX_CANDIDATES];
+    int nchosen = 0;
+    const int64_t per = want < pool->cand ? want : pool->cand;
+    const int top = (int)(pool->n < length - 1 ? pool->n : length - 1);
+    for (int s = top; s >= 1 && nchosen < want; s--) {
+        int created;
+        int32_t pi = find_pattern(pool, self->text, length - s, s, 0, &created);
+        if (pi < 0) continue;
+        const Pattern *pt = &pool->pats[pi];
+        Ref ms[MAX_CANDIDATES];
+        int nm = 0;
+        if (per <= 1) {
+            ms[nm++] = pool->use_oldest ? first_of(pt) : last_of(pt);
+        } else if (pool->use_oldest) { /* S[0], S[1], ...: merge by sequence number */
+            int32_t i = 0, j = 0;
+            while (nm < per && (i < pt->nshort || j < pt->nkeep)) {
+                if (j == pt->nkeep || (i < pt->nshort && pt->shorts[i].seq < pt->keep[j].seq))
+                    ms[nm++] = pt->shorts[i++].m;
+                else
+                    ms[nm++] = pt->keep[j++].m;
+            }
+        } else { /* S[-1], S[-2], ... */
+            int32_t i = pt->nshort - 1, j = pt->nkeep - 1;
+            while (nm < per && (i >= 0 || j >= 0)) {
+                if (j < 0 || (i >= 0 && pt->shorts[i].seq > pt->keep[j].seq))
+                    ms[nm++] = pt->shorts[i--].m;
+                else
+                    ms[nm++] = pt->keep[j--].m;
+            }
+        }
+        for (int t = 0; t < nm && nchosen < want; t++) {
+            Ref m = ms[t];
+            if (m.len > budget) m.len = (int32_t)budget;
+            if (covered(pool, m, chosen, nchosen)) continue;
+            chosen[nchosen++] = m;
+            PyObject *draft = ref_list(pool, m);
+            PyObject *item = draft ? Py_BuildValue("(Ni)", draft, s) : NULL;
+            if (!item || PyList_Append(out, item) < 0) {
+                Py_XDECREF(item);
+                Py_DECREF(out);
+                return NULL;
+            }
+            Py_DECREF(item);
+        }
+    }
+    return out;
+}
+
 static PyMethodDef cursor_methods[] = {
+    {"candidates", (PyCFunction)(void (*)(void))cursor_candidates, METH_FASTCALL,
+     "candidates(text, max_seq_len, max_candidates) -> [(draft, n-gram size)], after propose(text, ...): "
+     "see pool.py. Reads the pool, never changes it."},
     {"propose", (PyCFunction)(void (*)(void))cursor_propose, METH_FASTCALL,
      "propose(text, max_seq_len) -> (draft, matched n-gram size; 0 on no hit): TensorRT-LLM's get_draft_tokens."},
     {NULL, NULL, 0, NULL},

@@ -19,6 +19,13 @@
  * `matched` tokens (settle). Its continuation is cut before the first negative token (the
  * separators between texts).
  *
+ * Candidates (SuffixAutomaton(max_len, occurrences=True)): the refresh at position i also
+ * records, per chain state v, (shortest length of v, previous recent[v] or -1) in occ_lo[],
+ * occ_prev[] (position i's records: occ_start[i] .. occ_start[i + 1] - 1, longest first), so
+ * every occurrence of a suffix links to the one before it. candidates(k, max_candidates,
+ * max_scan) on both classes walks those links exactly as suffix_automaton.py does, reading
+ * and never changing the automaton: O(max_scan * (d + max_candidates * k)).
+ *
  * Data layout (no dense per-state arrays: the vocabulary is large):
  * - tok[]:   the tokens, int64, and obj[]: the same tokens as Python ints (strong
  *            references), so a continuation is a list of INCREFs, not of new ints.
@@ -68,6 +75,11 @@ typedef struct {
     Slot *slot;
     size_t mask;  /* table capacity - 1 */
     int shift;    /* 64 - log2(capacity) */
+    int occurrences;         /* keep the occurrence records below */
+    int32_t *occ_lo, *occ_prev;
+    Py_ssize_t nocc, cap_lo, cap_prev;
+    int32_t *occ_start;      /* ntok + 1 entries */
+    Py_ssize_t cap_start;
 } SamObject;
 
 typedef struct {
@@ -179,6 +191,12 @@ static int sam_append(SamObject *s, int64_t c, PyObject *o) {
     if (grow((void **)&s->tok, &s->cap_tok, i + 1, sizeof(int64_t)) < 0) return -1;
     if (grow((void **)&s->obj, &s->cap_obj, i + 1, sizeof(PyObject *)) < 0) return -1;
     if (grow((void **)&s->st, &s->cap_st, s->nst + 2, sizeof(State)) < 0) return -1;
+    if (s->occurrences) { /* the chain refreshed below has at most min(max_len, i + 1) states */
+        Py_ssize_t d = (Py_ssize_t)s->max_len < i + 1 ? (Py_ssize_t)s->max_len : i + 1;
+        if (grow((void **)&s->occ_lo, &s->cap_lo, s->nocc + d, sizeof(int32_t)) < 0) return -1;
+        if (grow((void **)&s->occ_prev, &s->cap_prev, s->nocc + d, sizeof(int32_t)) < 0) return -1;
+        if (grow((void **)&s->occ_start, &s->cap_start, i + 2, sizeof(int32_t)) < 0) return -1;
+    }
 
     /* dry run: where the walk up from `last` stops (p, q), and a bound on the edges added
      * to the table (the clone copies q's, plus (q, c) if q is on the walked chain) */
@@ -265,7 +283,16 @@ static int sam_append(SamObject *s, int64_t c, PyObject *o) {
         s->match_len = max_len;
         s->match_end = st[w].recent;
     }
-    for (int32_t v = w; v > 0; v = st[v].link) st[v].recent = (int32_t)i;
+    if (s->occurrences) {
+        for (int32_t v = w; v > 0; v = st[v].link) {
+            s->occ_lo[s->nocc] = st[st[v].link].len + 1;
+            s->occ_prev[s->nocc++] = st[v].recent == (int32_t)i ? -1 : st[v].recent; /* i: a new state */
+            st[v].recent = (int32_t)i;
+        }
+        s->occ_start[i + 1] = (int32_t)s->nocc;
+    } else {
+        for (int32_t v = w; v > 0; v = st[v].link) st[v].recent = (int32_t)i;
+    }
     return 0;
 }
 
@@ -312,14 +339,22 @@ static PyObject *slice_list(const SamObject *s, Py_ssize_t start, Py_ssize_t k, 
 }
 
 static PyObject *sam_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
-    static char *kwlist[] = {"max_len", NULL};
+    static char *kwlist[] = {"max_len", "occurrences", NULL};
     Py_ssize_t max_len;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "n:SuffixAutomaton", kwlist, &max_len)) return NULL;
+    int occurrences = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "n|p:SuffixAutomaton", kwlist, &max_len, &occurrences)) return NULL;
     if (max_len < 1) { PyErr_SetString(PyExc_ValueError, "max_len must be >= 1"); return NULL; }
     if (max_len > INT32_MAX) { PyErr_SetString(PyExc_OverflowError, "max_len too large"); return NULL; }
     SamObject *s = (SamObject *)type->tp_alloc(type, 0);
     if (s == NULL) return NULL;
     s->max_len = (int)max_len;
+    s->occurrences = occurrences;
+    if (occurrences) {
+        s->occ_start = PyMem_Malloc(16 * sizeof(int32_t));
+        if (s->occ_start == NULL) { Py_DECREF(s); return PyErr_NoMemory(); }
+        s->cap_start = 16;
+        s->occ_start[0] = 0;
+    }
     s->match_len = 0;
     s->match_end = -1;
     s->last = s->window = 0;
@@ -342,6 +377,9 @@ static void sam_dealloc(SamObject *s) {
     PyMem_Free(s->st);
     PyMem_Free(s->edge);
     PyMem_Free(s->slot);
+    PyMem_Free(s->occ_lo);
+    PyMem_Free(s->occ_prev);
+    PyMem_Free(s->occ_start);
     Py_TYPE(s)->tp_free((PyObject *)s);
 }
 
@@ -381,6 +419,97 @@ static PyObject *sam_continuation(SamObject *s, PyObject *arg) {
     return slice_list(s, (Py_ssize_t)s->match_end + 1, k, 0);
 }
 
+/* ---- candidates ---------------------------------------------------------------------- */
+
+#define MAX_CANDIDATES 64 /* base.py's MAX_CANDIDATES */
+
+/* The end before `end` of the `length`-token string ending at `end` (-1: none). */
+static inline int32_t previous_end(const SamObject *s, int32_t end, int32_t length) {
+    for (int32_t j = s->occ_start[end]; j < s->occ_start[end + 1]; j++)
+        if (s->occ_lo[j] <= length) return s->occ_prev[j];
+    return -1;
+}
+
+typedef struct { int32_t len, end; } Group; /* a suffix length and its most recent end */
+
+static int parse_candidate_args(PyObject *const *args, Py_ssize_t nargs, Py_ssize_t *k, Py_ssize_t *want,
+                                Py_ssize_t *scan) {
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "candidates(k, max_candidates, max_scan) takes 3 arguments");
+        return -1;
+    }
+    Py_ssize_t *outs[3] = {k, want, scan};
+    for (int j = 0; j < 3; j++) {
+        *outs[j] = PyNumber_AsSsize_t(args[j], NULL);
+        if (*outs[j] == -1 && PyErr_Occurred()) return -1;
+    }
+    if (*want > MAX_CANDIDATES) {
+        PyErr_Format(PyExc_ValueError, "max_candidates must be <= %d, got %zd", MAX_CANDIDATES, *want);
+        return -1;
+    }
+    return 0;
+}
+
+/* suffix_automaton.py's _walk: follow each group's occurrences backwards, keep the
+ * continuations that are not equal to or a prefix of a kept one. */
+static PyObject *walk(const SamObject *s, const Group *groups, int ngroups, Py_ssize_t k, Py_ssize_t want,
+                      Py_ssize_t scan, int cut_negative) {
+    PyObject *out = PyList_New(0);
+    if (out == NULL) return NULL;
+    Py_ssize_t start[MAX_CANDIDATES], len[MAX_CANDIDATES], nout = 0, steps = 0;
+    for (int g = 0; g < ngroups; g++) {
+        int32_t length = groups[g].len;
+        for (int32_t end = groups[g].end; end >= 0; end = previous_end(s, end, length)) {
+            if (steps >= scan || nout >= want) return out;
+            steps++;
+            Py_ssize_t a = (Py_ssize_t)end + 1, n = s->ntok - a < k ? s->ntok - a : k;
+            if (cut_negative)
+                for (Py_ssize_t j = 0; j < n; j++)
+                    if (s->tok[a + j] < 0) { n = j; break; }
+            if (n <= 0) continue;
+            int dup = 0;
+            for (Py_ssize_t c = 0; c < nout && !dup; c++)
+                dup = len[c] >= n && memcmp(s->tok + start[c], s->tok + a, (size_t)n * sizeof(int64_t)) == 0;
+            if (dup) continue;
+            start[nout] = a;
+            len[nout++] = n;
+            PyObject *cont = slice_list(s, a, n, 0);
+            PyObject *item = cont ? Py_BuildValue("(iN)", (int)length, cont) : NULL;
+            if (item == NULL || PyList_Append(out, item) < 0) {
+                Py_XDECREF(item);
+                Py_DECREF(out);
+                return NULL;
+            }
+            Py_DECREF(item);
+        }
+    }
+    return out;
+}
+
+static PyObject *sam_candidates(SamObject *s, PyObject *const *args, Py_ssize_t nargs) {
+    Py_ssize_t k, want, scan;
+    if (parse_candidate_args(args, nargs, &k, &want, &scan) < 0) return NULL;
+    if (!s->occurrences) {
+        PyErr_SetString(PyExc_ValueError, "candidates() needs a SuffixAutomaton built with occurrences=True");
+        return NULL;
+    }
+    if (s->match_len == 0 || k < 1) return PyList_New(0);
+    int32_t end = (int32_t)(s->ntok - 1);
+    Group groups[64];
+    Group *gs = groups;
+    int32_t nrec = s->occ_start[end + 1] - s->occ_start[end];
+    if (nrec > 64 && (gs = PyMem_Malloc((size_t)nrec * sizeof(Group))) == NULL) return PyErr_NoMemory();
+    int ng = 0;
+    int32_t hi = s->max_len < end + 1 ? s->max_len : end + 1;
+    for (int32_t j = s->occ_start[end]; j < s->occ_start[end + 1]; j++) {
+        if (s->occ_prev[j] >= 0) gs[ng++] = (Group){hi, s->occ_prev[j]};
+        hi = s->occ_lo[j] - 1;
+    }
+    PyObject *out = walk(s, gs, ng, k, want, scan, 0);
+    if (gs != groups) PyMem_Free(gs);
+    return out;
+}
+
 static Py_ssize_t sam_len(SamObject *s) { return s->ntok; }
 
 static PyObject *sam_num_states(SamObject *s, void *closure) {
@@ -398,6 +527,8 @@ static PyMethodDef sam_methods[] = {
     {"extend", (PyCFunction)sam_extend, METH_O, "extend(tokens): append each token."},
     {"continuation", (PyCFunction)sam_continuation, METH_O,
      "continuation(k): up to k tokens that followed the most recent earlier occurrence of the match."},
+    {"candidates", (PyCFunction)(void (*)(void))sam_candidates, METH_FASTCALL,
+     "candidates(k, max_candidates, max_scan) -> [(match length, continuation)]: see suffix_automaton.py."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -530,7 +661,33 @@ static PyObject *matcher_continuation(MatcherObject *m, PyObject *arg) {
     return out;
 }
 
+static PyObject *matcher_candidates(MatcherObject *m, PyObject *const *args, Py_ssize_t nargs) {
+    Py_ssize_t k, want, scan;
+    if (parse_candidate_args(args, nargs, &k, &want, &scan) < 0) return NULL;
+    const SamObject *s = m->sam;
+    if (!s->occurrences) {
+        PyErr_SetString(PyExc_ValueError, "candidates() needs a SuffixAutomaton built with occurrences=True");
+        return NULL;
+    }
+    if (m->matched == 0 || k < 1) return PyList_New(0);
+    /* the chain from the matched state has at most `matched` states (distinct shortest lengths) */
+    Group groups[64];
+    Group *gs = groups;
+    if (m->matched > 64 && (gs = PyMem_Malloc((size_t)m->matched * sizeof(Group))) == NULL) return PyErr_NoMemory();
+    int ng = 0;
+    int32_t hi = m->matched;
+    for (int32_t v = settle(m); v > 0; v = s->st[v].link) {
+        gs[ng++] = (Group){hi, s->st[v].recent};
+        hi = s->st[s->st[v].link].len;
+    }
+    PyObject *out = walk(s, gs, ng, k, want, scan, 1);
+    if (gs != groups) PyMem_Free(gs);
+    return out;
+}
+
 static PyMethodDef matcher_methods[] = {
+    {"candidates", (PyCFunction)(void (*)(void))matcher_candidates, METH_FASTCALL,
+     "candidates(k, max_candidates, max_scan) -> [(match length, continuation)]: see suffix_automaton.py."},
     {"feed", (PyCFunction)matcher_feed, METH_O, "feed(tokens): extend the query stream."},
     {"continuation", (PyCFunction)matcher_continuation, METH_O,
      "continuation(k) -> (match length, up to k tokens after the most recent occurrence of the match, "
