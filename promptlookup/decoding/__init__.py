@@ -28,7 +28,6 @@ def generate(
     on_step: StepCallback | None = None,
     drafter: Drafter | None = None,
     draft_length_policy: str = "cost",
-    max_candidates: int = 1,
     lookahead: LookaheadConfig | None = None,
 ) -> list[SequenceResult]:
     """Generate for a batch of token-id prompts.
@@ -37,8 +36,8 @@ def generate(
     calls), else from a drafter made from ``draft``; with neither (and no ``lookahead``),
     this is plain decoding.
 
-    ``max_candidates > 1`` verifies several prompt-lookup candidates per step as one token
-    tree; ``lookahead`` runs Lookahead decoding (with prompt lookup too when a drafter is
+    ``DraftConfig.max_candidates > 1`` verifies several prompt-lookup candidates per step as
+    one token tree; ``lookahead`` runs Lookahead decoding (with prompt lookup too when a drafter is
     given). Both need the PyTorch runner's single-call (v2) loop.
 
     ``draft_length_policy="cost"`` sizes each step's draft (or tree) from the runner's
@@ -52,8 +51,6 @@ def generate(
         raise UserError(f"unknown workflow {workflow!r}; choose v1 or v2")
     if max_new_tokens < 1:
         raise UserError(f"max_output_len must be at least 1, got {max_new_tokens}")
-    if not isinstance(max_candidates, int) or max_candidates < 1:
-        raise UserError(f"the number of draft candidates must be an integer >= 1, got {max_candidates!r}")
     limits = runner.limits
     validate_batch(prompts, limits)
     for i, p in enumerate(prompts):
@@ -85,6 +82,7 @@ def generate(
 
     from ..runtime.torch_runner import TorchRunner
 
+    max_candidates = config.max_candidates if drafter is not None and config is not None else 1
     tree_mode = lookahead is not None or (max_candidates > 1 and drafter is not None)
     if tree_mode and not (isinstance(runner, TorchRunner) and workflow == "v2"):
         what = "--lookahead_config" if lookahead is not None else "several draft candidates"

@@ -170,7 +170,10 @@ class LookaheadProposer:
             self.window_weight = self.window_weight * DECAY + 1
         st.observe(choices, tokens)
         if self.drafter is not None:
-            self.drafter.record(len(self.proposal), accepted if src == LOOKUP else 0)
+            agree = 0  # how much of the prompt-lookup draft was accepted (a shared path may go further)
+            while agree < min(accepted, len(self.proposal)) and self.proposal[agree] == tokens[agree]:
+                agree += 1
+            self.drafter.record(len(self.proposal), agree)
             self.drafter.extend(tokens)
 
     def finish(self) -> None:

@@ -20,6 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Sequence
 
+from ..drafting.tree import merge_candidates, node_depths
+
 
 @dataclass
 class DraftTree:
@@ -61,10 +63,7 @@ class DraftTree:
 
     def depths(self) -> list[int]:
         """Depth of each node (1 for a child of the root)."""
-        d: list[int] = []
-        for p in self.parents:
-            d.append(d[p] + 1 if p >= 0 else 1)
-        return d
+        return node_depths(self.parents)
 
     def path_to(self, node: int) -> list[int]:
         """Nodes from the root's child down to ``node`` (empty for the root, ``-1``)."""
@@ -99,27 +98,18 @@ def accept_path(tree: DraftTree, choices: Sequence[int], end_id: int) -> tuple[l
 
 
 def merge_chains(chains: Sequence[Sequence[int]], sources: Sequence[str] | None = None) -> DraftTree:
-    """Merge candidate continuations of the root into one prefix tree.
-
-    A prefix shared by several candidates becomes one path, so it is verified once.
-    Nodes are in depth-first order with the candidates in the given order: the first
-    candidate's tokens are nodes ``0 .. len - 1`` (a plain chain when it is the only one),
-    so when it is accepted no K/V needs moving. ``sources[c]`` labels candidate ``c``'s
-    nodes (a node shared by several keeps the first label). Cost: O(total tokens).
-    """
-    tokens: list[int] = []
-    parents: list[int] = []
-    labels: list[str] = []
-    child: dict[tuple[int, int], int] = {}  # (parent node, token) -> node
-    for c, chain in enumerate(chains):
-        node = -1
-        for t in chain:
-            nxt = child.get((node, t))
-            if nxt is None:
-                nxt = len(tokens)
-                child[(node, t)] = nxt
-                tokens.append(int(t))
-                parents.append(node)
-                labels.append(sources[c] if sources is not None else "")
-            node = nxt
-    return DraftTree(tokens, parents, None, labels if sources is not None else None)
+    """Merge candidate continuations of the root into one prefix tree
+    (:func:`~promptlookup.drafting.tree.merge_candidates`: a shared prefix is one path, in
+    candidate order, so the first candidate is nodes ``0 .. len - 1`` and needs no K/V move
+    when accepted). ``sources[c]`` labels the nodes candidate ``c`` adds."""
+    tokens, parents = merge_candidates(chains)
+    labels = None
+    if sources is not None:
+        labels = [""] * len(tokens)
+        child = {(p, t): i for i, (p, t) in enumerate(zip(parents, tokens))}
+        for chain, label in zip(chains, sources):
+            node = -1
+            for t in chain:
+                node = child[(node, int(t))]
+                labels[node] = labels[node] or label
+    return DraftTree(tokens, parents, None, labels)
