@@ -83,6 +83,12 @@ def add_common_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     g.add_argument("--is_keep_all", action=argparse.BooleanOptionalAction, default=True)
     g.add_argument("--is_use_oldest", action=argparse.BooleanOptionalAction, default=True)
     g.add_argument("--is_public_pool", action=argparse.BooleanOptionalAction, default=True)
+    g.add_argument("--prompt_lookup_candidates", type=int, default=1, metavar="G",
+                   help="candidate continuations verified per step as one token tree (TensorRT-LLM's Lookahead "
+                        "calls this the verification set size G); 1: one chain draft (needs --workflow v2 above 1)")
+    g.add_argument("--lookahead_config", default=None,
+                   help='Lookahead decoding "[W,N,G]": window size, n-gram size, verification set size, '
+                        'e.g. "[4,3,4]"; with --prompt_lookup_config too, both work together (needs --workflow v2)')
     g.add_argument("--ngram_static_cache", default=None, help="persisted n-gram cache built offline (read only)")
     g.add_argument("--ngram_dynamic_cache", default=None, help="persisted n-gram cache that learns from outputs")
     parser.add_argument("--output_json", default=None, help="write results and statistics as JSON")
@@ -118,7 +124,28 @@ def draft_from_args(args: argparse.Namespace):
         adaptive=args.adaptive_draft,
         static_cache=args.ngram_static_cache,
         dynamic_cache=args.ngram_dynamic_cache,
+        max_candidates=candidates_from_args(args),
     )
+
+
+def candidates_from_args(args: argparse.Namespace) -> int:
+    from ..drafting.base import MAX_CANDIDATES
+
+    g = args.prompt_lookup_candidates
+    if not 1 <= g <= MAX_CANDIDATES:
+        raise UserError(f"--prompt_lookup_candidates must be in 1..{MAX_CANDIDATES}, got {g}; 1 is one chain draft")
+    if g > 1 and args.prompt_lookup_config is None:
+        raise UserError("--prompt_lookup_candidates needs --prompt_lookup_config; add it (e.g. \"[10,2,[0]]\")")
+    return g
+
+
+def lookahead_from_args(args: argparse.Namespace):
+    """The LookaheadConfig --lookahead_config asks for, or None."""
+    if args.lookahead_config is None:
+        return None
+    from ..decoding.lookahead import parse_lookahead_config
+
+    return parse_lookahead_config(args.lookahead_config)
 
 
 def device_ids_from_args(args: argparse.Namespace) -> list[int] | None:

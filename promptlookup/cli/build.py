@@ -5,7 +5,7 @@ import time
 from pathlib import Path
 
 from ..checkpoint.load import read_checkpoint_config
-from ..engine.build import BACKENDS, build_config, build_torch_engine, resolve_backend
+from ..engine.build import BACKENDS, SPECULATIVE_MODES, build_config, build_torch_engine, resolve_backend
 from .args import ArgumentParser
 
 
@@ -17,7 +17,9 @@ def parse_args(argv: list[str] | None):
     p.add_argument("--max_input_len", type=int, default=1024)
     p.add_argument("--max_seq_len", type=int, default=None, help="default: max_input_len + 1024, within the model's limit")
     p.add_argument("--max_draft_len", type=int, default=0)
-    p.add_argument("--speculative_decoding_mode", choices=["draft_tokens_external"], default=None)
+    p.add_argument("--speculative_decoding_mode", choices=list(SPECULATIVE_MODES), default=None,
+                   help="draft_tokens_external: prompt lookup; lookahead_decoding: Lookahead (run.py --lookahead_config); "
+                        "PyTorch engines serve both, sized by --max_draft_len")
     p.add_argument("--use_paged_context_fmha", choices=["enable", "disable"], default="enable")
     p.add_argument("--gemm_plugin", default="auto")
     p.add_argument("--tokens_per_block", type=int, default=32)
@@ -60,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
             max_seq_len=max_seq_len,
             max_draft_len=args.max_draft_len,
             gemm_plugin=args.gemm_plugin,
+            speculative_decoding_mode=args.speculative_decoding_mode or "draft_tokens_external",
         )
     else:
         build_torch_engine(ckpt, args.output_dir, build,

@@ -13,6 +13,7 @@ from .args import (
     add_common_args,
     device_ids_from_args,
     draft_from_args,
+    lookahead_from_args,
     sampling_from_args,
 )
 from .inputs import collect_prompts
@@ -33,6 +34,10 @@ def parse_args(argv: list[str] | None):
 
 def summarize_stats(results: list[Any]) -> dict[str, Any]:
     generated = sum(r.generated_tokens for r in results)
+    by_source: dict[str, int] = {}
+    for r in results:
+        for k, v in r.accepted_by_source.items():
+            by_source[k] = by_source.get(k, 0) + v
     steps = sum(r.steps for r in results)
     drafted = sum(r.drafted for r in results)
     accepted = sum(r.accepted for r in results)
@@ -43,6 +48,8 @@ def summarize_stats(results: list[Any]) -> dict[str, Any]:
         "accepted": accepted,
         "acceptance_rate": accepted / drafted if drafted else 0.0,
         "tokens_per_step": generated / steps if steps else 0.0,
+        "tree_tokens": sum(r.tree_tokens for r in results),
+        "accepted_by_source": by_source,
     }
 
 
@@ -50,6 +57,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     sampling = sampling_from_args(args)
     draft = draft_from_args(args)
+    lookahead = lookahead_from_args(args)
+    if (lookahead is not None or (draft is not None and draft.max_candidates > 1)) and args.workflow != "v2":
+        flag = "--lookahead_config" if lookahead is not None else "--prompt_lookup_candidates above 1"
+        raise UserError(f"{flag} verifies token trees in the single-call loop; add --workflow v2")
     device_ids = device_ids_from_args(args)
     if args.max_output_len < 1:
         raise UserError(f"--max_output_len must be at least 1, got {args.max_output_len}")
@@ -103,8 +114,13 @@ def main(argv: list[str] | None = None) -> int:
         on_step=printer.on_step if printer else None,
         drafter=drafter,
         draft_length_policy=args.draft_length_policy,
+        lookahead=lookahead,
     )
     wall = time.perf_counter() - start
+    if (draft is not None or lookahead is not None) and args.draft_length_policy == "cost" \
+            and hasattr(runner, "step_cost_table") and runner.step_cost_table is None:
+        print("note: this engine stores no step-cost table for this device, so every draft is verified in full; "
+              "rebuild it with build.sh to measure one", file=sys.stderr)
     if drafter is not None and draft.dynamic_cache:
         drafter.save()
         print(f"updated the dynamic n-gram cache {draft.dynamic_cache}")
@@ -117,7 +133,13 @@ def main(argv: list[str] | None = None) -> int:
             body = colorize(tokenizer, r.output_ids, r.draft_flags) if use_color else text
             print(f'Output [Text {i} Beam 0]: "{body}"')
     stats = summarize_stats(results)
-    mode = "plain decoding" if draft is None else f"prompt lookup {args.prompt_lookup_config} ({args.workflow})"
+    modes = []
+    if draft is not None:
+        modes.append(f"prompt lookup {args.prompt_lookup_config}"
+                     + (f" x{draft.max_candidates} candidates" if draft.max_candidates > 1 else ""))
+    if lookahead is not None:
+        modes.append(f"lookahead {list(lookahead.triple)}")
+    mode = " + ".join(modes) + f" ({args.workflow})" if modes else "plain decoding"
     print(
         f"[{mode}] {stats['generated_tokens']} tokens in {wall:.2f} s ({stats['generated_tokens'] / wall:.1f} tok/s); "
         f"{stats['steps']} steps, {stats['tokens_per_step']:.2f} tokens/step; "
@@ -137,6 +159,8 @@ def main(argv: list[str] | None = None) -> int:
                     "end_id": end_id,
                     "kv_cache_enable_block_reuse": args.kv_cache_enable_block_reuse,
                     "draft_length_policy": args.draft_length_policy,
+                    "lookahead_config": list(lookahead.triple) if lookahead else None,
+                    "step_cost_table": getattr(runner, "step_cost_table", None),
                     "batch_size": len(prompts),
                     "device": str(getattr(getattr(runner, "model", None), "device", "trtllm")),
                     "cuda_graphs": getattr(runner, "graphs", None) is not None,
@@ -153,6 +177,8 @@ def main(argv: list[str] | None = None) -> int:
                         "steps": r.steps,
                         "drafted": r.drafted,
                         "accepted": r.accepted,
+                        "tree_tokens": r.tree_tokens,
+                        "accepted_by_source": r.accepted_by_source,
                     }
                     for r, text in zip(results, texts)
                 ],

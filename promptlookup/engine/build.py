@@ -17,6 +17,7 @@ from ..fsutil import atomic_output_dir
 from .config import ENGINE_FORMAT_VERSION
 
 BACKENDS = ("auto", "torch", "trtllm")
+SPECULATIVE_MODES = ("draft_tokens_external", "lookahead_decoding")
 TOKENIZER_FILES = (
     "tokenizer.json",
     "tokenizer_config.json",
@@ -66,8 +67,8 @@ def build_config(
          f"--max_seq_len {max_seq_len} must exceed --max_input_len {max_input_len}"),
         (max_seq_len <= max_position_embeddings,
          f"--max_seq_len {max_seq_len} exceeds the model's max_position_embeddings {max_position_embeddings}"),
-        (max_draft_len == 0 or speculative_decoding_mode == "draft_tokens_external",
-         "--max_draft_len needs --speculative_decoding_mode draft_tokens_external"),
+        (max_draft_len == 0 or speculative_decoding_mode in SPECULATIVE_MODES,
+         "--max_draft_len needs --speculative_decoding_mode draft_tokens_external (or lookahead_decoding)"),
     ]
     for ok, message in checks:
         if not ok:

@@ -48,6 +48,7 @@ def trtllm_build_command(
     gemm_plugin: str = "auto",
     extra: Sequence[str] = (),
     executable: str = TRTLLM_BUILD,
+    speculative_decoding_mode: str = "draft_tokens_external",
 ) -> list[str]:
     """The ``trtllm-build`` argv for a prompt-lookup target engine (pure; runs nothing).
 
@@ -68,7 +69,7 @@ def trtllm_build_command(
         executable,
         "--checkpoint_dir", str(checkpoint_dir),
         "--output_dir", str(output_dir),
-        "--speculative_decoding_mode", "draft_tokens_external",
+        "--speculative_decoding_mode", speculative_decoding_mode,
         "--max_draft_len", str(max_draft_len),
         "--use_paged_context_fmha", "enable",
         "--max_batch_size", str(max_batch_size),
@@ -92,6 +93,7 @@ def run_trtllm_build(
     stream: TextIO | None = None,
     executable: str | None = None,
     require_tensorrt_llm: bool = True,
+    speculative_decoding_mode: str = "draft_tokens_external",
 ) -> Path:
     """Run ``trtllm-build``, copying its output line by line to ``stream`` (default stdout).
 
@@ -127,6 +129,7 @@ def run_trtllm_build(
             max_draft_len=max_draft_len,
             gemm_plugin=gemm_plugin,
             extra=extra,
+            speculative_decoding_mode=speculative_decoding_mode,
             executable=exe,
         )
         try:
