@@ -71,6 +71,9 @@ def generate(
     if drafter is not None and draft_length_policy == "cost" and hasattr(runner, "step_costs"):
         k = config.prompt_lookup_num_tokens if config is not None else limits.max_draft_len
         kwargs["step_costs"] = runner.step_costs(min(k, limits.max_draft_len) + 1)
+    if not isinstance(runner, TorchRunner) and sampling.has_logits_processors:
+        raise UserError("repetition/presence/frequency penalties and bad words are applied at every verified position "
+                        "by the PyTorch runtime only; drop them or use a PyTorch engine")
     if isinstance(runner, TorchRunner):
         if workflow == "v2" or drafter is None:
             from .single_call import run_single_call
@@ -82,5 +85,7 @@ def generate(
         if lookup is None:
             raise UserError("this backend has no single-call (v2) prompt lookup; use --workflow v1")
         kwargs.pop("step_costs", None)
+        if sampling.stop_words:
+            raise UserError("stop words need the orchestrator loop on this backend; use --workflow v1")
         return lookup(prompts, draft=config, **kwargs)
     return run_orchestrator(runner, prompts, drafter=drafter, **kwargs)

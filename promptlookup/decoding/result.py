@@ -19,7 +19,7 @@ class SequenceResult:
     drafted: int = 0  # draft tokens offered
     accepted: int = 0  # draft tokens kept
     draft_flags: list[bool] = field(default_factory=list)
-    finished: bool = False  # ended on end_id (else on the length limit)
+    finished: bool = False  # ended on end_id or a stop word (else on the length limit)
 
     @property
     def generated_tokens(self) -> int:

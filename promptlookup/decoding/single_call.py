@@ -26,7 +26,8 @@ def run_single_call(
     on_step: StepCallback | None = None,
     step_costs: Sequence[float] | None = None,
 ) -> list[SequenceResult]:
-    state = LoopState(prompts, drafter, max_new_tokens, runner.limits.max_seq_len, end_id, on_step, step_costs)
+    state = LoopState(prompts, drafter, max_new_tokens, runner.limits.max_seq_len, end_id, on_step, step_costs,
+                      stop_words=sampling.stop_words)
     batch = runner.open(prompts)
     try:
         while state.active:

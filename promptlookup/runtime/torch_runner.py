@@ -27,6 +27,7 @@ from ..errors import UserError
 from .base import EngineLimits, GenerationOutput, RunnerStats, SamplingConfig, validate_batch
 from .cuda_graphs import CudaGraphs
 from .kv_cache import BlockManager, KVPool, SequenceBlocks
+from .logits_processors import apply_logits_processors, row_prefixes
 from .paged_llama import PagedLlama, build_layout
 from .sampling import select_tokens
 
@@ -95,6 +96,8 @@ class DecodeBatch:
         for s, draft in zip(seqs, drafts):
             requests.extend([s.request] * (len(draft) + 1))
             positions.extend(range(len(s.tokens), len(s.tokens) + len(draft) + 1))
+        if sampling.has_logits_processors:  # penalties / bad words: each row with its own prefix
+            logits = apply_logits_processors(logits, row_prefixes([s.tokens for s in seqs], drafts), sampling)
         chosen = select_tokens(logits, sampling, requests, positions)
 
         results = []
