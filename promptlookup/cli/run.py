@@ -16,7 +16,15 @@ from .args import (
     sampling_from_args,
 )
 from .inputs import collect_prompts
-from .run_flags import add_run_flags, check_run_flags, configure_logging, log, sampling_with_run_flags, truncate_prompts
+from .run_flags import (
+    add_run_flags,
+    check_run_flags,
+    configure_logging,
+    log,
+    release_logs,
+    sampling_with_run_flags,
+    truncate_prompts,
+)
 from .token_outputs import check_output_path, output_id_rows, write_csv, write_npy
 from .stream_output import StreamPrinter, add_color_argument, color_mode, colorize, decode_text
 
@@ -53,7 +61,17 @@ def summarize_stats(results: list[Any]) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    configure_logging(args.log_level)
+    held = configure_logging(args.log_level)
+    ok = False
+    try:
+        code = _run(args)
+        ok = True
+        return code
+    finally:
+        release_logs(held, ok)
+
+
+def _run(args: Any) -> int:
     check_run_flags(args)
     for flag, path in (("--output_csv", args.output_csv), ("--output_npy", args.output_npy)):
         check_output_path(path, flag)
@@ -70,6 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     read_engine_config(args.engine_dir)  # a missing or incomplete engine is reported first
 
     tokenizer = load_tokenizer(args.tokenizer_dir or args.engine_dir)
+    sampling = sampling_with_run_flags(sampling, args, tokenizer)
     runner = load_runner(
         args.engine_dir,
         kv_cache_enable_block_reuse=args.kv_cache_enable_block_reuse,
@@ -80,7 +99,8 @@ def main(argv: list[str] | None = None) -> int:
         cuda_graph_mode=args.cuda_graph_mode,
         backend=args.backend,
     )
-    log.info("loaded %s", args.engine_dir)
+    log.info("loaded %s (%s engine, %s)", args.engine_dir, type(runner).__name__,
+             getattr(getattr(runner, "model", None), "device", "TensorRT-LLM"))
     if draft is not None and hasattr(runner, "validate_lookup"):
         runner.validate_lookup(draft.prompt_lookup_num_tokens, device_ids)
     vocab = runner.limits.vocab_size
@@ -94,7 +114,6 @@ def main(argv: list[str] | None = None) -> int:
         raise UserError("the tokenizer defines no end-of-sequence token; pass --end_id")
     prompts = collect_prompts(args.input_text, args.input_file, tokenizer, args.use_chat_template, end_id)
     truncate_prompts(prompts, args.max_input_length, tokenizer)
-    sampling = sampling_with_run_flags(sampling, args, tokenizer)
     for i, p in enumerate(prompts):
         log.debug("prompt %d: %d tokens", i, len(p.ids))
     use_color = color_mode(args.color, sys.stdout)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import logging.handlers
 import math
 import os
 import sys
@@ -47,17 +48,34 @@ def add_run_flags(parser: argparse.ArgumentParser) -> None:
                    help="messages on stderr (and TensorRT-LLM's TLLM_LOG_LEVEL) at this level and above")
 
 
-def configure_logging(level: str) -> None:
-    """Send the ``promptlookup`` logger to stderr at ``level``; pass it to TensorRT-LLM too
-    (``TLLM_LOG_LEVEL``, read when TensorRT-LLM is imported; a value the user set wins)."""
+def configure_logging(level: str) -> logging.handlers.MemoryHandler:
+    """Route the ``promptlookup`` logger to stderr at ``level``; pass the level to
+    TensorRT-LLM too (``TLLM_LOG_LEVEL``, read when it is imported; a value the user set wins).
+
+    Messages are held back and written by :func:`release_logs` when the run ends, so that
+    a run refused with a one-line error prints that line only.
+    """
+    import logging.handlers
+
     log.setLevel(LOG_LEVELS[level])
-    if not any(getattr(h, "_promptlookup", False) for h in log.handlers):
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("[%(levelname)s] %(message)s"))
-        handler._promptlookup = True  # type: ignore[attr-defined]
-        log.addHandler(handler)
-        log.propagate = False
+    for old in [h for h in log.handlers if getattr(h, "_promptlookup", False)]:
+        log.removeHandler(old)  # main() may run repeatedly (tests); follow today's sys.stderr
+    stream = logging.StreamHandler(sys.stderr)
+    stream.setFormatter(logging.Formatter("[%(levelname)s] %(message)s"))
+    held = logging.handlers.MemoryHandler(capacity=1 << 20, flushLevel=logging.CRITICAL + 1, target=stream,
+                                          flushOnClose=False)
+    held._promptlookup = True  # type: ignore[attr-defined]
+    log.addHandler(held)
+    log.propagate = False
     os.environ.setdefault("TLLM_LOG_LEVEL", level.upper())
+    return held
+
+
+def release_logs(held: logging.handlers.MemoryHandler, ok: bool) -> None:
+    """Write the held messages (``ok``) or drop them (the run failed: its error says why)."""
+    if ok:
+        held.flush()
+    held.buffer.clear()
 
 
 def check_run_flags(args: argparse.Namespace) -> None:
