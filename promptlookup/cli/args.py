@@ -72,7 +72,8 @@ def add_common_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     g.add_argument("--random_seed", type=int, default=0)
     g = parser.add_argument_group("prompt lookup")
     g.add_argument("--prompt_lookup_config", default=None, help='"[k, n, [devices]]", e.g. "[10,2,[0]]"')
-    g.add_argument("--ngram_config", default=None, help="TensorRT-LLM 1.0's name for --prompt_lookup_config (same format)")
+    g.add_argument("--ngram_config", default=None,
+                   help="TensorRT-LLM 1.0's name for --prompt_lookup_config (same format)")
     g.add_argument("--workflow", choices=["v1", "v2"], default="v1", help="v1: orchestrator loop; v2: single call")
     g.add_argument("--drafter_mode", choices=list(DRAFT_MODES), default="pool")
     g.add_argument(

@@ -40,7 +40,8 @@ def parse_args(argv: list[str] | None):
     add_common_args(p)
     add_run_flags(p)
     p.add_argument("--output_csv", default=None, help="write prompt+output token ids as CSV (TensorRT-LLM's layout)")
-    p.add_argument("--output_npy", default=None, help="write prompt+output token ids as an int32 .npy (TensorRT-LLM's layout)")
+    p.add_argument("--output_npy", default=None,
+                   help="write prompt+output token ids as an int32 .npy (TensorRT-LLM's layout)")
     return p.parse_args(argv)
 
 

@@ -139,7 +139,8 @@ def truncate_prompts(prompts: list[Any], max_input_length: int | None, tokenizer
         return
     for i, p in enumerate(prompts):
         if len(p.ids) > max_input_length:
-            log.warning("prompt %d: kept its last %d of %d tokens (--max_input_length)", i, max_input_length, len(p.ids))
+            log.warning("prompt %d: kept its last %d of %d tokens (--max_input_length)",
+                        i, max_input_length, len(p.ids))
             p.ids = p.ids[-max_input_length:]
             if p.text is not None:
                 p.text = tokenizer.decode(p.ids)

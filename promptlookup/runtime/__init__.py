@@ -8,7 +8,8 @@ from typing import Sequence
 from ..errors import UserError
 from .base import EngineLimits, GenerationOutput, Runner, SamplingConfig
 
-__all__ = ["load_runner", "load_tokenizer", "check_backend", "BACKENDS", "Runner", "SamplingConfig", "EngineLimits", "GenerationOutput"]
+__all__ = ["load_runner", "load_tokenizer", "check_backend", "BACKENDS", "Runner", "SamplingConfig", "EngineLimits",
+           "GenerationOutput"]
 
 
 def load_runner(

@@ -175,4 +175,5 @@ def test_non_torch_runner_refuses_penalties():
             raise AssertionError
 
     with pytest.raises(UserError, match="PyTorch runtime only"):
-        generate(Fake(), [[1, 2]], max_new_tokens=4, end_id=2, sampling=replace(SamplingConfig(), repetition_penalty=1.2))
+        generate(Fake(), [[1, 2]], max_new_tokens=4, end_id=2,
+                 sampling=replace(SamplingConfig(), repetition_penalty=1.2))
