@@ -61,6 +61,8 @@ def add_common_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     g.add_argument("--cuda_graph_mode", action=argparse.BooleanOptionalAction, default=None,
                    help="PyTorch engines on a GPU: replay captured CUDA graphs for decoding steps "
                         "(default: on when the engine runs on a GPU)")
+    g.add_argument("--backend", choices=["auto", "torch", "trtllm"], default="auto",
+                   help="auto: the backend the engine was built for; torch/trtllm: insist on that one")
     g = parser.add_argument_group("generation")
     g.add_argument("--end_id", type=int, default=None, help="default: the tokenizer's end-of-sequence id")
     g.add_argument("--use_chat_template", action="store_true", help="wrap text prompts as a chat request")
@@ -70,6 +72,8 @@ def add_common_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     g.add_argument("--random_seed", type=int, default=0)
     g = parser.add_argument_group("prompt lookup")
     g.add_argument("--prompt_lookup_config", default=None, help='"[k, n, [devices]]", e.g. "[10,2,[0]]"')
+    g.add_argument("--ngram_config", default=None,
+                   help="TensorRT-LLM 1.0's name for --prompt_lookup_config (same format)")
     g.add_argument("--workflow", choices=["v1", "v2"], default="v1", help="v1: orchestrator loop; v2: single call")
     g.add_argument("--drafter_mode", choices=list(DRAFT_MODES), default="pool")
     g.add_argument(
@@ -111,6 +115,7 @@ def draft_from_args(args: argparse.Namespace):
     """The DraftConfig the flags ask for, or None without --prompt_lookup_config."""
     from ..drafting.base import DraftConfig
 
+    resolve_ngram_config(args)
     if args.prompt_lookup_config is None:
         return None
     k, n, _devices = parse_prompt_lookup_config(args.prompt_lookup_config)
@@ -149,6 +154,24 @@ def lookahead_from_args(args: argparse.Namespace):
 
 
 def device_ids_from_args(args: argparse.Namespace) -> list[int] | None:
+    resolve_ngram_config(args)
     if args.prompt_lookup_config is None:
         return None
     return parse_prompt_lookup_config(args.prompt_lookup_config)[2]
+
+
+def resolve_ngram_config(args: argparse.Namespace) -> None:
+    """Fold ``--ngram_config`` (TensorRT-LLM 1.0's name) into ``args.prompt_lookup_config``.
+
+    Both may be given only with the same value (as parsed); idempotent.
+    """
+    alias = getattr(args, "ngram_config", None)
+    if alias is None:
+        return
+    if args.prompt_lookup_config is not None and (
+        parse_prompt_lookup_config(args.prompt_lookup_config) != parse_prompt_lookup_config(alias)
+    ):
+        raise UserError(f"--prompt_lookup_config {args.prompt_lookup_config!r} and --ngram_config {alias!r} differ; "
+                        "give one of them")
+    if args.prompt_lookup_config is None:
+        args.prompt_lookup_config = alias

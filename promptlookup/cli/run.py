@@ -17,6 +17,16 @@ from .args import (
     sampling_from_args,
 )
 from .inputs import collect_prompts
+from .run_flags import (
+    add_run_flags,
+    check_run_flags,
+    configure_logging,
+    log,
+    release_logs,
+    sampling_with_run_flags,
+    truncate_prompts,
+)
+from .token_outputs import check_output_path, output_id_rows, write_csv, write_npy
 from .stream_output import StreamPrinter, add_color_argument, color_mode, colorize, decode_text
 
 
@@ -29,6 +39,10 @@ def parse_args(argv: list[str] | None):
     p.add_argument("--hf_model_dir", default=None, help="TensorRT-LLM backend, v2 workflow: the Hugging Face model")
     add_color_argument(p)
     add_common_args(p)
+    add_run_flags(p)
+    p.add_argument("--output_csv", default=None, help="write prompt+output token ids as CSV (TensorRT-LLM's layout)")
+    p.add_argument("--output_npy", default=None,
+                   help="write prompt+output token ids as an int32 .npy (TensorRT-LLM's layout)")
     return p.parse_args(argv)
 
 
@@ -55,6 +69,20 @@ def summarize_stats(results: list[Any]) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    held = configure_logging(args.log_level)
+    ok = False
+    try:
+        code = _run(args)
+        ok = True
+        return code
+    finally:
+        release_logs(held, ok)
+
+
+def _run(args: Any) -> int:
+    check_run_flags(args)
+    for flag, path in (("--output_csv", args.output_csv), ("--output_npy", args.output_npy)):
+        check_output_path(path, flag)
     sampling = sampling_from_args(args)
     draft = draft_from_args(args)
     lookahead = lookahead_from_args(args)
@@ -72,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     read_engine_config(args.engine_dir)  # a missing or incomplete engine is reported first
 
     tokenizer = load_tokenizer(args.tokenizer_dir or args.engine_dir)
+    sampling = sampling_with_run_flags(sampling, args, tokenizer)
     runner = load_runner(
         args.engine_dir,
         kv_cache_enable_block_reuse=args.kv_cache_enable_block_reuse,
@@ -80,7 +109,10 @@ def main(argv: list[str] | None = None) -> int:
         hf_model_dir=args.hf_model_dir,
         device=args.device,
         cuda_graph_mode=args.cuda_graph_mode,
+        backend=args.backend,
     )
+    log.info("loaded %s (%s engine, %s)", args.engine_dir, type(runner).__name__,
+             getattr(getattr(runner, "model", None), "device", "TensorRT-LLM"))
     if draft is not None and hasattr(runner, "validate_lookup"):
         runner.validate_lookup(draft.prompt_lookup_num_tokens, device_ids)
     vocab = runner.limits.vocab_size
@@ -93,6 +125,9 @@ def main(argv: list[str] | None = None) -> int:
     if end_id is None:
         raise UserError("the tokenizer defines no end-of-sequence token; pass --end_id")
     prompts = collect_prompts(args.input_text, args.input_file, tokenizer, args.use_chat_template, end_id)
+    truncate_prompts(prompts, args.max_input_length, tokenizer)
+    for i, p in enumerate(prompts):
+        log.debug("prompt %d: %d tokens", i, len(p.ids))
     use_color = color_mode(args.color, sys.stdout)
     printer = StreamPrinter(tokenizer, sys.stdout, color=use_color, num_sequences=len(prompts)) if args.streaming else None
 
@@ -145,6 +180,12 @@ def main(argv: list[str] | None = None) -> int:
         f"{stats['steps']} steps, {stats['tokens_per_step']:.2f} tokens/step; "
         f"drafted {stats['drafted']}, accepted {stats['accepted']} ({100 * stats['acceptance_rate']:.1f}%)"
     )
+    if args.output_csv or args.output_npy:
+        rows = output_id_rows([p.ids for p in prompts], [r.output_ids for r in results], args.max_output_len, end_id)
+        for path, write in ((args.output_csv, write_csv), (args.output_npy, write_npy)):
+            if path:
+                write(path, rows)
+                print(f"wrote {path}")
     if args.output_json:
         atomic_write_json(
             args.output_json,
@@ -156,6 +197,8 @@ def main(argv: list[str] | None = None) -> int:
                     "draft": asdict(draft) if draft else None,
                     "sampling": asdict(sampling),
                     "max_output_len": args.max_output_len,
+                    "max_input_length": args.max_input_length,
+                    "backend": args.backend,
                     "end_id": end_id,
                     "kv_cache_enable_block_reuse": args.kv_cache_enable_block_reuse,
                     "draft_length_policy": args.draft_length_policy,

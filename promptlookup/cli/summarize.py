@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any
 
+from ..errors import UserError
 from ..fsutil import atomic_output_dir, atomic_write_json
 from .args import ArgumentParser, add_common_args, device_ids_from_args, draft_from_args, sampling_from_args
 
@@ -39,6 +41,9 @@ def build_parser() -> ArgumentParser:
     g.add_argument("--dataset_path", default=None,
                    help="local JSON/JSONL/Parquet/CSV with 'article' and 'highlights' columns; "
                         "default: the hub's cnn_dailymail 3.0.0 test split")
+    g.add_argument("--dataset_dir", default=None,
+                   help="TensorRT-LLM's name: a data file as for --dataset_path, or a folder holding one .jsonl file")
+    g.add_argument("--eval_task", default="summarize", help="TensorRT-LLM's task name; only summarize is supported")
     g.add_argument("--batch_size", type=int, default=1)
     g.add_argument("--max_ite", type=int, default=20, help="number of batches; the first one is a warm-up (untimed)")
     g.add_argument("--max_input_length", type=int, default=923, help="prompt tokens kept per article")
@@ -54,8 +59,12 @@ def build_parser() -> ArgumentParser:
     g.add_argument("--sweep_k", default=",".join(map(str, DEFAULT_SWEEP_K)), help="prompt_lookup_num_tokens values")
     g.add_argument("--sweep_n", default=",".join(map(str, DEFAULT_SWEEP_N)), help="max_matching_ngram_size values")
     g.add_argument("--sweep_modes", default=",".join(SWEEP_MODES), help=f"subset of {','.join(SWEEP_MODES)}")
-    g.add_argument("--sweep_dir", default="outputs/summarize_sweep",
-                   help="where sweep.json, sweep.csv and sweep.png are written")
+    g.add_argument("--sweep_dir", default=None,
+                   help="where sweep.json, sweep.csv and sweep.png are written "
+                        "(default: OUTPUT_DIR/summarize_sweep, else outputs/summarize_sweep)")
+    parser.add_argument("--output_dir", default=None,
+                        help="TensorRT-LLM's flag: write OUTPUT_DIR/summarize.json (unless --output_json is given) "
+                             "and the sweep's folder there")
     add_common_args(parser)
     return parser
 
@@ -70,7 +79,7 @@ def settings_from_args(args: argparse.Namespace):
         hf_model_dir=args.hf_model_dir,
         test_engine=args.test_trt_llm,
         test_hf=args.test_hf,
-        dataset_path=args.dataset_path,
+        dataset_path=dataset_from_args(args),
         batch_size=args.batch_size,
         max_ite=args.max_ite,
         max_input_length=args.max_input_length,
@@ -94,7 +103,34 @@ def settings_from_args(args: argparse.Namespace):
         sweep_k=parse_int_list(args.sweep_k, "--sweep_k"),
         sweep_n=parse_int_list(args.sweep_n, "--sweep_n"),
         sweep_modes=parse_modes(args.sweep_modes),
+        backend=args.backend,
     )
+
+
+def dataset_from_args(args: argparse.Namespace) -> str | None:
+    """``--dataset_path``, or ``--dataset_dir`` (TensorRT-LLM's name) resolved to its file."""
+    from ..evaluation.dataset import dataset_file_in
+
+    if args.dataset_dir is None:
+        return args.dataset_path
+    resolved = dataset_file_in(args.dataset_dir)
+    if args.dataset_path is not None and Path(args.dataset_path).resolve() != Path(resolved).resolve():
+        raise UserError(f"--dataset_path {args.dataset_path} and --dataset_dir {args.dataset_dir} "
+                        f"({resolved}) name different data; give one of them")
+    return resolved
+
+
+def resolve_outputs(args: argparse.Namespace) -> None:
+    """Apply ``--eval_task`` and ``--output_dir`` to the argument namespace (in place)."""
+    if args.eval_task != "summarize":
+        raise UserError(f"--eval_task {args.eval_task} is not supported; only summarize is (drop the flag)")
+    out = Path(args.output_dir) if args.output_dir is not None else None
+    if out is not None and out.exists() and not out.is_dir():
+        raise UserError(f"--output_dir {args.output_dir} exists and is not a directory; choose another path")
+    if args.output_json is None and out is not None:
+        args.output_json = str(out / "summarize.json")
+    if args.sweep_dir is None:
+        args.sweep_dir = str(out / "summarize_sweep") if out is not None else "outputs/summarize_sweep"
 
 
 def _log(message: str) -> None:
@@ -140,6 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     from ..evaluation.sweep import deploy_hint
 
     args = build_parser().parse_args(argv)
+    resolve_outputs(args)
     settings = settings_from_args(args)
     if args.output_json:
         ensure_writable(args.output_json, "--output_json")

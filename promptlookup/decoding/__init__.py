@@ -90,6 +90,9 @@ def generate(
     kwargs = dict(max_new_tokens=max_new_tokens, end_id=end_id, sampling=sampling, on_step=on_step)
     if (drafter is not None or lookahead is not None) and draft_length_policy == "cost":
         kwargs["step_costs"] = getattr(runner, "step_cost_table", None)
+    if not isinstance(runner, TorchRunner) and sampling.has_logits_processors:
+        raise UserError("repetition/presence/frequency penalties and bad words are applied at every verified position "
+                        "by the PyTorch runtime only; drop them or use a PyTorch engine")
     if isinstance(runner, TorchRunner):
         if workflow == "v2" or drafter is None:
             from .single_call import run_single_call
@@ -102,5 +105,7 @@ def generate(
         if lookup is None:
             raise UserError("this backend has no single-call (v2) prompt lookup; use --workflow v1")
         kwargs.pop("step_costs", None)
+        if sampling.stop_words:
+            raise UserError("stop words need the orchestrator loop on this backend; use --workflow v1")
         return lookup(prompts, draft=config, **kwargs)
     return run_orchestrator(runner, prompts, drafter=drafter, **kwargs)

@@ -17,6 +17,23 @@ from .proposers import CandidateProposer, ChainProposer, LookaheadProposer, NoDr
 from .result import SequenceResult, StepCallback, StepEvent
 
 
+def stop_cut(history: Sequence[int], tokens: Sequence[int], stop_words: Sequence[Sequence[int]]) -> int | None:
+    """How many of ``tokens`` to keep so that the sequence ends with its first stop word.
+
+    ``history`` is the sequence before ``tokens`` (prompt included: as in TensorRT-LLM, a
+    stop word may begin in the prompt or in earlier output). Returns ``None`` when no
+    prefix of ``tokens`` completes a stop word. Cost: ``O(len(tokens) * sum(len(w)))``.
+    """
+    longest = max((len(w) for w in stop_words), default=0)
+    tail = list(history[max(0, len(history) - longest + 1):]) if longest > 1 else []
+    for j, t in enumerate(tokens):
+        tail.append(t)
+        for w in stop_words:
+            if len(tail) >= len(w) and tail[len(tail) - len(w):] == list(w):
+                return j + 1
+    return None
+
+
 class LoopState:
     """Live sequences of one generation: ``active`` lists the unfinished ones.
 
@@ -40,10 +57,15 @@ class LoopState:
         max_candidates: int = 1,
         lookahead: LookaheadConfig | None = None,
         max_tree_nodes: int | None = None,
+        stop_words: Sequence[Sequence[int]] = (),
     ) -> None:
+        """``stop_words``: token sequences that end a sequence (kept in its output, as
+        ``end_id`` is); whatever a step produced after one is dropped."""
         self.max_new_tokens = max_new_tokens
         self.max_seq_len = max_seq_len
         self.max_tree_nodes = max_tree_nodes
+        self.stop_words = [list(w) for w in stop_words if w]
+        self.prompts = prompts
         self.end_id = end_id
         self.on_step = on_step
         self.results = [SequenceResult() for _ in prompts]
@@ -90,13 +112,20 @@ class LoopState:
         """Append one step's tokens (``accepted`` draft tokens, then the target's own)."""
         r = self.results[i]
         tokens = list(tokens)[: self.max_new_tokens - len(r.output_ids)]
+        stop = None
+        if self.stop_words:
+            n = max(len(w) for w in self.stop_words)
+            history = (list(self.prompts[i][-n:]) + r.output_ids[-n:])[-n:]  # all a match can reach
+            stop = stop_cut(history, tokens, self.stop_words)
+        if stop is not None:
+            tokens = tokens[:stop]
         accepted = min(accepted, len(tokens))
         r.steps += 1
         r.drafted += drafted
         r.accepted += accepted
         r.output_ids.extend(tokens)
         r.draft_flags.extend([True] * accepted + [False] * (len(tokens) - accepted))
-        r.finished = bool(tokens) and tokens[-1] == self.end_id
+        r.finished = stop is not None or (bool(tokens) and tokens[-1] == self.end_id)
         tree = self.last_trees.pop(i, None)
         if tree is None:
             tree = DraftTree([], [])

@@ -28,7 +28,8 @@ def run_orchestrator(
     on_step: StepCallback | None = None,
     step_costs: Sequence[float] | None = None,
 ) -> list[SequenceResult]:
-    state = LoopState(prompts, drafter, max_new_tokens, runner.limits.max_seq_len, end_id, on_step, step_costs)
+    state = LoopState(prompts, drafter, max_new_tokens, runner.limits.max_seq_len, end_id, on_step, step_costs,
+                      stop_words=sampling.stop_words)
     sequences = [list(p) for p in prompts]
     while state.active:
         drafts = state.drafts()

@@ -19,7 +19,7 @@ class SequenceResult:
     drafted: int = 0  # draft tokens offered
     accepted: int = 0  # draft tokens kept
     draft_flags: list[bool] = field(default_factory=list)
-    finished: bool = False  # ended on end_id (else on the length limit)
+    finished: bool = False  # ended on end_id or a stop word (else on the length limit)
     tree_tokens: int = 0  # draft-tree nodes fed to the target (Lookahead's window included)
     accepted_by_source: dict[str, int] = field(default_factory=dict)  # Lookahead: "window", "prompt", "lookup"
 

@@ -31,7 +31,8 @@ def run_single_call(
     lookahead: LookaheadConfig | None = None,
 ) -> list[SequenceResult]:
     state = LoopState(prompts, drafter, max_new_tokens, runner.limits.max_seq_len, end_id, on_step, step_costs,
-                      max_candidates=max_candidates, lookahead=lookahead, max_tree_nodes=runner.limits.max_draft_len)
+                      max_candidates=max_candidates, lookahead=lookahead, max_tree_nodes=runner.limits.max_draft_len,
+                      stop_words=sampling.stop_words)
     batch = runner.open(prompts)
     try:
         while state.active:

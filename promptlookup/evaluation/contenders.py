@@ -76,8 +76,10 @@ class EngineBackend:
 
     def __init__(self, engine_dir: str, settings: DecodeSettings, *, kv_cache_enable_block_reuse: bool = True,
                  device_ids: list[int] | None = None, max_tokens_in_paged_kv_cache: int | None = None,
-                 tokenizer: Any = None, device: str | None = None, cuda_graph_mode: bool | None = None) -> None:
+                 tokenizer: Any = None, device: str | None = None, cuda_graph_mode: bool | None = None,
+                 backend: str = "auto") -> None:
         self.engine_dir = engine_dir
+        self.backend = backend
         self.device = device
         self.cuda_graph_mode = cuda_graph_mode
         self.tokenizer = tokenizer  # persisted n-gram caches check it against the files
@@ -92,7 +94,7 @@ class EngineBackend:
 
         return load_runner(self.engine_dir, kv_cache_enable_block_reuse=self.kv_cache_enable_block_reuse,
                            device_ids=self.device_ids, max_tokens_in_paged_kv_cache=self.max_tokens_in_paged_kv_cache,
-                           device=self.device, cuda_graph_mode=self.cuda_graph_mode)
+                           device=self.device, cuda_graph_mode=self.cuda_graph_mode, backend=self.backend)
 
     @contextlib.contextmanager
     def open(self, spec: ContenderSpec) -> Iterator[BatchFn]:

@@ -74,6 +74,25 @@ def load_articles(path: str | None, *, limit: int | None = None, seed: int | Non
     return articles
 
 
+def dataset_file_in(path: str) -> str:
+    """``--dataset_dir``: a data file as is, or the one data file a folder holds.
+
+    A folder must hold exactly one ``.jsonl`` file, or else exactly one file of the other
+    supported types (``.json``, ``.parquet``, ``.csv``); anything else is a one-line error
+    naming what was found.
+    """
+    p = Path(path)
+    if not p.is_dir():
+        return path  # a file (or nothing): _load_local reports what is wrong with it
+    files = sorted(f for f in p.iterdir() if f.is_file() and f.suffix.lower() in _FORMATS)
+    preferred = [f for f in files if f.suffix.lower() == ".jsonl"] or files
+    if len(preferred) != 1:
+        found = ", ".join(f.name for f in preferred[:4]) or "none"
+        raise UserError(f"--dataset_dir {path} must hold exactly one .jsonl (or .json/.parquet/.csv) data file, "
+                        f"found {found}; pass the file itself with --dataset_path")
+    return str(preferred[0])
+
+
 def _load_local(path: str):
     file = Path(path)
     if not file.is_file():

@@ -66,6 +66,7 @@ class EvalSettings:
     sweep_modes: Sequence[str] = sweep_mod.SWEEP_MODES
     progress: bool | None = None  # None: tqdm bars on terminals only
     keep_samples: bool = True
+    backend: str = "auto"  # --backend: auto, torch or trtllm (see runtime.load_runner)
 
     def json_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -221,12 +222,17 @@ def evaluate(
     if s.test_engine or s.sweep:
         from ..engine.config import read_engine_config
 
-        limits = read_engine_config(s.engine_dir).limits
+        from ..runtime import check_backend
+
+        engine_cfg = read_engine_config(s.engine_dir)
+        check_backend(s.backend, engine_cfg.backend, s.engine_dir)
+        limits = engine_cfg.limits
         _check_limits(limits, s, lengths)
         result.engine_limits = asdict(limits)
         engine = EngineBackend(s.engine_dir, decode_settings, kv_cache_enable_block_reuse=s.kv_cache_enable_block_reuse,
                                device_ids=s.device_ids, max_tokens_in_paged_kv_cache=s.max_tokens_in_paged_kv_cache,
-                               tokenizer=tokenizer, device=s.device, cuda_graph_mode=s.cuda_graph_mode)
+                               tokenizer=tokenizer, device=s.device, cuda_graph_mode=s.cuda_graph_mode,
+                               backend=s.backend)
     if s.test_hf:
         check_hf_model_dir(s.hf_model_dir or tokenizer_dir)
         check_device(s.hf_device)

@@ -8,7 +8,8 @@ from typing import Sequence
 from ..errors import UserError
 from .base import EngineLimits, GenerationOutput, Runner, SamplingConfig
 
-__all__ = ["load_runner", "load_tokenizer", "Runner", "SamplingConfig", "EngineLimits", "GenerationOutput"]
+__all__ = ["load_runner", "load_tokenizer", "check_backend", "BACKENDS", "Runner", "SamplingConfig", "EngineLimits",
+           "GenerationOutput"]
 
 
 def load_runner(
@@ -20,6 +21,7 @@ def load_runner(
     hf_model_dir: str | os.PathLike[str] | None = None,
     device: str | None = None,
     cuda_graph_mode: bool | None = None,
+    backend: str = "auto",
 ) -> Runner:
     """Load the engine in ``engine_dir`` on the backend it was built for.
 
@@ -30,10 +32,15 @@ def load_runner(
 
     ``hf_model_dir`` is used by the TensorRT-LLM backend's single-call (v2) workflow only,
     whose LLM API loads a Hugging Face checkpoint.
+
+    ``backend`` (``--backend``): ``auto`` runs the engine on the backend it was built
+    for; ``torch`` or ``trtllm`` insist on that backend and refuse an engine built for
+    the other one (an engine is built for one backend and cannot switch).
     """
     from ..engine.config import read_engine_config
 
     cfg = read_engine_config(engine_dir)
+    check_backend(backend, cfg.backend, engine_dir)
     if cfg.backend == "trtllm":
         if device not in (None, "auto"):
             raise UserError(f"--device {device} applies to PyTorch engines; a TensorRT-LLM engine runs on the "
@@ -73,6 +80,26 @@ def load_runner(
         cuda_graph_mode=cuda_graph_mode,
         step_cost_table=costs_for(cfg.step_costs, target.split(":")[0]),
     )
+
+
+BACKENDS = ("auto", "torch", "trtllm")
+
+
+def check_backend(requested: str, built_for: str, engine_dir: str | os.PathLike[str]) -> None:
+    """Refuse (one line) a ``--backend`` that the engine was not built for, or TensorRT-LLM
+    where it is not installed."""
+    if requested not in BACKENDS:
+        raise UserError(f"--backend {requested!r} is not a backend; choose auto, torch or trtllm")
+    if requested == "trtllm":  # the TensorRT-LLM engine itself is checked again when loaded
+        from .trtllm_runner import trtllm_unavailable_reason
+
+        reason = trtllm_unavailable_reason()
+        if reason is not None:
+            raise UserError(f"--backend trtllm: {reason}")
+    if requested != "auto" and requested != built_for:
+        names = {"torch": "a PyTorch", "trtllm": "a TensorRT-LLM"}
+        raise UserError(f"--backend {requested}: {engine_dir} is {names.get(built_for, built_for)} engine; "
+                        f"rebuild it with build.sh --backend {requested}, or pass --backend auto")
 
 
 def load_tokenizer(path: str | os.PathLike[str]):

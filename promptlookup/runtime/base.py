@@ -27,10 +27,23 @@ class SamplingConfig:
     top_k: int = 0  # 0: no top-k filter
     top_p: float = 1.0  # 1.0: no nucleus filter
     random_seed: int = 0
+    # Logits processors (TensorRT-LLM's semantics, see :mod:`.logits_processors`); the
+    # defaults are neutral. Counted over the whole sequence so far, prompt included.
+    repetition_penalty: float = 1.0  # seen tokens: logit / p if positive, logit * p if negative
+    presence_penalty: float = 0.0  # subtracted once from every seen token
+    frequency_penalty: float = 0.0  # subtracted per occurrence of a seen token
+    bad_words: tuple[tuple[int, ...], ...] = ()  # token sequences never produced
+    stop_words: tuple[tuple[int, ...], ...] = ()  # a sequence ends once its text ends with one
 
     @property
     def greedy(self) -> bool:
         return self.temperature == 0.0 or self.top_k == 1
+
+    @property
+    def has_logits_processors(self) -> bool:
+        """Whether any penalty or bad word changes the logits (stop words do not)."""
+        return (self.repetition_penalty != 1.0 or self.presence_penalty != 0.0
+                or self.frequency_penalty != 0.0 or bool(self.bad_words))
 
 
 @dataclass

@@ -27,6 +27,7 @@ from ..errors import UserError
 from .base import EngineLimits, GenerationOutput, RunnerStats, SamplingConfig, validate_batch
 from .cuda_graphs import CudaGraphs
 from .kv_cache import BlockManager, KVPool, SequenceBlocks
+from .logits_processors import apply_logits_processors, row_prefixes
 from .paged_llama import PagedLlama, Parents, build_layout
 from .sampling import select_tokens
 from .tree import DraftTree, accept_path
@@ -146,6 +147,8 @@ class DecodeBatch:
             root = len(s.tokens)  # the position of the token chosen at the root
             positions.append(root)
             positions.extend(root + d for d in tree.depths())
+        if sampling.has_logits_processors:  # penalties / bad words: each row with its own prefix
+            logits = apply_logits_processors(logits, row_prefixes([s.tokens for s in seqs], trees), sampling)
         chosen = select_tokens(logits, sampling, requests, positions)
         out, row = [], 0
         for tree in trees:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import torch
 
@@ -49,8 +49,12 @@ class ExactTree:
 
 
 @torch.inference_mode()
-def exact_tree(model, prompt: Sequence[int], sampling: SamplingConfig, depth: int, end_id: int) -> ExactTree:
-    """Enumerate every continuation of ``prompt`` up to ``depth`` tokens with the HF model."""
+def exact_tree(model, prompt: Sequence[int], sampling: SamplingConfig, depth: int, end_id: int,
+               process: Callable[[torch.Tensor, list[int]], torch.Tensor] | None = None) -> ExactTree:
+    """Enumerate every continuation of ``prompt`` up to ``depth`` tokens with the HF model.
+
+    ``process(row, prefix)``, when given, transforms each row of logits before sampling,
+    with ``prefix`` the whole sequence so far (penalties, bad words)."""
     joint: dict[Outcome, float] = {}
     argmax: dict[Outcome, int] = {}
     frontier: dict[Outcome, float] = {(): 1.0}
@@ -60,6 +64,8 @@ def exact_tree(model, prompt: Sequence[int], sampling: SamplingConfig, depth: in
         logits = model(ids).logits[:, -1, :]
         nxt: dict[Outcome, float] = {}
         for c, row in zip(contexts, logits):
+            if process is not None:
+                row = process(row, list(prompt) + list(c))
             argmax[c] = int(row.argmax())
             probs = reference_probs(row, sampling)
             for t in torch.nonzero(probs).flatten().tolist():

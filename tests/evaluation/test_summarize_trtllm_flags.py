@@ -1,0 +1,99 @@
+"""summarize.py's TensorRT-LLM flags: --dataset_dir, --eval_task, --output_dir, --backend,
+--max_input_length (what each does; today's names keep working beside them)."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from .conftest import article_rows, write_jsonl
+from .test_summarize_cli import run
+
+
+def args(engine_dir: Path, *extra) -> list:
+    return ["--engine_dir", engine_dir, "--test_trt_llm", "--batch_size", 2, "--max_ite", 2,
+            "--max_input_length", 96, "--output_len", 8, *extra]
+
+
+def samples(path: Path) -> list[tuple[str, list[int]]]:
+    data = json.loads(path.read_text())
+    return [(s["id"], s["output_ids"]) for s in data["contenders"][0]["samples"]]
+
+
+def refused(argv, capsys, needle: str) -> None:
+    code, _, err = run(argv, capsys)
+    assert code == 2 and needle in err and err.strip().count("\n") == 0, err
+
+
+def test_dataset_dir_is_a_folder_or_a_file(engine_dir, jsonl_dataset, tmp_path, capsys):
+    folder = tmp_path / "cnn"
+    folder.mkdir()
+    shutil.copy(jsonl_dataset, folder / "test.jsonl")
+    (folder / "README.txt").write_text("not data")
+    results = {}
+    for name, flag in [("path", ["--dataset_path", jsonl_dataset]), ("dir", ["--dataset_dir", folder]),
+                       ("dir-file", ["--dataset_dir", jsonl_dataset])]:
+        out = tmp_path / f"{name}.json"
+        code, _, err = run(args(engine_dir, *flag, "--output_json", out), capsys)
+        assert code == 0, err
+        results[name] = samples(out)
+    assert results["path"] == results["dir"] == results["dir-file"] and len(results["path"]) == 4
+    # the same data twice is fine; different data is refused
+    code, _, err = run(args(engine_dir, "--dataset_dir", folder, "--dataset_path", folder / "test.jsonl",
+                            "--output_json", tmp_path / "same.json"), capsys)
+    assert code == 0, err
+    other = write_jsonl(tmp_path / "other.jsonl", article_rows()[:2])
+    refused(args(engine_dir, "--dataset_dir", folder, "--dataset_path", other), capsys, "name different data")
+
+
+def test_dataset_dir_with_no_or_several_data_files(engine_dir, tmp_path, capsys):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    refused(args(engine_dir, "--dataset_dir", empty), capsys, "found none")
+    two = tmp_path / "two"
+    two.mkdir()
+    write_jsonl(two / "a.jsonl", article_rows())
+    write_jsonl(two / "b.jsonl", article_rows())
+    refused(args(engine_dir, "--dataset_dir", two), capsys, "found a.jsonl, b.jsonl")
+
+
+def test_eval_task_summarize_only(engine_dir, jsonl_dataset, tmp_path, capsys):
+    out = tmp_path / "r.json"
+    code, _, err = run(args(engine_dir, "--dataset_path", jsonl_dataset, "--eval_task", "summarize",
+                            "--output_json", out), capsys)
+    assert code == 0 and out.is_file(), err
+    refused(args(engine_dir, "--dataset_path", jsonl_dataset, "--eval_task", "code_completion"), capsys,
+            "--eval_task code_completion is not supported")
+
+
+def test_output_dir_holds_the_results_and_the_sweep(engine_dir, jsonl_dataset, tmp_path, capsys):
+    out_dir = tmp_path / "results"
+    code, out, err = run(["--engine_dir", engine_dir, "--dataset_path", jsonl_dataset, "--sweep", "--sweep_k", "2",
+                          "--sweep_n", "1", "--sweep_modes", "pool", "--batch_size", 2, "--max_ite", 2,
+                          "--max_input_length", 40, "--output_len", 8, "--output_dir", out_dir], capsys)
+    assert code == 0, err
+    assert sorted(p.name for p in out_dir.iterdir()) == ["summarize.json", "summarize_sweep"]
+    assert sorted(p.name for p in (out_dir / "summarize_sweep").iterdir()) == ["sweep.csv", "sweep.json", "sweep.png"]
+    data = json.loads((out_dir / "summarize.json").read_text())
+    assert all(n <= 40 for n in data["dataset"]["prompt_tokens"])  # --max_input_length
+    # an explicit --output_json still wins
+    explicit = tmp_path / "mine.json"
+    code, _, err = run(args(engine_dir, "--dataset_path", jsonl_dataset, "--output_dir", tmp_path / "r2",
+                            "--output_json", explicit), capsys)
+    assert code == 0 and explicit.is_file() and not (tmp_path / "r2" / "summarize.json").exists(), err
+    (tmp_path / "afile").write_text("x")
+    refused(args(engine_dir, "--dataset_path", jsonl_dataset, "--output_dir", tmp_path / "afile"), capsys,
+            "is not a directory")
+
+
+def test_backend(engine_dir, jsonl_dataset, tmp_path, capsys):
+    out = tmp_path / "torch.json"
+    code, _, err = run(args(engine_dir, "--dataset_path", jsonl_dataset, "--backend", "torch", "--output_json", out),
+                       capsys)
+    assert code == 0, err
+    assert json.loads(out.read_text())["settings"]["backend"] == "torch"
+    refused(args(engine_dir, "--dataset_path", jsonl_dataset, "--backend", "trtllm",
+                 "--output_json", tmp_path / "t.json"), capsys, "--backend trtllm")
+    assert not (tmp_path / "t.json").exists()
