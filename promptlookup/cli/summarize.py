@@ -15,7 +15,14 @@ from typing import Any
 
 from ..errors import UserError
 from ..fsutil import atomic_output_dir, atomic_write_json
-from .args import ArgumentParser, add_common_args, device_ids_from_args, draft_from_args, sampling_from_args
+from .args import (
+    ArgumentParser,
+    add_common_args,
+    device_ids_from_args,
+    draft_from_args,
+    lookahead_from_args,
+    sampling_from_args,
+)
 
 SWEEP_TABLE_HEADERS = ("setting", "tok/s", "speedup", "tok/step", "accepted/drafted", "identical", "R-1")
 
@@ -59,6 +66,8 @@ def build_parser() -> ArgumentParser:
     g.add_argument("--sweep_k", default=",".join(map(str, DEFAULT_SWEEP_K)), help="prompt_lookup_num_tokens values")
     g.add_argument("--sweep_n", default=",".join(map(str, DEFAULT_SWEEP_N)), help="max_matching_ngram_size values")
     g.add_argument("--sweep_modes", default=",".join(SWEEP_MODES), help=f"subset of {','.join(SWEEP_MODES)}")
+    g.add_argument("--sweep_lookahead", default="",
+                   help='Lookahead points added to the sweep, as "[[W,N,G],...]", e.g. "[[4,3,4],[8,4,4]]" (run as v2)')
     g.add_argument("--sweep_dir", default=None,
                    help="where sweep.json, sweep.csv and sweep.png are written "
                         "(default: OUTPUT_DIR/summarize_sweep, else outputs/summarize_sweep)")
@@ -103,6 +112,8 @@ def settings_from_args(args: argparse.Namespace):
         sweep_k=parse_int_list(args.sweep_k, "--sweep_k"),
         sweep_n=parse_int_list(args.sweep_n, "--sweep_n"),
         sweep_modes=parse_modes(args.sweep_modes),
+        lookahead=lookahead_from_args(args),
+        sweep_lookahead=parse_lookahead_list(args.sweep_lookahead),
         backend=args.backend,
     )
 
@@ -223,3 +234,21 @@ if __name__ == "__main__":  # pragma: no cover
     from ..errors import run_cli
 
     run_cli(main)
+
+
+def parse_lookahead_list(text: str) -> list:
+    """``"[[4,3,4],[8,4,4]]"`` -> LookaheadConfigs (empty text: none); bad input is one line."""
+    import ast
+
+    from ..decoding.lookahead import LookaheadConfig
+
+    if not text.strip():
+        return []
+    hint = 'expected a list of [W,N,G], e.g. "[[4,3,4],[8,4,4]]"'
+    try:
+        value = ast.literal_eval(text.strip())
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        raise UserError(f"--sweep_lookahead {text!r} is malformed; {hint}") from None
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, (list, tuple)) and len(v) == 3 for v in value):
+        raise UserError(f"--sweep_lookahead {text!r}: {hint}")
+    return [LookaheadConfig(*v) for v in value]

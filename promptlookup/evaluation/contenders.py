@@ -16,6 +16,7 @@ import gc
 from dataclasses import dataclass
 from typing import Any, Iterator
 
+from ..decoding.lookahead import LookaheadConfig
 from ..drafting.base import DraftConfig
 from ..runtime.base import SamplingConfig
 from .harness import BatchFn, Generated, ProgressHook
@@ -33,10 +34,11 @@ class ContenderSpec:
     family: str  # ENGINE or HF
     draft: DraftConfig | None = None
     workflow: str = "v2"  # our engine's prompt-lookup loop (ignored by HF and plain runs)
+    lookahead: LookaheadConfig | None = None  # our engine's Lookahead decoding (with ``draft``: combined)
 
     @property
     def speculative(self) -> bool:
-        return self.draft is not None
+        return self.draft is not None or self.lookahead is not None
 
 
 def draft_label(draft: DraftConfig) -> str:
@@ -46,7 +48,14 @@ def draft_label(draft: DraftConfig) -> str:
         parts.append(f"n={draft.max_matching_ngram_size}")
     if draft.adaptive:
         parts.append("adaptive")
+    if draft.max_candidates > 1:
+        parts.append(f"G={draft.max_candidates}")
     return " ".join(parts)
+
+
+def lookahead_label(config: LookaheadConfig) -> str:
+    """E.g. ``lookahead [4,3,4]``."""
+    return "lookahead [{},{},{}]".format(*config.triple)
 
 
 @dataclass(frozen=True)
@@ -114,7 +123,7 @@ class EngineBackend:
                 drafter = make_drafter(spec.draft, self.tokenizer)
             results = generate(runner, prompts, max_new_tokens=s.max_new_tokens, end_id=s.end_id, sampling=s.sampling,
                                draft=spec.draft, workflow=spec.workflow, drafter=drafter,
-                               draft_length_policy=s.draft_length_policy,
+                               draft_length_policy=s.draft_length_policy, lookahead=spec.lookahead,
                                on_step=lambda event: hook(len(event.tokens)))
             return [Generated(list(r.output_ids), r.steps, r.drafted, r.accepted) for r in results]
 

@@ -23,7 +23,10 @@ from ..drafting.base import DraftConfig
 from ..errors import UserError
 from ..runtime.base import SamplingConfig
 from . import sweep as sweep_mod
-from .contenders import ENGINE, HF, ContenderSpec, DecodeSettings, EngineBackend, HFBackend, draft_label
+from .contenders import (
+    ENGINE, HF, ContenderSpec, DecodeSettings, EngineBackend, HFBackend, draft_label, lookahead_label,
+)
+from ..decoding.lookahead import LookaheadConfig
 from .dataset import HUB_CONFIG, HUB_DATASET, HUB_SPLIT, Article, load_articles
 from .harness import RunRecord, batched, run_batches
 from .hf_baseline import check_device, check_hf_model_dir
@@ -67,12 +70,16 @@ class EvalSettings:
     progress: bool | None = None  # None: tqdm bars on terminals only
     keep_samples: bool = True
     backend: str = "auto"  # --backend: auto, torch or trtllm (see runtime.load_runner)
+    lookahead: LookaheadConfig | None = None  # --lookahead_config: a Lookahead contender (with draft: combined)
+    sweep_lookahead: Sequence[LookaheadConfig] = ()  # Lookahead points of the sweep (v2)
 
     def json_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["sampling"] = asdict(self.sampling)
         data["draft"] = None if self.draft is None else asdict(self.draft)
         data["sweep_k"], data["sweep_n"], data["sweep_modes"] = list(self.sweep_k), list(self.sweep_n), list(self.sweep_modes)
+        data["lookahead"] = list(self.lookahead.triple) if self.lookahead else None
+        data["sweep_lookahead"] = [list(c.triple) for c in self.sweep_lookahead]
         return data
 
 
@@ -177,6 +184,11 @@ def contender_specs(settings: EvalSettings) -> list[ContenderSpec]:
         specs.append(ContenderSpec("ours plain", ENGINE))
     if s.test_engine and s.draft is not None:
         specs.append(ContenderSpec(f"ours lookup {s.workflow} {draft_label(s.draft)}", ENGINE, s.draft, s.workflow))
+    if s.test_engine and s.lookahead is not None:
+        specs.append(ContenderSpec(f"ours {lookahead_label(s.lookahead)}", ENGINE, None, "v2", s.lookahead))
+        if s.draft is not None:
+            specs.append(ContenderSpec(f"ours {lookahead_label(s.lookahead)} + lookup {draft_label(s.draft)}",
+                                       ENGINE, s.draft, "v2", s.lookahead))
     if s.test_hf:
         specs.append(ContenderSpec("hf plain", HF))
         if s.draft is not None:
@@ -269,6 +281,12 @@ def evaluate(
             record = run(spec)
             report = summarize_record(record, articles, decode, family=ENGINE, workflow=s.workflow,
                                       draft=asdict(spec.draft), plain=plain[ENGINE], keep_samples=False)
+            result.sweep_rows.append(sweep_mod.sweep_row(point, report))
+        for la in s.sweep_lookahead:
+            point = sweep_mod.SweepPoint("lookahead", False, 0, None, la.triple)
+            spec = ContenderSpec(f"sweep {point.label}", ENGINE, None, "v2", la)
+            report = summarize_record(run(spec), articles, decode, family=ENGINE, workflow="v2", draft=None,
+                                      plain=plain[ENGINE], keep_samples=False)
             result.sweep_rows.append(sweep_mod.sweep_row(point, report))
         result.sweep_best = sweep_mod.best_row(result.sweep_rows)
         baseline = summarize_record(plain[ENGINE], articles, decode, family=ENGINE, keep_samples=False)

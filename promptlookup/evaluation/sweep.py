@@ -32,19 +32,24 @@ SWEEP_COLUMNS = ("label", "mode", "adaptive", "k", "n", "tokens_per_s", "speedup
 class SweepPoint:
     """One grid point; ``n`` is None for the longest-match drafter."""
 
-    mode: str  # "pool" or "longest"
+    mode: str  # "pool", "longest" or "lookahead"
     adaptive: bool
     k: int
     n: int | None
+    lookahead: tuple[int, int, int] | None = None  # [W, N, G] of a Lookahead point (mode "lookahead")
 
     @property
     def label(self) -> str:
+        if self.lookahead is not None:
+            return "lookahead [{},{},{}]".format(*self.lookahead)
         text = f"{self.mode} k={self.k}" + (f" n={self.n}" if self.n is not None else "")
         return text + (" adaptive" if self.adaptive else "")
 
     @property
     def series(self) -> str:
         """The plot line this point belongs to (all k of one mode/n/adaptive)."""
+        if self.lookahead is not None:
+            return "lookahead"
         text = self.mode + (f" n={self.n}" if self.n is not None else "")
         return text + (" adaptive" if self.adaptive else "")
 
@@ -96,6 +101,7 @@ def sweep_grid(ks: Sequence[int], ns: Sequence[int], modes: Sequence[str] = SWEE
 def sweep_row(point: SweepPoint, report: ContenderReport) -> dict[str, Any]:
     return {
         "label": point.label, "mode": point.mode, "adaptive": point.adaptive, "k": point.k, "n": point.n,
+        "lookahead": list(point.lookahead) if point.lookahead else None,
         "series": point.series, "tokens_per_s": report.tokens_per_s, "speedup": report.speedup,
         "tokens_per_step": report.tokens_per_step, "acceptance_rate": report.acceptance_rate,
         "accepted": report.accepted, "drafted": report.drafted, "identical": report.identical,
@@ -115,6 +121,8 @@ def best_row(rows: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
 
 def deploy_hint(row: dict[str, Any], device_ids: Sequence[int] = (0,)) -> str:
     """How to use a sweep row: the ``--prompt_lookup_config`` value plus non-default drafter options."""
+    if row.get("lookahead"):
+        return '--workflow v2 --lookahead_config "[{},{},{}]"'.format(*row["lookahead"])
     n = row["n"] if row["n"] is not None else DraftConfig().max_matching_ngram_size
     devices = ",".join(str(d) for d in device_ids)
     hint = f'--prompt_lookup_config "[{row["k"]},{n},[{devices}]]"'
