@@ -49,7 +49,7 @@ def parse_prompt_lookup_config(text: str) -> tuple[int, int, list[int]]:
 
 def add_common_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Flags shared by run.py and summarize.py (TensorRT-LLM's names where they exist)."""
-    from ..drafting.base import DRAFT_MODES
+    from ..drafting.base import DRAFT_MODES, POOL_RULES
 
     g = parser.add_argument_group("engine")
     g.add_argument("--engine_dir", default="engine_outputs")
@@ -72,6 +72,9 @@ def add_common_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     g.add_argument("--prompt_lookup_config", default=None, help='"[k, n, [devices]]", e.g. "[10,2,[0]]"')
     g.add_argument("--workflow", choices=["v1", "v2"], default="v1", help="v1: orchestrator loop; v2: single call")
     g.add_argument("--drafter_mode", choices=list(DRAFT_MODES), default="pool")
+    g.add_argument("--pool_rules", choices=list(POOL_RULES), default="auto",
+                   help="pool mode: TensorRT-LLM V1's PLDPool (v1) or V2's NGramPoolManager (v2) rules; "
+                        "auto: those of --workflow")
     g.add_argument(
         "--draft_length_policy",
         choices=["cost", "full"],
@@ -118,6 +121,7 @@ def draft_from_args(args: argparse.Namespace):
         adaptive=args.adaptive_draft,
         static_cache=args.ngram_static_cache,
         dynamic_cache=args.ngram_dynamic_cache,
+        pool_rules=args.pool_rules,
     )
 
 

@@ -15,6 +15,18 @@ DRAFT_LENGTH_POLICIES = ("cost", "full")
 __all__ = ["generate", "SequenceResult", "StepEvent", "StepCallback", "WORKFLOWS"]
 
 
+def _check_drafter_workflow(drafter: Drafter | None, workflow: str) -> None:
+    """A drafter made for the other workflow would draft by the other workflow's pool rules."""
+    from ..drafting import NgramDrafter
+
+    if (isinstance(drafter, NgramDrafter) and drafter.config.mode == "pool" and drafter.config.pool_rules == "auto"
+            and drafter.workflow != workflow):
+        raise UserError(
+            f"the drafter was made for workflow {drafter.workflow} but generation uses {workflow}; "
+            f"pass make_drafter(..., workflow={workflow!r}) or choose pool_rules explicitly"
+        )
+
+
 def generate(
     runner: Runner,
     prompts: Sequence[Sequence[int]],
@@ -31,7 +43,9 @@ def generate(
     """Generate for a batch of token-id prompts.
 
     Drafts come from ``drafter`` when given (to share its public pool and caches across
-    calls), else from a drafter made from ``draft``; with neither, this is plain decoding.
+    calls), else from a drafter made from ``draft`` for this ``workflow`` and ``end_id``
+    (``pool_rules="auto"`` then means V1's pool for v1 and V2's for v2); with neither, this
+    is plain decoding.
 
     ``draft_length_policy="cost"`` verifies, per step, only the prefix of each draft that
     is expected to pay off on this runner (:mod:`.draft_policy`; runners that report no
@@ -55,7 +69,8 @@ def generate(
     if drafter is None and draft is not None:
         from ..drafting import make_drafter
 
-        drafter = make_drafter(draft)
+        drafter = make_drafter(draft, workflow=workflow, end_id=end_id)
+    _check_drafter_workflow(drafter, workflow)
     config = getattr(drafter, "config", None) or draft
     if drafter is not None and config is not None:
         k = config.prompt_lookup_num_tokens

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Protocol, Sequence
 
 DRAFT_MODES = ("pool", "longest")
+POOL_RULES = ("auto", "v1", "v2")  # which TensorRT-LLM pool the pool mode reproduces
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,9 @@ class DraftConfig:
     max_match_len: int = 64  # cap on the suffix length searched by the longest mode
     static_cache: str | None = None  # persisted cache built offline from a corpus (read only)
     dynamic_cache: str | None = None  # persisted cache that learns from finished requests
+    # pool mode: "v1" (PLDPool of TensorRT-LLM's V1 workflow), "v2" (NGramPoolManager, V2),
+    # "auto": the rules of the workflow the drafter is made for (see make_drafter)
+    pool_rules: str = "auto"
 
 
 class RequestDrafter(Protocol):

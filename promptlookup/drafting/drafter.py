@@ -5,9 +5,14 @@
 the order they are consulted by :meth:`NgramRequest.propose`:
 
 1. **Request context** (prompt + output so far).
-   - ``mode="pool"``: TensorRT-LLM's n-gram pool (:mod:`.pool`), exactly; with
+   - ``mode="pool"``: TensorRT-LLM's n-gram pool, exactly (rules in :mod:`.pool_spec`):
+     V2's ``NGramPoolManager`` (:mod:`.pool`, or its C twin) or V1's ``PLDPool``
+     (:mod:`.pool_v1`), chosen by ``pool_rules`` ("auto": the workflow's own). With
      ``is_public_pool`` that pool is shared by all requests of the drafter (as in
-     TensorRT-LLM, where the public pool *is* the context source), else private.
+     TensorRT-LLM V2, where the public pool *is* the context source), else private.
+     V2 timing: no pool draft before the request's first generated token (TensorRT-LLM V2
+     drafts only for requests in the generation phase). V1: a request whose sources all
+     miss drafts ``[end_id]`` (when the drafter was given ``end_id``), as V1 does.
    - ``mode="longest"``: the longest earlier match of the tail in the request's own text
      (:mod:`.suffix_automaton`), capped at ``max_match_len``, most recent occurrence; the
      draft is what followed it.
@@ -32,10 +37,13 @@ from typing import Any, Sequence
 
 from ..errors import UserError
 from .adaptive import AdaptiveLength
-from .base import DRAFT_MODES, DraftConfig
+from .base import DRAFT_MODES, POOL_RULES, DraftConfig
 from .cache_file import DEFAULT_MAX_NGRAM, LAX, STRICT, NgramCache
 from .identity import TokenizerIdentity
 from .native import DraftingClasses, drafting_classes
+from .pool_v1 import PLDCursor, PLDPool
+
+WORKFLOWS = ("v1", "v2")
 
 
 def validate_config(config: DraftConfig) -> None:
@@ -50,6 +58,15 @@ def validate_config(config: DraftConfig) -> None:
         raise UserError(f"max_matching_ngram_size must be a positive integer, got {config.max_matching_ngram_size!r}")
     if not isinstance(config.max_match_len, int) or config.max_match_len < 1:
         raise UserError(f"max_match_len must be a positive integer, got {config.max_match_len!r}")
+    if config.pool_rules not in POOL_RULES:
+        raise UserError(f"unknown pool rules {config.pool_rules!r}; choose one of {', '.join(POOL_RULES)}")
+
+
+def resolve_pool_rules(config: DraftConfig, workflow: str) -> str:
+    """The TensorRT-LLM pool ("v1" or "v2") that ``config`` reproduces under ``workflow``."""
+    if workflow not in WORKFLOWS:
+        raise UserError(f"unknown workflow {workflow!r}; choose v1 or v2")
+    return workflow if config.pool_rules == "auto" else config.pool_rules
 
 
 class NgramDrafter:
@@ -58,13 +75,25 @@ class NgramDrafter:
     ``tokenizer`` (a :class:`TokenizerIdentity` or a Hugging Face tokenizer) is required
     when ``static_cache`` or ``dynamic_cache`` is set: cache files built with another
     tokenizer are refused. ``implementation`` picks the C or pure-Python pool and suffix
-    automaton (see :func:`.native.drafting_classes`); both give the same drafts.
+    automaton (see :func:`.native.drafting_classes`); both give the same drafts. The V1
+    pool exists in pure Python only, so with V1 rules ``classes`` names it.
+
+    ``workflow`` ("v1" or "v2") is the decoding workflow the drafter serves: it picks the
+    pool rules when ``config.pool_rules`` is "auto". ``end_id`` is the id V1 drafts when
+    nothing matches (``None``: draft nothing instead; the output is the same either way).
     """
 
-    def __init__(self, config: DraftConfig, tokenizer: Any = None, implementation: str = "auto") -> None:
+    def __init__(self, config: DraftConfig, tokenizer: Any = None, implementation: str = "auto",
+                 workflow: str = "v2", end_id: int | None = None) -> None:
         validate_config(config)
         self.config = config
+        self.workflow = workflow
+        self.pool_rules = resolve_pool_rules(config, workflow)
+        self.end_id = None if end_id is None else int(end_id)
         self.classes: DraftingClasses = drafting_classes(implementation)
+        if config.mode == "pool" and self.pool_rules == "v1":
+            self.classes = self.classes._replace(NGramPool=PLDPool, PoolCursor=PLDCursor,
+                                                 implementation={**self.classes.implementation, "pool": "python"})
         NGramPool, SuffixAutomaton = self.classes.NGramPool, self.classes.SuffixAutomaton
         self.identity: TokenizerIdentity | None = (
             TokenizerIdentity.from_tokenizer(tokenizer) if tokenizer is not None else None
@@ -124,13 +153,17 @@ class NgramRequest:
         self.k = config.prompt_lookup_num_tokens
         self.max_seq_len = int(max_seq_len)
         self.tokens: list[int] = [int(t) for t in prompt]
+        self.prompt_len = len(self.tokens)
         self.finished = False
         self.last_match_len = 0  # length of the match behind the last proposal (0: none)
         self.last_source = ""  # "context", "public", "dynamic", "static" or "" (no draft)
         self.adaptive = AdaptiveLength(self.k) if config.adaptive else None
         self.has_caches = drafter.static_cache is not None or drafter.dynamic_cache is not None
         classes = drafter.classes
-        self.cursor: Any = None  # PoolCursor (pool mode)
+        self.cursor: Any = None  # PoolCursor or PLDCursor (pool mode)
+        v1 = config.mode == "pool" and drafter.pool_rules == "v1"
+        self.generation_phase_only = config.mode == "pool" and not v1  # V2 timing
+        self.miss_draft = [drafter.end_id] if v1 and drafter.end_id is not None else []
         self.sam: Any = None  # SuffixAutomaton of the request's text (longest mode)
         self.public: Any = None  # Matcher over the finished requests' texts (longest mode)
         if config.mode == "pool":
@@ -165,8 +198,10 @@ class NgramRequest:
         match_len = ref = 0
         source = ""
         if self.cursor is not None:
-            # always called: TensorRT-LLM updates its pool on every call
-            draft, match_len = self.cursor.propose(tokens, self.max_seq_len)
+            if self.generation_phase_only and len(tokens) == self.prompt_len:
+                pass  # V2 drafts from the first generated token on: the pool is not called yet
+            else:  # otherwise always called: TensorRT-LLM updates its pool on every call
+                draft, match_len = self.cursor.propose(tokens, self.max_seq_len)
             ref = self.config.max_matching_ngram_size
             source = "context"
         elif budget > 0:
@@ -185,6 +220,8 @@ class NgramRequest:
             draft = draft[: self.adaptive.length(match_len, ref)]
         if not draft:
             match_len, source = 0, ""
+            if self.miss_draft and budget > 0:
+                draft, source = list(self.miss_draft), "end_id"  # V1: nothing matched
         self.last_match_len = match_len
         self.last_source = source
         return draft
@@ -234,9 +271,12 @@ class NgramRequest:
         self.public = None
 
 
-def make_drafter(config: DraftConfig, tokenizer: Any = None, implementation: str = "auto") -> NgramDrafter:
+def make_drafter(config: DraftConfig, tokenizer: Any = None, implementation: str = "auto", *,
+                 workflow: str = "v2", end_id: int | None = None) -> NgramDrafter:
     """Build the drafter for ``config``; ``tokenizer`` is needed only with persisted caches.
 
     ``implementation``: ``"auto"`` (the C pool and automaton where built), ``"c"`` or ``"python"``.
+    ``workflow`` and ``end_id``: see :class:`NgramDrafter` (V1 or V2 pool rules, V1's
+    ``[end_id]`` draft).
     """
-    return NgramDrafter(config, tokenizer, implementation)
+    return NgramDrafter(config, tokenizer, implementation, workflow, end_id)

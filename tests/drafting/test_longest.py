@@ -193,7 +193,8 @@ def test_drafter_longest_mode_prefers_long_matches(implementation):
     assert longest.last_match_len == 2
     pool = make_drafter(
         DraftConfig(prompt_lookup_num_tokens=3, max_matching_ngram_size=1, is_use_oldest=False)
-    , implementation=implementation).new_request(prompt, 100)
+    , implementation=implementation).new_request(prompt[:-1], 100)
+    pool.extend(prompt[-1:])  # V2 pool rules draft from the first generated token on
     assert pool.propose() == [x, 9, q]
 
 
