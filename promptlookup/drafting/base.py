@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol, Sequence
 
-DRAFT_MODES = ("pool", "longest")
+DRAFT_MODES = ("pool", "longest", "llamacpp")
 POOL_RULES = ("auto", "v1", "v2")  # which TensorRT-LLM pool the pool mode reproduces
 
 
@@ -34,7 +34,9 @@ class DraftConfig:
 
     prompt_lookup_num_tokens: int = 10  # k: the largest draft
     max_matching_ngram_size: int = 2  # n: longest pattern tried by the pool mode
-    mode: str = "pool"  # "pool" (TensorRT-LLM semantics) or "longest" (longest earlier match)
+    # "pool" (TensorRT-LLM semantics), "longest" (longest earlier match) or "llamacpp"
+    # (llama.cpp's llama_ngram_cache_draft over context, dynamic and static caches)
+    mode: str = "pool"
     is_keep_all: bool = True
     is_use_oldest: bool = True
     is_public_pool: bool = True

@@ -16,6 +16,10 @@ the order they are consulted by :meth:`NgramRequest.propose`:
    - ``mode="longest"``: the longest earlier match of the tail in the request's own text
      (:mod:`.suffix_automaton`), capped at ``max_match_len``, most recent occurrence; the
      draft is what followed it.
+   - ``mode="llamacpp"``: llama.cpp's ``llama_ngram_cache_draft`` (:mod:`.llamacpp_draft`):
+     the request's context cache, then the dynamic cache, then the static cache, with the
+     static cache re-weighting the other two; the caches are part of this mode, so step 3
+     below does not apply to it.
 2. **Public pool** (``mode="longest"`` with ``is_public_pool``): the texts of this drafter's
    finished requests, searched the same way; it replaces the request's own match only
    when its match is strictly longer.
@@ -38,8 +42,9 @@ from typing import Any, Sequence
 from ..errors import UserError
 from .adaptive import AdaptiveLength
 from .base import DRAFT_MODES, POOL_RULES, DraftConfig
-from .cache_file import DEFAULT_MAX_NGRAM, LAX, STRICT, NgramCache
+from .cache_file import DEFAULT_MAX_NGRAM, LAX, STRICT, NgramCache, file_format
 from .identity import TokenizerIdentity
+from .llamacpp_draft import NGRAM_MAX, llamacpp_draft
 from .native import DraftingClasses, drafting_classes
 from .pool_v1 import PLDCursor, PLDPool
 
@@ -118,10 +123,14 @@ class NgramDrafter:
                 )
         if config.static_cache is not None:
             self.static_cache, _ = NgramCache.load(config.static_cache, expect=self.identity)
+        # a dynamic cache is written back in the format it was read in; a new one in the
+        # promptlookup format, or llama.cpp's in the llamacpp mode
+        self.dynamic_format = "llama.cpp" if config.mode == "llamacpp" else "promptlookup"
         if config.dynamic_cache is not None:
             path = Path(config.dynamic_cache)
             if path.exists():
                 self.dynamic_cache, _ = NgramCache.load(path, expect=self.identity)
+                self.dynamic_format = file_format(path)
             else:
                 self.dynamic_cache = NgramCache(DEFAULT_MAX_NGRAM)
 
@@ -132,7 +141,7 @@ class NgramDrafter:
         """Write the dynamic cache (if configured) to its file, atomically."""
         if self.dynamic_cache is not None and self.config.dynamic_cache is not None:
             assert self.identity is not None
-            self.dynamic_cache.save(self.config.dynamic_cache, self.identity)
+            self.dynamic_cache.save(self.config.dynamic_cache, self.identity, self.dynamic_format)
 
     def _absorb(self, tokens: list[int]) -> None:
         self.finished_requests += 1
@@ -164,6 +173,7 @@ class NgramRequest:
         v1 = config.mode == "pool" and drafter.pool_rules == "v1"
         self.generation_phase_only = config.mode == "pool" and not v1  # V2 timing
         self.miss_draft = [drafter.end_id] if v1 and drafter.end_id is not None else []
+        self.context: NgramCache | None = None  # llama.cpp's context cache (llamacpp mode)
         self.sam: Any = None  # SuffixAutomaton of the request's text (longest mode)
         self.public: Any = None  # Matcher over the finished requests' texts (longest mode)
         if config.mode == "pool":
@@ -172,6 +182,10 @@ class NgramRequest:
                 pool = classes.NGramPool(self.k, config.max_matching_ngram_size, config.is_keep_all,
                                          config.is_use_oldest)
             self.cursor = classes.PoolCursor(pool)
+        elif config.mode == "llamacpp":
+            self.generation_phase_only = True  # llama.cpp's lookup drafts after the first sampled token
+            self.context = NgramCache(NGRAM_MAX)
+            self.context.update(self.tokens)
         else:
             self.sam = classes.SuffixAutomaton(config.max_match_len)
             self.sam.extend(self.tokens)
@@ -183,7 +197,10 @@ class NgramRequest:
         if self.finished:
             raise RuntimeError("extend() after finish()")
         new = list(map(int, tokens))
+        start = len(self.tokens)
         self.tokens.extend(new)
+        if self.context is not None:
+            self.context.update(self.tokens, start)
         if self.sam is not None:
             self.sam.extend(new)
             if self.public is not None:
@@ -197,13 +214,19 @@ class NgramRequest:
         draft: list[int] = []
         match_len = ref = 0
         source = ""
+        context_phase = self.generation_phase_only and len(tokens) == self.prompt_len
         if self.cursor is not None:
-            if self.generation_phase_only and len(tokens) == self.prompt_len:
-                pass  # V2 drafts from the first generated token on: the pool is not called yet
-            else:  # otherwise always called: TensorRT-LLM updates its pool on every call
+            if not context_phase:  # V2 drafts from the first generated token on
+                # always called then: TensorRT-LLM updates its pool on every call
                 draft, match_len = self.cursor.propose(tokens, self.max_seq_len)
             ref = self.config.max_matching_ngram_size
             source = "context"
+        elif self.context is not None:
+            if budget > 0 and not context_phase:
+                drafter = self.drafter
+                draft = llamacpp_draft(tokens, budget, self.context, drafter.dynamic_cache, drafter.static_cache)
+            match_len = ref = len(draft)
+            source = "llamacpp"
         elif budget > 0:
             assert self.sam is not None
             match_len = self.sam.match_len
@@ -214,7 +237,7 @@ class NgramRequest:
                 public_len, public_draft = self.public.continuation(budget)
                 if public_draft and (public_len > match_len or not draft):
                     draft, match_len, source = public_draft, public_len, "public"
-        if not draft and budget > 0 and self.has_caches:
+        if not draft and budget > 0 and self.has_caches and self.context is None:
             draft, match_len, ref, source = self._cache_draft(budget)
         if draft and self.adaptive is not None:
             draft = draft[: self.adaptive.length(match_len, ref)]
@@ -267,6 +290,7 @@ class NgramRequest:
         self.finished = True
         self.drafter._absorb(self.tokens)
         self.cursor = None  # a private pool goes with the request (TensorRT-LLM drops it)
+        self.context = None
         self.sam = None
         self.public = None
 

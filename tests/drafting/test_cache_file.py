@@ -70,7 +70,10 @@ def test_truncated_files_are_refused(tmp_path):
     good = tmp_path / "c.ngc"
     _cache().save(good, IDENT)
     data = good.read_bytes()
-    for cut in (0, 5, 9, 40, 60, len(data) // 2, len(data) - 1):
+    empty = tmp_path / "empty.ngc"
+    empty.write_bytes(b"")
+    assert NgramCache.load(empty)[0].num_ngrams() == 0  # llama.cpp writes an empty cache as an empty file
+    for cut in (5, 9, 40, 60, len(data) // 2, len(data) - 1):
         bad = tmp_path / f"cut{cut}.ngc"
         bad.write_bytes(data[:cut])
         message = _refused(bad)
