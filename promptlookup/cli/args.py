@@ -86,8 +86,10 @@ def add_common_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     g.add_argument("--is_keep_all", action=argparse.BooleanOptionalAction, default=True)
     g.add_argument("--is_use_oldest", action=argparse.BooleanOptionalAction, default=True)
     g.add_argument("--is_public_pool", action=argparse.BooleanOptionalAction, default=True)
-    g.add_argument("--ngram_static_cache", default=None, help="persisted n-gram cache built offline (read only)")
-    g.add_argument("--ngram_dynamic_cache", default=None, help="persisted n-gram cache that learns from outputs")
+    g.add_argument("--ngram_static_cache", "--lookup-cache-static", dest="ngram_static_cache", default=None,
+                   help="persisted n-gram cache built offline (read only); this project's or llama.cpp's format")
+    g.add_argument("--ngram_dynamic_cache", "--lookup-cache-dynamic", dest="ngram_dynamic_cache", default=None,
+                   help="persisted n-gram cache that learns from outputs; this project's or llama.cpp's format")
     parser.add_argument("--output_json", default=None, help="write results and statistics as JSON")
     return parser
 
