@@ -176,6 +176,7 @@ class NgramRequest:
         self.context: NgramCache | None = None  # llama.cpp's context cache (llamacpp mode)
         self.sam: Any = None  # SuffixAutomaton of the request's text (longest mode)
         self.public: Any = None  # Matcher over the finished requests' texts (longest mode)
+        self.public_seen = 0  # length of the shared text when ``public`` last caught up with it
         if config.mode == "pool":
             pool = drafter.public_pool
             if pool is None:
@@ -190,8 +191,20 @@ class NgramRequest:
             self.sam = classes.SuffixAutomaton(config.max_match_len)
             self.sam.extend(self.tokens)
             if drafter.shared_text is not None:
-                self.public = classes.Matcher(drafter.shared_text)
-                self.public.feed(self.tokens)
+                self._rematch_public()
+
+    def _rematch_public(self) -> None:
+        """Match the request's tail against the shared text as it is now.
+
+        A :class:`Matcher` finds each token's match in the text as it was when the token
+        arrived, so a request that finishes meanwhile would be missed. Re-walking the last
+        ``max_match_len`` tokens from the start (matches are capped at that length) finds
+        the longest match in the current text: O(max_match_len) per finished request.
+        """
+        shared = self.drafter.shared_text
+        self.public = self.drafter.classes.Matcher(shared)
+        self.public.feed(self.tokens[-self.config.max_match_len:])
+        self.public_seen = len(shared)
 
     def extend(self, tokens: Sequence[int]) -> None:
         if self.finished:
@@ -234,6 +247,8 @@ class NgramRequest:
             ref = self.k
             source = "context"
             if self.public is not None:
+                if len(self.drafter.shared_text) != self.public_seen:  # a request finished meanwhile
+                    self._rematch_public()
                 public_len, public_draft = self.public.continuation(budget)
                 if public_draft and (public_len > match_len or not draft):
                     draft, match_len, source = public_draft, public_len, "public"
