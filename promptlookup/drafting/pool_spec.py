@@ -76,13 +76,43 @@ Pattern = tuple
 Match = tuple
 
 
-class NGramPoolManagerSpec:
-    """V2 rules, brute force: one call = one ``get_draft_tokens(prefix, request_id, max_sequence_length)``."""
+class _WindowedPool:
+    """What both pools share: the per-request window (step 2), the walk over it (step 3,
+    with the subclass's insertion rule), the lookup (step 4) and the pools (step 5)."""
 
     def __init__(self, k: int, n: int, keep_all: bool, oldest: bool, public: bool) -> None:
         self.k, self.n, self.keep_all, self.oldest, self.public = k, n, keep_all, oldest, public
         self.pools: dict[Hashable, dict[Pattern, list[Match]]] = {}  # None (public) or request id -> pool
         self.start: dict[Hashable, int] = {}  # request id -> where its next update window begins
+
+    def insert(self, pool: dict[Pattern, list[Match]], pattern: Pattern, match: Match) -> None:
+        raise NotImplementedError
+
+    def update_and_find(self, prefix: list[int], request_id: Hashable) -> Match | None:
+        """Steps 2-4: walk the window, then the match the draft comes from (``None``: no hit)."""
+        length = len(prefix)
+        start = self.start.setdefault(request_id, 0)
+        pool = self.pools.setdefault(None if self.public else request_id, {})
+        sizes = range(min(self.n, length - 1), 0, -1)
+        for s in sizes:
+            for p in range(start, length - s):
+                self.insert(pool, tuple(prefix[p:p + s]), tuple(prefix[p + s:p + s + self.k]))
+        self.start[request_id] = max(0, length - (self.k + self.n - 1))
+        for s in sizes:
+            matches = pool.get(tuple(prefix[length - s:]))
+            if matches:
+                return matches[0] if self.oldest else matches[-1]
+        return None
+
+    def finish(self, request_id: Hashable) -> None:
+        """The request completed: a private pool and its window go with it."""
+        self.start.pop(request_id, None)
+        if not self.public:
+            self.pools.pop(request_id, None)
+
+
+class NGramPoolManagerSpec(_WindowedPool):
+    """V2 rules, brute force: one call = one ``get_draft_tokens(prefix, request_id, max_sequence_length)``."""
 
     def insert(self, pool: dict[Pattern, list[Match]], pattern: Pattern, match: Match) -> None:
         """Rule 3: give ``pattern`` the new match ``match``."""
@@ -105,37 +135,19 @@ class NGramPoolManagerSpec:
         pool[pattern] = kept + [match]
 
     def get_draft_tokens(self, prefix: list[int], request_id: Hashable, max_sequence_length: int) -> list[int]:
-        length = len(prefix)
-        room = max_sequence_length - 1 - length
+        room = max_sequence_length - 1 - len(prefix)
         if room <= 0:
             return []
-        start = self.start.setdefault(request_id, 0)
-        pool = self.pools.setdefault(None if self.public else request_id, {})
-        sizes = range(min(self.n, length - 1), 0, -1)
-        for s in sizes:
-            for p in range(start, length - s):
-                self.insert(pool, tuple(prefix[p:p + s]), tuple(prefix[p + s:p + s + self.k]))
-        self.start[request_id] = max(0, length - (self.k + self.n - 1))
-        for s in sizes:
-            matches = pool.get(tuple(prefix[length - s:]))
-            if matches:
-                return list(matches[0] if self.oldest else matches[-1])[:room]
-        return []
-
-    def finish(self, request_id: Hashable) -> None:
-        """The request completed: a private pool and its window go with it."""
-        self.start.pop(request_id, None)
-        if not self.public:
-            self.pools.pop(request_id, None)
+        match = self.update_and_find(prefix, request_id)
+        return [] if match is None else list(match)[:room]
 
 
-class PLDPoolSpec:
+class PLDPoolSpec(_WindowedPool):
     """V1 rules, brute force: one call = ``PLDPool.get_draft_tokens`` for one request."""
 
     def __init__(self, k: int, n: int, keep_all: bool, oldest: bool, end_id: int, public: bool = False) -> None:
-        self.k, self.n, self.keep_all, self.oldest, self.end_id, self.public = k, n, keep_all, oldest, end_id, public
-        self.pools: dict[Hashable, dict[Pattern, list[Match]]] = {}
-        self.start: dict[Hashable, int] = {}
+        super().__init__(k, n, keep_all, oldest, public)
+        self.end_id = end_id
 
     def insert(self, pool: dict[Pattern, list[Match]], pattern: Pattern, match: Match) -> None:
         """V1's rule 3: replace unless all are kept and the oldest match is complete."""
@@ -146,23 +158,7 @@ class PLDPoolSpec:
             matches.append(match)
 
     def get_draft_tokens(self, prefix: list[int], request_id: Hashable, max_sequence_length: int) -> list[int]:
-        length = len(prefix)
-        if length >= max_sequence_length - 1:
+        if len(prefix) >= max_sequence_length - 1:
             return [self.end_id]
-        start = self.start.setdefault(request_id, 0)
-        pool = self.pools.setdefault(None if self.public else request_id, {})
-        sizes = range(min(self.n, length - 1), 0, -1)
-        for s in sizes:
-            for p in range(start, length - s):
-                self.insert(pool, tuple(prefix[p:p + s]), tuple(prefix[p + s:p + s + self.k]))
-        self.start[request_id] = max(0, length - (self.k + self.n - 1))
-        for s in sizes:
-            matches = pool.get(tuple(prefix[length - s:]))
-            if matches:
-                return list(matches[0] if self.oldest else matches[-1])
-        return [self.end_id]
-
-    def finish(self, request_id: Hashable) -> None:
-        self.start.pop(request_id, None)
-        if not self.public:
-            self.pools.pop(request_id, None)
+        match = self.update_and_find(prefix, request_id)
+        return [self.end_id] if match is None else list(match)

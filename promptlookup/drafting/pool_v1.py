@@ -52,15 +52,18 @@ class PLDCursor:
 
     def propose(self, text: Sequence[int], max_seq_len: int) -> tuple[list[int], int]:
         """V1's ``get_draft_tokens`` for this request: (draft, matched size; 0: no match)."""
-        length = len(text)
-        budget = max_seq_len - 1 - length
-        if budget <= 0:
+        room = max_seq_len - 1 - len(text)
+        if room <= 0:  # V1 sends [end_id] here and updates nothing
             return [], 0
+        self._update(text)
+        return self._lookup(text, room)
+
+    def _update(self, text: Sequence[int]) -> None:
+        """Insert every (pattern, match) of the window, sizes n..1, positions ascending."""
         pool = self.pool
-        k = pool.k
-        keep_all = pool.is_keep_all
-        top = min(pool.n, length - 1)
-        for s in range(top, 0, -1):
+        k, keep_all = pool.k, pool.is_keep_all
+        length = len(text)
+        for s in range(min(pool.n, length - 1), 0, -1):
             table = pool.maps[s]
             for p in range(self.start, length - s):
                 key = text[p] if s == 1 else tuple(text[p:p + s])
@@ -76,11 +79,14 @@ class PLDCursor:
                 elif m not in state:  # two or more matches, the oldest complete
                     state[m] = None
         self.start = max(0, length - (k + pool.n - 1))
-        for s in range(top, 0, -1):
+
+    def _lookup(self, text: Sequence[int], room: int) -> tuple[list[int], int]:
+        pool = self.pool
+        for s in range(min(pool.n, len(text) - 1), 0, -1):
             state = pool.maps[s].get(text[-1] if s == 1 else tuple(text[-s:]))
             if state is None:
                 continue
             if type(state) is not tuple:
                 state = next(iter(state)) if pool.is_use_oldest else next(reversed(state))
-            return list(state[:budget]), s
+            return list(state[:room]), s
         return [], 0

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import pytest
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from promptlookup.drafting import DraftConfig, make_drafter
 from promptlookup.drafting import pool as python_pool
@@ -15,6 +14,7 @@ from promptlookup.drafting.pool import NGramPool
 from promptlookup.drafting.pool_spec import NGramPoolManagerSpec
 
 from .implementations import require, require_native
+from .scenarios import scenarios
 
 
 def first_draft(drafter, text, max_seq_len=100):
@@ -23,23 +23,6 @@ def first_draft(drafter, text, max_seq_len=100):
     req = drafter.new_request(text[:-1], max_seq_len)
     req.extend(text[-1:])
     return req.propose()
-
-
-@st.composite
-def scenarios(draw):
-    k = draw(st.integers(1, 6))
-    n = draw(st.integers(1, 4))
-    keep_all, oldest, public = draw(st.tuples(st.booleans(), st.booleans(), st.booleans()))
-    alphabet = draw(st.integers(1, 4))
-    token = st.integers(0, alphabet - 1)
-    nreq = draw(st.integers(1, 3))
-    prompts = draw(st.lists(st.lists(token, max_size=12), min_size=nreq, max_size=nreq))
-    limits = draw(st.lists(st.integers(2, 60), min_size=nreq, max_size=nreq))
-    # (request, chunk appended after proposing, restart the request afterwards?)
-    actions = draw(
-        st.lists(st.tuples(st.integers(0, nreq - 1), st.lists(token, max_size=8), st.integers(0, 12)), max_size=40)
-    )
-    return k, n, keep_all, oldest, public, prompts, limits, actions
 
 
 def _replay(scenario, implementation: str = "python"):

@@ -8,11 +8,12 @@ from __future__ import annotations
 import random
 
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from promptlookup.drafting import DraftConfig, make_drafter
 from promptlookup.drafting.pool_spec import NGramPoolManagerSpec, PLDPoolSpec
 from promptlookup.drafting.pool_v1 import PLDCursor, PLDPool
+
+from .scenarios import scenarios
 
 END = 99
 
@@ -21,22 +22,6 @@ def v1_drafter(k, n, keep_all=True, oldest=True, public=False, end_id=END):
     cfg = DraftConfig(prompt_lookup_num_tokens=k, max_matching_ngram_size=n, is_keep_all=keep_all,
                       is_use_oldest=oldest, is_public_pool=public, pool_rules="v1")
     return make_drafter(cfg, end_id=end_id)
-
-
-@st.composite
-def scenarios(draw):
-    k = draw(st.integers(1, 6))
-    n = draw(st.integers(1, 4))
-    keep_all, oldest, public = draw(st.tuples(st.booleans(), st.booleans(), st.booleans()))
-    alphabet = draw(st.integers(1, 4))
-    token = st.integers(0, alphabet - 1)
-    nreq = draw(st.integers(1, 3))
-    prompts = draw(st.lists(st.lists(token, max_size=12), min_size=nreq, max_size=nreq))
-    limits = draw(st.lists(st.integers(2, 60), min_size=nreq, max_size=nreq))
-    actions = draw(
-        st.lists(st.tuples(st.integers(0, nreq - 1), st.lists(token, max_size=8), st.integers(0, 12)), max_size=40)
-    )
-    return k, n, keep_all, oldest, public, prompts, limits, actions
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
