@@ -165,7 +165,8 @@ class NgramRequest:
         self.prompt_len = len(self.tokens)
         self.finished = False
         self.last_match_len = 0  # length of the match behind the last proposal (0: none)
-        self.last_source = ""  # "context", "public", "dynamic", "static" or "" (no draft)
+        # "context", "public", "dynamic", "static", "llamacpp", "end_id" (V1's miss) or "" (no draft)
+        self.last_source = ""
         self.adaptive = AdaptiveLength(self.k) if config.adaptive else None
         self.has_caches = drafter.static_cache is not None or drafter.dynamic_cache is not None
         classes = drafter.classes
