@@ -32,7 +32,7 @@ from typing import Any
 
 from ..drafting import DraftConfig, NgramCache, TokenizerIdentity, config_grid, simulate_corpus
 from ..drafting.base import DRAFT_MODES
-from ..drafting.cache_file import DEFAULT_MAX_NGRAM, FORMATS, MAX_NGRAM_LIMIT, file_format
+from ..drafting.cache_file import DEFAULT_MAX_NGRAM, FORMATS, LLAMACPP_NGRAM_MAX, MAX_NGRAM_LIMIT, file_format
 from ..errors import UserError, run_cli
 from ..fsutil import atomic_write_json
 from .args import ArgumentParser
@@ -160,6 +160,9 @@ def _int_list(text: str, flag: str, low: int = 1) -> list[int]:
 def cmd_create(args) -> int:
     if not 1 <= args.max_ngram <= MAX_NGRAM_LIMIT:
         raise UserError(f"--max_ngram must be between 1 and {MAX_NGRAM_LIMIT}, got {args.max_ngram}")
+    if args.format == "llama.cpp" and args.max_ngram > LLAMACPP_NGRAM_MAX:
+        raise UserError(f"--format llama.cpp holds n-grams of at most {LLAMACPP_NGRAM_MAX} tokens; "
+                        f"pass --max_ngram {LLAMACPP_NGRAM_MAX} or less, got {args.max_ngram}")
     tok = load_tokenizer(args.tokenizer_dir, args.gguf_file)
     sequences, identity = read_sequences(args.inputs, tok, args.jsonl_field, None)
     cache = NgramCache(args.max_ngram)

@@ -231,6 +231,11 @@ def test_cli_reads_and_writes_both_formats(tmp_path, capsys):
     capsys.readouterr()
     assert cli.main(["inspect", str(tmp_path / "b.lcache")]) == 0
     assert "llama.cpp format" in capsys.readouterr().out
+    with pytest.raises(UserError, match="at most 4 tokens"):
+        cli.main(["create", str(tokens), "--output", str(tmp_path / "x.lcache"), "--format", "llama.cpp", "--max_ngram", "5"])
+    assert cli.main(["stats", str(tokens), "--modes", "llamacpp,pool", "--k", "2", "--n", "1",
+                     "--static_cache", str(tmp_path / "b.lcache")]) == 0
+    assert "llamacpp k=2" in capsys.readouterr().out
 
 
 def test_run_accepts_llamacpps_flag_names():

@@ -110,3 +110,25 @@ def test_v1_workflow_is_token_identical_and_drafts_every_step():
     assert [r.output_ids for r in v1] == [r.output_ids for r in plain]
     for r in v1:
         assert r.drafted >= r.steps - 1
+
+
+def test_pool_rules_flag_and_a_drafter_made_for_the_other_workflow():
+    import pytest
+
+    from promptlookup.cli.args import draft_from_args
+    from promptlookup.cli.run import parse_args
+    from promptlookup.decoding import generate
+    from promptlookup.errors import UserError
+
+    for flags, rules in (([], "auto"), (["--pool_rules", "v2"], "v2"), (["--pool_rules", "v1"], "v1")):
+        assert draft_from_args(parse_args(["--prompt_lookup_config", "[4,2,[0]]", *flags])).pool_rules == rules
+    with pytest.raises(UserError, match="unknown pool rules"):
+        make_drafter(DraftConfig(pool_rules="v3"))
+
+    from promptlookup.runtime.base import EngineLimits
+
+    class NoRunner:  # the check comes before the runner is used
+        limits = EngineLimits(max_batch_size=1, max_input_len=8, max_seq_len=16, max_draft_len=16, vocab_size=16)
+
+    with pytest.raises(UserError, match="made for workflow v2 but generation uses v1"):
+        generate(NoRunner(), [[1, 2]], max_new_tokens=1, end_id=2, drafter=make_drafter(DraftConfig()), workflow="v1")
