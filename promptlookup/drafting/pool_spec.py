@@ -54,7 +54,7 @@ V1 rules: TensorRT-LLM's TensorRT workflow (``--workflow v1``)
 ---------------------------------------------------------------
 Source: class ``PLDPool`` in ``examples/prompt_lookup/run_dtm_pld.py``, read at TensorRT-LLM
 commit ``46ea5256715b``. Step 2 (the window) and the lookup order are as in V2; steps 1
- and 3-6 differ:
+and 3-6 differ:
 
 1. *Length limit.* A call with ``L >= max_sequence_length - 1`` sends ``[end_id]`` and
    changes nothing.
