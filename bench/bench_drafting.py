@@ -136,7 +136,10 @@ def time_ours(config: DraftConfig, stream: list[int], length: int, steps: int, e
     drafter = make_drafter(config, implementation=implementation)
     gc.collect()
     t0 = time.perf_counter()
-    req = drafter.new_request(stream[:length], max_seq_len=10**9)
+    # the last context token arrives as a generated one: V2's pool drafts (and indexes the
+    # prompt) only from the first generated token on
+    req = drafter.new_request(stream[:length - 1], max_seq_len=10**9)
+    req.extend(stream[length - 1:length])
     req.propose()  # the context is indexed by now (longest: in new_request; pool: first call)
     index_ms = 1e3 * (time.perf_counter() - t0)
     per_step = []
@@ -229,6 +232,8 @@ def main(argv: list[str] | None = None) -> int:
         "longest": (longest_cfg, "auto"),
         "longest adaptive": (DraftConfig(prompt_lookup_num_tokens=args.k, mode="longest", adaptive=True), "auto"),
     }
+    drafters["pool, V1 rules (Python only)"] = (DraftConfig(
+        prompt_lookup_num_tokens=args.k, max_matching_ngram_size=args.n, pool_rules="v1"), "auto")
     if not args.skip_python:
         drafters["pool, pure Python"] = (pool_cfg, "python")
         drafters["longest, pure Python"] = (longest_cfg, "python")

@@ -49,7 +49,7 @@ def parse_prompt_lookup_config(text: str) -> tuple[int, int, list[int]]:
 
 def add_common_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Flags shared by run.py and summarize.py (TensorRT-LLM's names where they exist)."""
-    from ..drafting.base import DRAFT_MODES
+    from ..drafting.base import DRAFT_MODES, POOL_RULES
 
     g = parser.add_argument_group("engine")
     g.add_argument("--engine_dir", default="engine_outputs")
@@ -76,6 +76,9 @@ def add_common_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    help="TensorRT-LLM 1.0's name for --prompt_lookup_config (same format)")
     g.add_argument("--workflow", choices=["v1", "v2"], default="v1", help="v1: orchestrator loop; v2: single call")
     g.add_argument("--drafter_mode", choices=list(DRAFT_MODES), default="pool")
+    g.add_argument("--pool_rules", choices=list(POOL_RULES), default="auto",
+                   help="pool mode: TensorRT-LLM V1's PLDPool (v1) or V2's NGramPoolManager (v2) rules; "
+                        "auto: those of --workflow")
     g.add_argument(
         "--draft_length_policy",
         choices=["cost", "full"],
@@ -93,8 +96,10 @@ def add_common_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     g.add_argument("--lookahead_config", default=None,
                    help='Lookahead decoding "[W,N,G]": window size, n-gram size, verification set size, '
                         'e.g. "[4,3,4]"; with --prompt_lookup_config too, both work together (needs --workflow v2)')
-    g.add_argument("--ngram_static_cache", default=None, help="persisted n-gram cache built offline (read only)")
-    g.add_argument("--ngram_dynamic_cache", default=None, help="persisted n-gram cache that learns from outputs")
+    g.add_argument("--ngram_static_cache", "--lookup-cache-static", dest="ngram_static_cache", default=None,
+                   help="persisted n-gram cache built offline (read only); this project's or llama.cpp's format")
+    g.add_argument("--ngram_dynamic_cache", "--lookup-cache-dynamic", dest="ngram_dynamic_cache", default=None,
+                   help="persisted n-gram cache that learns from outputs; this project's or llama.cpp's format")
     parser.add_argument("--output_json", default=None, help="write results and statistics as JSON")
     return parser
 
@@ -130,6 +135,7 @@ def draft_from_args(args: argparse.Namespace):
         static_cache=args.ngram_static_cache,
         dynamic_cache=args.ngram_dynamic_cache,
         max_candidates=candidates_from_args(args),
+        pool_rules=args.pool_rules,
     )
 
 

@@ -16,6 +16,10 @@ Inputs (``create`` and ``stats``), by file name:
 Text is tokenized with ``--tokenizer_dir`` (a Hugging Face tokenizer folder) or
 ``--gguf_file`` (the tokenizer inside a GGUF file), without special tokens. Errors are one
 line on stderr and exit code 2.
+
+Cache files may be in this project's versioned format or in llama.cpp's
+(``llama-lookup-create``, ``llama-lookup``); every subcommand reads both, told apart by
+content, and ``create``/``merge`` write either (``--format``).
 """
 from __future__ import annotations
 
@@ -27,7 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from ..drafting import DraftConfig, NgramCache, TokenizerIdentity, config_grid, simulate_corpus
-from ..drafting.cache_file import DEFAULT_MAX_NGRAM, MAX_NGRAM_LIMIT
+from ..drafting.base import DRAFT_MODES
+from ..drafting.cache_file import DEFAULT_MAX_NGRAM, FORMATS, LLAMACPP_NGRAM_MAX, MAX_NGRAM_LIMIT, file_format
 from ..errors import UserError, run_cli
 from ..fsutil import atomic_write_json
 from .args import ArgumentParser
@@ -155,15 +160,18 @@ def _int_list(text: str, flag: str, low: int = 1) -> list[int]:
 def cmd_create(args) -> int:
     if not 1 <= args.max_ngram <= MAX_NGRAM_LIMIT:
         raise UserError(f"--max_ngram must be between 1 and {MAX_NGRAM_LIMIT}, got {args.max_ngram}")
+    if args.format == "llama.cpp" and args.max_ngram > LLAMACPP_NGRAM_MAX:
+        raise UserError(f"--format llama.cpp holds n-grams of at most {LLAMACPP_NGRAM_MAX} tokens; "
+                        f"pass --max_ngram {LLAMACPP_NGRAM_MAX} or less, got {args.max_ngram}")
     tok = load_tokenizer(args.tokenizer_dir, args.gguf_file)
     sequences, identity = read_sequences(args.inputs, tok, args.jsonl_field, None)
     cache = NgramCache(args.max_ngram)
     for ids, _ in sequences:
         cache.update(ids)
-    cache.save(args.output, identity)
+    cache.save(args.output, identity, args.format)
     tokens = sum(len(ids) for ids, _ in sequences)
     print(
-        f"wrote {args.output}: {cache.num_ngrams()} n-grams (sizes 1..{cache.max_ngram}) from "
+        f"wrote {args.output} ({args.format} format): {cache.num_ngrams()} n-grams (sizes 1..{cache.max_ngram}) from "
         f"{len(sequences)} sequence(s), {tokens} tokens, tokenizer {identity.describe()}"
     )
     return 0
@@ -174,16 +182,27 @@ def cmd_merge(args) -> int:
     identity: TokenizerIdentity | None = None
     for name in args.inputs:
         cache, ident = NgramCache.load(name, expect=identity)
+        if identity is None and ident is not None:
+            identity = ident
         if merged is None:
-            merged, identity = NgramCache(cache.max_ngram), ident
+            merged = NgramCache(cache.max_ngram)
         elif cache.max_ngram > merged.max_ngram:
             grown = NgramCache(cache.max_ngram)
             grown.merge(merged)
             merged = grown
         merged.merge(cache)
-    assert merged is not None and identity is not None
-    merged.save(args.output, identity)
-    print(f"wrote {args.output}: {merged.num_ngrams()} n-grams merged from {len(args.inputs)} cache(s)")
+    assert merged is not None
+    out_format = file_format(args.inputs[0]) if args.format == "auto" else args.format
+    if out_format == "promptlookup" and identity is None:
+        raise UserError("the inputs are all in llama.cpp's format, which records no tokenizer; "
+                        "write the result with --format llama.cpp")
+    # a llama.cpp input read before a promptlookup one was checked only against the vocabulary size
+    if identity is not None and merged.max_token() >= identity.vocab_size:
+        raise UserError(f"an input holds token id {merged.max_token()}, outside the tokenizer's {identity.vocab_size} "
+                        f"tokens ({identity.describe()}); the caches come from different tokenizers")
+    merged.save(args.output, identity, out_format)
+    print(f"wrote {args.output} ({out_format} format): {merged.num_ngrams()} n-grams merged from "
+          f"{len(args.inputs)} cache(s)")
     return 0
 
 
@@ -192,14 +211,17 @@ def cmd_inspect(args) -> int:
         raise UserError(f"--top must be >= 0, got {args.top}")
     cache, identity = NgramCache.load(args.cache)
     size = Path(args.cache).stat().st_size
+    fmt = file_format(args.cache)
     report: dict[str, Any] = {
         "path": str(args.cache),
         "file_bytes": size,
-        "tokenizer": identity.to_json(),
+        "format": fmt,
+        "tokenizer": identity.to_json() if identity else None,
         "max_ngram": cache.max_ngram,
         "sizes": [],
     }
-    print(f"{args.cache}: {size} bytes, tokenizer {identity.describe()}, n-gram sizes 1..{cache.max_ngram}")
+    who = f"tokenizer {identity.describe()}" if identity else "no tokenizer recorded"
+    print(f"{args.cache}: {size} bytes, {fmt} format, {who}, n-gram sizes 1..{cache.max_ngram}")
     print(f"{'size':>4} {'n-grams':>10} {'pairs':>10} {'observations':>13}")
     for s in range(1, cache.max_ngram + 1):
         row = {
@@ -231,8 +253,8 @@ def cmd_stats(args) -> int:
     ns = _int_list(args.n, "--n")
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     for m in modes:
-        if m not in ("pool", "longest"):
-            raise UserError(f"--modes: unknown mode {m!r}; use pool and/or longest")
+        if m not in DRAFT_MODES:
+            raise UserError(f"--modes: unknown mode {m!r}; use {', '.join(DRAFT_MODES)}")
     adaptive = {"off": [False], "on": [True], "both": [False, True]}[args.adaptive]
     if args.max_match_len < 1:
         raise UserError(f"--max_match_len must be >= 1, got {args.max_match_len}")
@@ -282,11 +304,15 @@ def build_parser() -> ArgumentParser:
     p.add_argument("inputs", nargs="+")
     p.add_argument("--output", required=True)
     p.add_argument("--max_ngram", type=int, default=DEFAULT_MAX_NGRAM, help="largest n-gram size counted")
+    p.add_argument("--format", choices=list(FORMATS), default="promptlookup",
+                   help="file format: this project's (records the tokenizer) or llama.cpp's (n-grams of at most 4 tokens)")
     tokenizer_flags(p)
 
     p = sub.add_parser("merge", help="add the counts of several caches (same tokenizer) into one")
     p.add_argument("inputs", nargs="+")
     p.add_argument("--output", required=True)
+    p.add_argument("--format", choices=["auto", *FORMATS], default="auto",
+                   help="file format of the output (auto: the first input's)")
 
     p = sub.add_parser("inspect", help="print a cache's header, sizes and most frequent n-grams")
     p.add_argument("cache")

@@ -135,7 +135,7 @@ def _run(args: Any) -> int:
     if draft is not None and not (args.workflow == "v2" and hasattr(runner, "generate_lookup")):
         from ..drafting import make_drafter
 
-        drafter = make_drafter(draft, tokenizer)
+        drafter = make_drafter(draft, tokenizer, workflow=args.workflow, end_id=end_id)
 
     start = time.perf_counter()
     results = generate(

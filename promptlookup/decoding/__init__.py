@@ -16,6 +16,18 @@ DRAFT_LENGTH_POLICIES = ("cost", "full")
 __all__ = ["generate", "LookaheadConfig", "SequenceResult", "StepEvent", "StepCallback", "WORKFLOWS"]
 
 
+def _check_drafter_workflow(drafter: Drafter | None, workflow: str) -> None:
+    """A drafter made for the other workflow would draft by the other workflow's pool rules."""
+    from ..drafting import NgramDrafter
+
+    if (isinstance(drafter, NgramDrafter) and drafter.config.mode == "pool" and drafter.config.pool_rules == "auto"
+            and drafter.workflow != workflow):
+        raise UserError(
+            f"the drafter was made for workflow {drafter.workflow} but generation uses {workflow}; "
+            f"pass make_drafter(..., workflow={workflow!r}) or choose pool_rules explicitly"
+        )
+
+
 def generate(
     runner: Runner,
     prompts: Sequence[Sequence[int]],
@@ -33,8 +45,9 @@ def generate(
     """Generate for a batch of token-id prompts.
 
     Drafts come from ``drafter`` when given (to share its public pool and caches across
-    calls), else from a drafter made from ``draft``; with neither (and no ``lookahead``),
-    this is plain decoding.
+    calls), else from a drafter made from ``draft`` for this ``workflow`` and ``end_id``
+    (``pool_rules="auto"`` then means V1's pool for v1 and V2's for v2); with neither (and
+    no ``lookahead``), this is plain decoding.
 
     ``DraftConfig.max_candidates > 1`` verifies several prompt-lookup candidates per step as
     one token tree; ``lookahead`` runs Lookahead decoding (with prompt lookup too when a drafter is
@@ -62,7 +75,8 @@ def generate(
     if drafter is None and draft is not None:
         from ..drafting import make_drafter
 
-        drafter = make_drafter(draft)
+        drafter = make_drafter(draft, workflow=workflow, end_id=end_id)
+    _check_drafter_workflow(drafter, workflow)
     config = getattr(drafter, "config", None) or draft
     if drafter is not None and config is not None:
         k = config.prompt_lookup_num_tokens

@@ -24,7 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol, Sequence
 
-DRAFT_MODES = ("pool", "longest")
+DRAFT_MODES = ("pool", "longest", "llamacpp")
+POOL_RULES = ("auto", "v1", "v2")  # which TensorRT-LLM pool the pool mode reproduces
 MAX_CANDIDATES = 64  # upper bound on DraftConfig.max_candidates (the C drafters' stack arrays)
 
 
@@ -34,7 +35,9 @@ class DraftConfig:
 
     prompt_lookup_num_tokens: int = 10  # k: the largest draft
     max_matching_ngram_size: int = 2  # n: longest pattern tried by the pool mode
-    mode: str = "pool"  # "pool" (TensorRT-LLM semantics) or "longest" (longest earlier match)
+    # "pool" (TensorRT-LLM semantics), "longest" (longest earlier match) or "llamacpp"
+    # (llama.cpp's llama_ngram_cache_draft over context, dynamic and static caches)
+    mode: str = "pool"
     is_keep_all: bool = True
     is_use_oldest: bool = True
     is_public_pool: bool = True
@@ -46,6 +49,9 @@ class DraftConfig:
     # chain, exactly today's drafting). The pool keeps up to G matches per pattern and the
     # longest mode records earlier occurrences only when G > 1.
     max_candidates: int = 1
+    # pool mode: "v1" (PLDPool of TensorRT-LLM's V1 workflow), "v2" (NGramPoolManager, V2),
+    # "auto": the rules of the workflow the drafter is made for (see make_drafter)
+    pool_rules: str = "auto"
 
 
 class RequestDrafter(Protocol):

@@ -41,6 +41,24 @@ A file is rejected with :class:`UserError` (one line naming the file and the fix
 is shorter than its header or sections say (truncated), has another magic, another
 version, a bad CRC, trailing bytes, or was built with a tokenizer whose identity differs.
 
+llama.cpp's format (``common/ngram-cache.cpp``: ``llama_ngram_cache_save``/``_load``)
+---------------------------------------------------------------------------------------
+Read and written beside the format above and told apart by content (a file that does not
+start with the magic above is read as llama.cpp's). No header: a sequence of records, all
+integers 32-bit little-endian, until the end of the file (an empty file is an empty cache):
+
+==========  ================================================================
+size        field
+==========  ================================================================
+16          the n-gram: 4 token ids, the unused tail padded with -1
+4           i32 T: number of distinct next tokens (>= 1)
+8 * T       T pairs (i32 next token, i32 count >= 1)
+==========  ================================================================
+
+llama.cpp's n-grams have at most 4 tokens (``LLAMA_NGRAM_MAX``), so a cache with longer
+n-grams cannot be written in it. Its files carry no tokenizer identity: the only check
+possible is that every token id is below the tokenizer's vocabulary size.
+
 Costs: :meth:`NgramCache.update` O(N) dictionary operations per token;
 :meth:`NgramCache.predict` O(N) lookups per drafted token (each entry keeps its top token).
 """
@@ -59,6 +77,8 @@ from .identity import TokenizerIdentity
 
 MAGIC = b"PLNGRAM\x00"
 VERSION = 1
+FORMATS = ("promptlookup", "llama.cpp")  # file formats, told apart by content
+LLAMACPP_NGRAM_MAX = 4  # llama.cpp's LLAMA_NGRAM_MAX: n-gram slots per record
 MAX_NGRAM_LIMIT = 16
 DEFAULT_MAX_NGRAM = 4  # llama.cpp's LLAMA_NGRAM_MAX
 
@@ -255,27 +275,126 @@ class NgramCache:
             raise UserError(f"{where} is corrupt ({len(body) - pos} unexpected bytes after the last section){rebuild}")
         return cache, identity
 
-    def save(self, path: str | Path, identity: TokenizerIdentity) -> None:
-        """Write the cache atomically (a failure leaves any existing file untouched)."""
+    # -- llama.cpp's file format ----------------------------------------------------------
+    def to_llamacpp_bytes(self) -> bytes:
+        """llama.cpp's ``llama_ngram_cache_save`` layout (records in sorted order: deterministic)."""
+        longest = max((s for s in range(1, self.max_ngram + 1) if self.tables[s]), default=0)
+        if longest > LLAMACPP_NGRAM_MAX:
+            raise UserError(
+                f"llama.cpp's n-gram cache format holds n-grams of at most {LLAMACPP_NGRAM_MAX} tokens, this cache "
+                f"has {longest}-grams; write it in the promptlookup format or build it with --max_ngram {LLAMACPP_NGRAM_MAX}"
+            )
+        out = array("i")
+        for s in range(1, min(self.max_ngram, LLAMACPP_NGRAM_MAX) + 1):
+            table = self.tables[s]
+            for key in sorted(table):
+                gram = [key] if s == 1 else list(key)
+                pairs = sorted(table[key][3].items())
+                out.extend(gram + [-1] * (LLAMACPP_NGRAM_MAX - s))
+                out.append(len(pairs))
+                for token, count in pairs:
+                    out.append(token)
+                    out.append(min(count, 0x7FFFFFFF))
+        return _le_bytes(out)
+
+    @classmethod
+    def from_llamacpp_bytes(cls, data: bytes, where: str = "n-gram cache") -> "NgramCache":
+        """Parse llama.cpp's layout; raise :class:`UserError` (naming ``where``) if malformed."""
+        bad = f"{where} is neither a promptlookup n-gram cache (no magic bytes) nor a valid llama.cpp one"
+        if len(data) % 4:
+            raise UserError(f"{bad} (its size is not a multiple of 4 bytes)")
+        ints = _le_array("i", data)
+        cache = cls(LLAMACPP_NGRAM_MAX)
+        pos, end = 0, len(ints)
+        while pos < end:
+            if pos + LLAMACPP_NGRAM_MAX + 1 > end:
+                raise UserError(f"{bad} (truncated record at byte {4 * pos})")
+            gram = ints[pos:pos + LLAMACPP_NGRAM_MAX]
+            s = next((i for i, t in enumerate(gram) if t == -1), LLAMACPP_NGRAM_MAX)
+            ntokens = ints[pos + LLAMACPP_NGRAM_MAX]
+            if s == 0 or any(t < 0 for t in gram[:s]) or any(t != -1 for t in gram[s:]) or ntokens < 1:
+                raise UserError(f"{bad} (malformed record at byte {4 * pos})")
+            pos += LLAMACPP_NGRAM_MAX + 1
+            if pos + 2 * ntokens > end:
+                raise UserError(f"{bad} (truncated record at byte {4 * (pos - LLAMACPP_NGRAM_MAX - 1)})")
+            pairs = ints[pos:pos + 2 * ntokens]
+            pos += 2 * ntokens
+            key = gram[0] if s == 1 else tuple(gram[:s])
+            for token, count in zip(pairs[0::2], pairs[1::2]):
+                if token < 0 or count < 1:
+                    raise UserError(f"{bad} (bad token or count in the record of n-gram {list(gram[:s])})")
+                cache._add(s, key, token, count)
+        return cache
+
+    def max_token(self) -> int:
+        """The largest token id in the cache (-1 when empty)."""
+        best = -1
+        for s in range(1, self.max_ngram + 1):
+            for key, entry in self.tables[s].items():
+                best = max(best, key if s == 1 else max(key), max(entry[3]))
+        return best
+
+    # -- files ------------------------------------------------------------------------------
+    def save(self, path: str | Path, identity: TokenizerIdentity | None, file_format: str = "promptlookup") -> None:
+        """Write the cache atomically in ``file_format`` (a failure leaves any existing file untouched).
+
+        ``identity`` is required by the promptlookup format; llama.cpp's has no room for it.
+        """
+        if file_format == "llama.cpp":
+            atomic_write_bytes(path, self.to_llamacpp_bytes())
+            return
+        if file_format != "promptlookup":
+            raise ValueError(f"unknown n-gram cache format {file_format!r}; choose one of {FORMATS}")
+        if identity is None:
+            raise UserError(f"writing {path} in the promptlookup format needs the tokenizer; pass --tokenizer_dir")
         atomic_write_bytes(path, self.to_bytes(identity))
 
     @classmethod
-    def load(cls, path: str | Path, expect: TokenizerIdentity | None = None) -> tuple["NgramCache", TokenizerIdentity]:
-        """Read a cache file; with ``expect``, refuse one built with another tokenizer."""
+    def load(cls, path: str | Path, expect: TokenizerIdentity | None = None) -> tuple["NgramCache", TokenizerIdentity | None]:
+        """Read a cache file in either format (told apart by content).
+
+        Returns the cache and the tokenizer identity stored in the file (``None`` for
+        llama.cpp's format, which stores none; :func:`file_format` tells the format). With
+        ``expect``, refuse a file built with another tokenizer, or (llama.cpp's format)
+        holding a token id outside ``expect``'s vocabulary.
+        """
         path = Path(path)
         try:
             data = path.read_bytes()
         except FileNotFoundError:
             raise UserError(f"n-gram cache {path} does not exist; create it with `python -m promptlookup.cli.ngram_cache create`") from None
+        except IsADirectoryError:
+            raise UserError(f"n-gram cache {path} is a directory, not a file") from None
         except OSError as exc:
             raise UserError(f"cannot read n-gram cache {path}: {exc.strerror}") from None
-        cache, identity = cls.from_bytes(data, where=f"n-gram cache {path}")
+        where = f"n-gram cache {path}"
+        if detect_format(data) == "llama.cpp":
+            cache = cls.from_llamacpp_bytes(data, where)
+            if expect is not None and cache.max_token() >= expect.vocab_size:
+                raise UserError(
+                    f"{where} (llama.cpp format) holds token id {cache.max_token()}, outside the current tokenizer's "
+                    f"{expect.vocab_size} tokens; it was built with another tokenizer"
+                )
+            return cache, None
+        cache, identity = cls.from_bytes(data, where=where)
         if expect is not None and not identity.compatible(expect):
             raise UserError(
                 f"n-gram cache {path} was built with tokenizer {identity.describe()}, not with the current "
                 f"tokenizer {expect.describe()}; rebuild the cache with this tokenizer"
             )
         return cache, identity
+
+
+def detect_format(data: bytes) -> str:
+    """"promptlookup" for bytes that start with this project's magic, else "llama.cpp"."""
+    head = bytes(data[:len(MAGIC)])
+    return "promptlookup" if head and MAGIC.startswith(head) else "llama.cpp"
+
+
+def file_format(path: str | Path) -> str:
+    """The format of the cache file at ``path`` (read from its first bytes)."""
+    with open(path, "rb") as f:
+        return detect_format(f.read(len(MAGIC)))
 
 
 def build_cache(sequences: Iterable[Sequence[int]], max_ngram: int = DEFAULT_MAX_NGRAM) -> NgramCache:

@@ -5,12 +5,21 @@
 the order they are consulted by :meth:`NgramRequest.propose`:
 
 1. **Request context** (prompt + output so far).
-   - ``mode="pool"``: TensorRT-LLM's n-gram pool (:mod:`.pool`), exactly; with
+   - ``mode="pool"``: TensorRT-LLM's n-gram pool, exactly (rules in :mod:`.pool_spec`):
+     V2's ``NGramPoolManager`` (:mod:`.pool`, or its C twin) or V1's ``PLDPool``
+     (:mod:`.pool_v1`), chosen by ``pool_rules`` ("auto": the workflow's own). With
      ``is_public_pool`` that pool is shared by all requests of the drafter (as in
-     TensorRT-LLM, where the public pool *is* the context source), else private.
+     TensorRT-LLM V2, where the public pool *is* the context source), else private.
+     V2 timing: no pool draft before the request's first generated token (TensorRT-LLM V2
+     drafts only for requests in the generation phase). V1: a request whose sources all
+     miss drafts ``[end_id]`` (when the drafter was given ``end_id``), as V1 does.
    - ``mode="longest"``: the longest earlier match of the tail in the request's own text
      (:mod:`.suffix_automaton`), capped at ``max_match_len``, most recent occurrence; the
      draft is what followed it.
+   - ``mode="llamacpp"``: llama.cpp's ``llama_ngram_cache_draft`` (:mod:`.llamacpp_draft`):
+     the request's context cache, then the dynamic cache, then the static cache, with the
+     static cache re-weighting the other two; the caches are part of this mode, so step 3
+     below does not apply to it.
 2. **Public pool** (``mode="longest"`` with ``is_public_pool``): the texts of this drafter's
    finished requests, searched the same way; it replaces the request's own match only
    when its match is strictly longer.
@@ -32,14 +41,18 @@ from typing import Any, Sequence
 
 from ..errors import UserError
 from .adaptive import AdaptiveLength
-from .base import DRAFT_MODES, MAX_CANDIDATES, DraftConfig
-from .cache_file import DEFAULT_MAX_NGRAM, LAX, STRICT, NgramCache
+from .base import DRAFT_MODES, MAX_CANDIDATES, POOL_RULES, DraftConfig
+from .cache_file import DEFAULT_MAX_NGRAM, LAX, STRICT, NgramCache, file_format
 from .identity import TokenizerIdentity
+from .llamacpp_draft import NGRAM_MAX, llamacpp_draft
 from .native import DraftingClasses, drafting_classes
+from .pool_v1 import PLDCursor, PLDPool
 from .tree import is_covered
 
 # longest mode: earlier occurrences examined per requested candidate (bounds candidates()'s cost)
 SCAN_PER_CANDIDATE = 8
+
+WORKFLOWS = ("v1", "v2")
 
 
 def validate_config(config: DraftConfig) -> None:
@@ -57,6 +70,15 @@ def validate_config(config: DraftConfig) -> None:
     if not isinstance(config.max_candidates, int) or not 1 <= config.max_candidates <= MAX_CANDIDATES:
         raise UserError(f"max_candidates must be an integer in 1..{MAX_CANDIDATES} (1: one chain draft), "
                         f"got {config.max_candidates!r}")
+    if config.pool_rules not in POOL_RULES:
+        raise UserError(f"unknown pool rules {config.pool_rules!r}; choose one of {', '.join(POOL_RULES)}")
+
+
+def resolve_pool_rules(config: DraftConfig, workflow: str) -> str:
+    """The TensorRT-LLM pool ("v1" or "v2") that ``config`` reproduces under ``workflow``."""
+    if workflow not in WORKFLOWS:
+        raise UserError(f"unknown workflow {workflow!r}; choose v1 or v2")
+    return workflow if config.pool_rules == "auto" else config.pool_rules
 
 
 class NgramDrafter:
@@ -65,13 +87,25 @@ class NgramDrafter:
     ``tokenizer`` (a :class:`TokenizerIdentity` or a Hugging Face tokenizer) is required
     when ``static_cache`` or ``dynamic_cache`` is set: cache files built with another
     tokenizer are refused. ``implementation`` picks the C or pure-Python pool and suffix
-    automaton (see :func:`.native.drafting_classes`); both give the same drafts.
+    automaton (see :func:`.native.drafting_classes`); both give the same drafts. The V1
+    pool exists in pure Python only, so with V1 rules ``classes`` names it.
+
+    ``workflow`` ("v1" or "v2") is the decoding workflow the drafter serves: it picks the
+    pool rules when ``config.pool_rules`` is "auto". ``end_id`` is the id V1 drafts when
+    nothing matches (``None``: draft nothing instead; the output is the same either way).
     """
 
-    def __init__(self, config: DraftConfig, tokenizer: Any = None, implementation: str = "auto") -> None:
+    def __init__(self, config: DraftConfig, tokenizer: Any = None, implementation: str = "auto",
+                 workflow: str = "v2", end_id: int | None = None) -> None:
         validate_config(config)
         self.config = config
+        self.workflow = workflow
+        self.pool_rules = resolve_pool_rules(config, workflow)
+        self.end_id = None if end_id is None else int(end_id)
         self.classes: DraftingClasses = drafting_classes(implementation)
+        if config.mode == "pool" and self.pool_rules == "v1":
+            self.classes = self.classes._replace(NGramPool=PLDPool, PoolCursor=PLDCursor,
+                                                 implementation={**self.classes.implementation, "pool": "python"})
         NGramPool, SuffixAutomaton = self.classes.NGramPool, self.classes.SuffixAutomaton
         self.identity: TokenizerIdentity | None = (
             TokenizerIdentity.from_tokenizer(tokenizer) if tokenizer is not None else None
@@ -98,10 +132,14 @@ class NgramDrafter:
                 )
         if config.static_cache is not None:
             self.static_cache, _ = NgramCache.load(config.static_cache, expect=self.identity)
+        # a dynamic cache is written back in the format it was read in; a new one in the
+        # promptlookup format, or llama.cpp's in the llamacpp mode
+        self.dynamic_format = "llama.cpp" if config.mode == "llamacpp" else "promptlookup"
         if config.dynamic_cache is not None:
             path = Path(config.dynamic_cache)
             if path.exists():
                 self.dynamic_cache, _ = NgramCache.load(path, expect=self.identity)
+                self.dynamic_format = file_format(path)
             else:
                 self.dynamic_cache = NgramCache(DEFAULT_MAX_NGRAM)
 
@@ -112,7 +150,7 @@ class NgramDrafter:
         """Write the dynamic cache (if configured) to its file, atomically."""
         if self.dynamic_cache is not None and self.config.dynamic_cache is not None:
             assert self.identity is not None
-            self.dynamic_cache.save(self.config.dynamic_cache, self.identity)
+            self.dynamic_cache.save(self.config.dynamic_cache, self.identity, self.dynamic_format)
 
     def _absorb(self, tokens: list[int]) -> None:
         self.finished_requests += 1
@@ -133,35 +171,61 @@ class NgramRequest:
         self.k = config.prompt_lookup_num_tokens
         self.max_seq_len = int(max_seq_len)
         self.tokens: list[int] = [int(t) for t in prompt]
+        self.prompt_len = len(self.tokens)
         self.finished = False
         self.last_match_len = 0  # length of the match behind the last proposal (0: none)
-        self.last_source = ""  # "context", "public", "dynamic", "static" or "" (no draft)
         self.last_draft: list[int] = []  # what propose() returned last (candidates()[0])
         self.proposed_len = -1  # text length at the last propose()
+        # "context", "public", "dynamic", "static", "llamacpp", "end_id" (V1's miss) or "" (no draft)
+        self.last_source = ""
         self.adaptive = AdaptiveLength(self.k) if config.adaptive else None
         self.has_caches = drafter.static_cache is not None or drafter.dynamic_cache is not None
         classes = drafter.classes
-        self.cursor: Any = None  # PoolCursor (pool mode)
+        self.cursor: Any = None  # PoolCursor or PLDCursor (pool mode)
+        v1 = config.mode == "pool" and drafter.pool_rules == "v1"
+        self.generation_phase_only = config.mode == "pool" and not v1  # V2 timing
+        self.miss_draft = [drafter.end_id] if v1 and drafter.end_id is not None else []
+        self.context: NgramCache | None = None  # llama.cpp's context cache (llamacpp mode)
         self.sam: Any = None  # SuffixAutomaton of the request's text (longest mode)
         self.public: Any = None  # Matcher over the finished requests' texts (longest mode)
+        self.public_seen = 0  # length of the shared text when ``public`` last caught up with it
         if config.mode == "pool":
             pool = drafter.public_pool
             if pool is None:
                 pool = classes.NGramPool(self.k, config.max_matching_ngram_size, config.is_keep_all,
                                          config.is_use_oldest, config.max_candidates)
             self.cursor = classes.PoolCursor(pool)
+        elif config.mode == "llamacpp":
+            self.generation_phase_only = True  # llama.cpp's lookup drafts after the first sampled token
+            self.context = NgramCache(NGRAM_MAX)
+            self.context.update(self.tokens)
         else:
             self.sam = classes.SuffixAutomaton(config.max_match_len, config.max_candidates > 1)
             self.sam.extend(self.tokens)
             if drafter.shared_text is not None:
-                self.public = classes.Matcher(drafter.shared_text)
-                self.public.feed(self.tokens)
+                self._rematch_public()
+
+    def _rematch_public(self) -> None:
+        """Match the request's tail against the shared text as it is now.
+
+        A :class:`Matcher` finds each token's match in the text as it was when the token
+        arrived, so a request that finishes meanwhile would be missed. Re-walking the last
+        ``max_match_len`` tokens from the start (matches are capped at that length) finds
+        the longest match in the current text: O(max_match_len) per finished request.
+        """
+        shared = self.drafter.shared_text
+        self.public = self.drafter.classes.Matcher(shared)
+        self.public.feed(self.tokens[-self.config.max_match_len:])
+        self.public_seen = len(shared)
 
     def extend(self, tokens: Sequence[int]) -> None:
         if self.finished:
             raise RuntimeError("extend() after finish()")
         new = list(map(int, tokens))
+        start = len(self.tokens)
         self.tokens.extend(new)
+        if self.context is not None:
+            self.context.update(self.tokens, start)
         if self.sam is not None:
             self.sam.extend(new)
             if self.public is not None:
@@ -175,11 +239,19 @@ class NgramRequest:
         draft: list[int] = []
         match_len = ref = 0
         source = ""
+        context_phase = self.generation_phase_only and len(tokens) == self.prompt_len
         if self.cursor is not None:
-            # always called: TensorRT-LLM updates its pool on every call
-            draft, match_len = self.cursor.propose(tokens, self.max_seq_len)
+            if not context_phase:  # V2 drafts from the first generated token on
+                # always called then: TensorRT-LLM updates its pool on every call
+                draft, match_len = self.cursor.propose(tokens, self.max_seq_len)
             ref = self.config.max_matching_ngram_size
             source = "context"
+        elif self.context is not None:
+            if budget > 0 and not context_phase:
+                drafter = self.drafter
+                draft = llamacpp_draft(tokens, budget, self.context, drafter.dynamic_cache, drafter.static_cache)
+            match_len = ref = len(draft)
+            source = "llamacpp"
         elif budget > 0:
             assert self.sam is not None
             match_len = self.sam.match_len
@@ -187,15 +259,19 @@ class NgramRequest:
             ref = self.k
             source = "context"
             if self.public is not None:
+                if len(self.drafter.shared_text) != self.public_seen:  # a request finished meanwhile
+                    self._rematch_public()
                 public_len, public_draft = self.public.continuation(budget)
                 if public_draft and (public_len > match_len or not draft):
                     draft, match_len, source = public_draft, public_len, "public"
-        if not draft and budget > 0 and self.has_caches:
+        if not draft and budget > 0 and self.has_caches and self.context is None:
             draft, match_len, ref, source = self._cache_draft(budget)
         if draft and self.adaptive is not None:
             draft = draft[: self.adaptive.length(match_len, ref)]
         if not draft:
             match_len, source = 0, ""
+            if self.miss_draft and budget > 0:
+                draft, source = list(self.miss_draft), "end_id"  # V1: nothing matched
         self.last_match_len = match_len
         self.last_source = source
         self.last_draft = draft
@@ -234,7 +310,7 @@ class NgramRequest:
         found: list[tuple[list[int], int]] = []  # (candidate, match length), best first, deduplicated
         merged = False  # found joins two deduplicated lists
         ref = self.k
-        if self.cursor is not None:
+        if self.cursor is not None and hasattr(self.cursor, "candidates"):  # V1's PLDPool keeps one match
             ref = self.config.max_matching_ngram_size
             found = self.cursor.candidates(self.tokens, self.max_seq_len, max_candidates)
         elif self.sam is not None and budget > 0:
@@ -298,13 +374,17 @@ class NgramRequest:
         self.finished = True
         self.drafter._absorb(self.tokens)
         self.cursor = None  # a private pool goes with the request (TensorRT-LLM drops it)
+        self.context = None
         self.sam = None
         self.public = None
 
 
-def make_drafter(config: DraftConfig, tokenizer: Any = None, implementation: str = "auto") -> NgramDrafter:
+def make_drafter(config: DraftConfig, tokenizer: Any = None, implementation: str = "auto", *,
+                 workflow: str = "v2", end_id: int | None = None) -> NgramDrafter:
     """Build the drafter for ``config``; ``tokenizer`` is needed only with persisted caches.
 
     ``implementation``: ``"auto"`` (the C pool and automaton where built), ``"c"`` or ``"python"``.
+    ``workflow`` and ``end_id``: see :class:`NgramDrafter` (V1 or V2 pool rules, V1's
+    ``[end_id]`` draft).
     """
-    return NgramDrafter(config, tokenizer, implementation)
+    return NgramDrafter(config, tokenizer, implementation, workflow, end_id)

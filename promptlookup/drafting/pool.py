@@ -1,34 +1,22 @@
-"""TensorRT-LLM's n-gram pool, reproduced exactly and updated incrementally.
+"""TensorRT-LLM V2's n-gram pool, updated incrementally: the pure-Python fallback of ``native/pool.c``.
 
 What is reproduced
 ------------------
-The pool semantics of TensorRT-LLM's PyTorch-backend n-gram drafter,
-``NGramPoolManager.get_draft_tokens`` in ``tensorrt_llm/_torch/speculative/ngram.py``
-(read at TensorRT-LLM 1.2.0rc3, commit 0249976575; identical in later commits), configured
-by ``NGramDecodingConfig`` (``max_draft_len`` / ``prompt_lookup_num_tokens`` = k,
-``max_matching_ngram_size`` = n, ``is_keep_all``, ``is_use_oldest``, ``is_public_pool``).
-One call of TensorRT-LLM's ``get_draft_tokens(prefix, request_id, max_sequence_length)``
-corresponds to one :meth:`PoolCursor.propose` here. Per call, with ``L = len(prefix)``:
-
-1. If ``max_sequence_length - 1 - L <= 0`` the answer is empty and *nothing* is updated.
-2. The pool is updated from the window ``prefix[start:]`` where ``start`` is
-   ``max(0, L_prev - (k + n - 1))`` (``L_prev``: length at this request's previous call; 0 on
-   its first call). For each size ``s`` from ``min(n, L - 1)`` down to 1 and each window
-   position ``p`` (ascending) with ``p + s < L``, the pattern ``prefix[p:p+s]`` receives the
-   match ``m = prefix[p+s : min(p+s+k, L)]`` (never empty) by this rule, where ``S`` is the
-   pattern's ordered set of matches (insertion order):
-
-   - pattern absent, or ``not is_keep_all and len(m) > len(S[0])``: ``S = [m]``;
-   - otherwise, if ``m`` is not in ``S``: every element shorter than ``m`` is removed, *walking
-     ``S`` while removing from it* (TensorRT-LLM iterates the ``ordered_set.OrderedSet``'s
-     backing list while deleting from it, so the element right after each removed one is
-     skipped and survives this pass), then ``m`` is appended.
-3. The draft: for ``s`` from ``min(n, L - 1)`` down to 1, the first pattern ``prefix[-s:]``
-   present in the pool gives ``S[0]`` (``is_use_oldest``) or ``S[-1]``, cut to
-   ``max_sequence_length - 1 - L`` tokens; no hit gives an empty draft.
-4. Public pool: one pool for all requests of the process, kept after a request ends.
-   Private pool: one per request, dropped when the request finishes (TensorRT-LLM drops it
-   when the request reaches GENERATION_COMPLETE).
+The V2 rules stated in :mod:`.pool_spec` (:class:`~.pool_spec.NGramPoolManagerSpec`):
+``NGramPoolManager.get_draft_tokens`` in ``tensorrt_llm/_torch/speculative/ngram.py``, as
+read at TensorRT-LLM commits ``c4dc529f72b1`` and ``0249976575`` (1.2.0rc3), which apply the
+same rules. Later TensorRT-LLM versions rebuild ``NGramPoolManager`` (around a suffix
+automaton, then a GPU kernel over each request's token history); their drafts differ and
+are not what this module reproduces. One call of ``get_draft_tokens(prefix, request_id,
+max_sequence_length)`` corresponds to one :meth:`PoolCursor.propose` here, with k =
+``prompt_lookup_num_tokens`` and n = ``max_matching_ngram_size``. In short (the
+specification has the full statement): each call re-inserts the window
+``prefix[max(0, L_prev - (k + n - 1)):]``; a new match replaces a pattern's set when the
+pattern is new (or, without ``is_keep_all``, when it is longer than the first match),
+else shorter matches are removed (skipping the entry after each removed one, as
+TensorRT-LLM's remove-while-iterating does) and it is appended; the draft is the oldest or
+newest match of the longest pattern found at the tail, cut to
+``max_sequence_length - 1 - L``.
 
 Incremental equivalent
 ----------------------
@@ -55,10 +43,10 @@ patterns settle), 15-35 us without it (every insertion is eventually applied). M
 O(n * L) patterns, plus deferred insertions (at most :data:`NGramPool.PENDING_LIMIT` per
 pattern).
 
-This module is the readable specification. ``native/pool.c`` implements the same two
-classes in C (eager insertions in the same order, the same settling); :func:`make_drafter`
-uses it wherever it is built, at about 1.3 us per step on the same stream, and the
-property tests hold both to the brute-force reference.
+``native/pool.c`` implements the same two classes in C (eager insertions in the same
+order, the same settling); :func:`make_drafter` uses it wherever it is built, at about
+1.3 us per step on the same stream, and this module where it is not. The property tests
+hold both to :class:`~.pool_spec.NGramPoolManagerSpec`. V1's pool is :mod:`.pool_v1`.
 """
 from __future__ import annotations
 

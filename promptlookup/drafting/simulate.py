@@ -79,6 +79,8 @@ def config_label(config: DraftConfig) -> str:
     parts = [config.mode, f"k={config.prompt_lookup_num_tokens}"]
     if config.mode == "pool":
         parts.append(f"n={config.max_matching_ngram_size}")
+    elif config.mode == "llamacpp":
+        pass  # n-grams of 1..4 tokens, as llama.cpp
     else:
         parts.append(f"max_match={config.max_match_len}")
     if config.adaptive:

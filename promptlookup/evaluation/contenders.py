@@ -120,7 +120,7 @@ class EngineBackend:
             if spec.draft is not None and (spec.draft.static_cache or spec.draft.dynamic_cache):
                 from ..drafting import make_drafter
 
-                drafter = make_drafter(spec.draft, self.tokenizer)
+                drafter = make_drafter(spec.draft, self.tokenizer, workflow=spec.workflow, end_id=s.end_id)
             results = generate(runner, prompts, max_new_tokens=s.max_new_tokens, end_id=s.end_id, sampling=s.sampling,
                                draft=spec.draft, workflow=spec.workflow, drafter=drafter,
                                draft_length_policy=s.draft_length_policy, lookahead=spec.lookahead,

@@ -71,9 +71,12 @@ def test_adaptive_pool_mode_keeps_tensorrt_pool_state():
     # adaptive only cuts what the pool returns; the pool itself is updated as without it
     cfg = DraftConfig(prompt_lookup_num_tokens=6, max_matching_ngram_size=2)
     prompt = [1, 2, 3, 4, 5, 6, 7, 8, 1, 2]
-    full = make_drafter(cfg).new_request(prompt, 100).propose()
+    first = make_drafter(cfg).new_request(prompt[:-1], 100)
+    first.extend(prompt[-1:])  # V2 rules draft from the first generated token on
+    full = first.propose()
     cut = make_drafter(DraftConfig(prompt_lookup_num_tokens=6, max_matching_ngram_size=2, adaptive=True))
-    req = cut.new_request(prompt, 100)
+    req = cut.new_request(prompt[:-1], 100)
+    req.extend(prompt[-1:])
     assert req.propose() == full  # 2-gram hit = largest n: full draft
     req.record(6, 0)
     shorter = req.propose()

@@ -22,6 +22,16 @@ from .test_pool import _replay, scenarios
 from .reference import TrtPoolReference, corpus_occurrence_candidates, covered, earlier_occurrence_candidates
 
 
+def started(drafter, prompt, limit):
+    """A request in the generation phase: TensorRT-LLM V2 drafts only after the first
+    generated token, so the prompt's last token arrives through extend()."""
+    prompt = list(prompt)
+    req = drafter.new_request(prompt[:-1], limit)
+    if prompt:
+        req.extend(prompt[-1:])
+    return req
+
+
 def _expected(draft: list[int], found: list[list[int]], max_candidates: int) -> list[list[int]]:
     out = [draft] if draft else []
     for candidate in found if draft else []:
@@ -107,7 +117,7 @@ def test_pool_candidates_example(implementation):
     prompt = [1, 5, 6, 1, 7, 8, 1, 5, 9, 4, 1]
     for oldest, first in ((True, [5, 6]), (False, [5, 9])):
         cfg = DraftConfig(prompt_lookup_num_tokens=2, max_matching_ngram_size=2, is_use_oldest=oldest, max_candidates=4)
-        req = make_drafter(cfg, implementation=implementation).new_request(prompt, 100)
+        req = started(make_drafter(cfg, implementation=implementation), prompt, 100)
         assert req.propose() == first
         got = req.candidates(4)
         assert got == ([[5, 6], [7, 8], [5, 9]] if oldest else [[5, 9], [7, 8], [5, 6]])
@@ -116,7 +126,7 @@ def test_pool_candidates_example(implementation):
 
 def test_g1_is_todays_chain_and_bad_sizes_are_refused(implementation):
     drafter = make_drafter(DraftConfig(prompt_lookup_num_tokens=3), implementation=implementation)
-    req = drafter.new_request([1, 2, 3, 1, 2], 100)
+    req = started(drafter, [1, 2, 3, 1, 2], 100)
     assert req.propose() == [3, 1, 2]
     assert req.candidates(1) == [[3, 1, 2]]
     with pytest.raises(ValueError, match="max_candidates"):
@@ -206,7 +216,7 @@ def test_longest_candidates_example(implementation):
     a, b, x, y, z, w, q = range(1, 8)
     prompt = [a, b, x, y, a, b, z, w, b, q, a, b, x, y, a, b]
     cfg = DraftConfig(prompt_lookup_num_tokens=2, mode="longest", max_candidates=4)
-    req = make_drafter(cfg, implementation=implementation).new_request(prompt, 100)
+    req = started(make_drafter(cfg, implementation=implementation), prompt, 100)
     assert req.propose() == [z, w]  # the longest earlier match, "a b x y a b", ended at 5
     # "a b" also ended at 11 (then x y) and 1 (x y again: skipped); "b" also at 8 (then q a)
     assert req.candidates(4) == [[z, w], [x, y], [q, a]]
@@ -239,10 +249,10 @@ def test_request_candidates_invariants_and_implementations_agree(scenario):
     drafters = [make_drafter(cfg, implementation=name) for name in names]
     for prompt in prompts[:-1]:  # finished requests fill the public pool
         for drafter in drafters:
-            req = drafter.new_request(prompt, limit)
+            req = started(drafter, prompt, limit)
             req.propose()
             req.finish()
-    reqs = [drafter.new_request(prompts[-1], limit) for drafter in drafters]
+    reqs = [started(drafter, prompts[-1], limit) for drafter in drafters]
     text = list(prompts[-1])
     for chunk in chunks:
         drafts = [req.propose() for req in reqs]
@@ -268,7 +278,7 @@ def test_caches_give_the_draft_alone():
     cache.update([1, 2, 3, 4, 1, 2, 3, 4, 1, 2, 3, 4])
     drafter = make_drafter(DraftConfig(prompt_lookup_num_tokens=3, max_candidates=3), implementation="python")
     drafter.static_cache = cache  # a cache as loaded from a file; the request's own text has no match
-    req = drafter.new_request([9, 1, 2], 100)
+    req = started(drafter, [9, 1, 2], 100)
     req.has_caches = True
     draft = req.propose()
     assert draft and req.last_source == "static"
@@ -315,7 +325,7 @@ def test_low_level_candidates_reject_bad_use(implementation):
     assert sam.candidates(3, 2, 0) == [] and sam.candidates(0, 2, 8) == []
     with pytest.raises(UserError, match="max_candidates"):
         make_drafter(DraftConfig(max_candidates=0))
-    req = make_drafter(DraftConfig(max_candidates=2), implementation=implementation).new_request([1, 2, 1], 100)
+    req = started(make_drafter(DraftConfig(max_candidates=2), implementation=implementation), [1, 2, 1], 100)
     req.propose()
     req.extend([2])
     with pytest.raises(RuntimeError, match="follow propose"):

@@ -193,7 +193,8 @@ def test_drafter_longest_mode_prefers_long_matches(implementation):
     assert longest.last_match_len == 2
     pool = make_drafter(
         DraftConfig(prompt_lookup_num_tokens=3, max_matching_ngram_size=1, is_use_oldest=False)
-    , implementation=implementation).new_request(prompt, 100)
+    , implementation=implementation).new_request(prompt[:-1], 100)
+    pool.extend(prompt[-1:])  # V2 pool rules draft from the first generated token on
     assert pool.propose() == [x, 9, q]
 
 
@@ -221,3 +222,20 @@ def test_longest_mode_public_pool_uses_finished_requests(implementation):
     private = make_drafter(DraftConfig(prompt_lookup_num_tokens=3, mode="longest", is_public_pool=False), implementation=implementation)
     private.new_request([10, 11, 12, 13], 100).finish()
     assert private.new_request([7, 11, 12], 100).propose() == []
+
+
+def test_longest_mode_public_pool_sees_requests_that_finish_while_it_runs(implementation):
+    cfg = DraftConfig(prompt_lookup_num_tokens=3, mode="longest", is_public_pool=True, max_match_len=4)
+    drafter = make_drafter(cfg, implementation=implementation)
+    running = drafter.new_request([7, 11, 12], 100)
+    assert running.propose() == []  # nothing finished yet
+    other = drafter.new_request([10, 11, 12, 13, 14], 100)
+    other.extend([15])
+    other.finish()  # finishes while `running` is in flight
+    assert running.propose() == [13, 14, 15]
+    assert running.last_source == "public"
+    running.extend([13])
+    late = drafter.new_request([20, 11, 12, 13, 30, 31], 100)
+    late.finish()
+    # the newest occurrence of the longest match (11 12 13, capped at 4 tokens) now wins
+    assert running.propose() == [30, 31]

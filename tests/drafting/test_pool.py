@@ -1,40 +1,36 @@
-"""The pool mode reproduces TensorRT-LLM's NGramPoolManager draft for draft."""
+"""The pool mode with V2 rules reproduces TensorRT-LLM's NGramPoolManager draft for draft.
+
+Both implementations (``pool.py`` and its C twin) are held to the specification
+``promptlookup.drafting.pool_spec.NGramPoolManagerSpec``.
+"""
 from __future__ import annotations
 
 import pytest
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from promptlookup.drafting import DraftConfig, make_drafter
 from promptlookup.drafting import pool as python_pool
 from promptlookup.drafting.pool import NGramPool
+from promptlookup.drafting.pool_spec import NGramPoolManagerSpec
 
 from .implementations import require, require_native
 from .reference import TrtPoolReference
+from .scenarios import scenarios
 
 
-@st.composite
-def scenarios(draw):
-    k = draw(st.integers(1, 6))
-    n = draw(st.integers(1, 4))
-    keep_all, oldest, public = draw(st.tuples(st.booleans(), st.booleans(), st.booleans()))
-    alphabet = draw(st.integers(1, 4))
-    token = st.integers(0, alphabet - 1)
-    nreq = draw(st.integers(1, 3))
-    prompts = draw(st.lists(st.lists(token, max_size=12), min_size=nreq, max_size=nreq))
-    limits = draw(st.lists(st.integers(2, 60), min_size=nreq, max_size=nreq))
-    # (request, chunk appended after proposing, restart the request afterwards?)
-    actions = draw(
-        st.lists(st.tuples(st.integers(0, nreq - 1), st.lists(token, max_size=8), st.integers(0, 12)), max_size=40)
-    )
-    return k, n, keep_all, oldest, public, prompts, limits, actions
+def first_draft(drafter, text, max_seq_len=100):
+    """The request's first draft when its text is ``text``: the last token counts as the first
+    generated one (V2 drafts only from the first generated token on)."""
+    req = drafter.new_request(text[:-1], max_seq_len)
+    req.extend(text[-1:])
+    return req.propose()
 
 
 def _replay(scenario, implementation: str = "python", max_candidates: int = 1, on_step=None):
     """Replay ``scenario``; ``on_step(request, reference, text, request_id, limit, draft)``
     runs after each checked proposal (test_candidates.py checks candidates() there)."""
     k, n, keep_all, oldest, public, prompts, limits, actions = scenario
-    ref = TrtPoolReference(k, n, keep_all, oldest, public)
+    ref = TrtPoolReference(k, n, keep_all, oldest, public)  # the spec, plus candidates()
     drafter = make_drafter(
         DraftConfig(prompt_lookup_num_tokens=k, max_matching_ngram_size=n, mode="pool",
                     is_keep_all=keep_all, is_use_oldest=oldest, is_public_pool=public,
@@ -42,11 +38,15 @@ def _replay(scenario, implementation: str = "python", max_candidates: int = 1, o
         implementation=implementation,
     )
     texts = [list(p) for p in prompts]
+    prompt_lens = [len(p) for p in prompts]
     reqs = [drafter.new_request(p, m) for p, m in zip(prompts, limits)]
     ids = list(range(len(prompts)))
     next_id = len(prompts)
     for i, chunk, restart in actions:
-        expected = ref.get_draft_tokens(list(texts[i]), ids[i], limits[i])
+        if len(texts[i]) == prompt_lens[i]:  # still in the context phase: TensorRT-LLM V2 does not call the pool
+            expected = []
+        else:
+            expected = ref.get_draft_tokens(list(texts[i]), ids[i], limits[i])
         got = reqs[i].propose()
         assert got == expected, (texts[i], ids[i])
         assert len(got) <= k and len(texts[i]) + len(got) + 1 <= limits[i] or not got
@@ -61,6 +61,7 @@ def _replay(scenario, implementation: str = "python", max_candidates: int = 1, o
             ids[i] = next_id
             next_id += 1
             texts[i] = list(chunk)
+            prompt_lens[i] = len(chunk)
             reqs[i] = drafter.new_request(chunk, limits[i])
 
 
@@ -91,7 +92,7 @@ def test_long_random_stream_with_growth_in_chunks(implementation, alphabet):
     pool_mod = python_pool if implementation == "python" else require_native("pool")
     for keep_all in (True, False):
         for oldest in (True, False):
-            ref = TrtPoolReference(5, 3, keep_all, oldest, True)
+            ref = NGramPoolManagerSpec(5, 3, keep_all, oldest, True)
             cur = pool_mod.PoolCursor(pool_mod.NGramPool(5, 3, keep_all, oldest))
             text = [rnd.randrange(alphabet) for _ in range(50)]
             for _ in range(150):
@@ -139,18 +140,16 @@ def test_c_pool_rejects_bad_input():
 def test_first_hit_uses_the_largest_ngram(implementation):
     # pattern (1, 2) occurred at 0 followed by 3 1 2; the 1-gram (2,) would give 3 as well,
     # but (9, 2) -> 7 checks that the 2-gram is tried first
-    req = make_drafter(DraftConfig(prompt_lookup_num_tokens=3, max_matching_ngram_size=2), implementation=implementation).new_request(
-        [5, 2, 8, 9, 2, 7, 4, 9, 2], 100
-    )
-    assert req.propose() == [7, 4, 9]
+    drafter = make_drafter(DraftConfig(prompt_lookup_num_tokens=3, max_matching_ngram_size=2), implementation=implementation)
+    assert first_draft(drafter, [5, 2, 8, 9, 2, 7, 4, 9, 2]) == [7, 4, 9]
 
 
 def test_oldest_versus_newest_match(implementation):
     prompt = [1, 5, 6, 1, 7, 8, 1]
     oldest = make_drafter(DraftConfig(prompt_lookup_num_tokens=2, max_matching_ngram_size=1), implementation=implementation)
     newest = make_drafter(DraftConfig(prompt_lookup_num_tokens=2, max_matching_ngram_size=1, is_use_oldest=False), implementation=implementation)
-    assert oldest.new_request(prompt, 100).propose() == [5, 6]
-    assert newest.new_request(prompt, 100).propose() == [7, 8]
+    assert first_draft(oldest, prompt) == [5, 6]
+    assert first_draft(newest, prompt) == [7, 8]
 
 
 def test_skip_while_removing_quirk_is_reproduced(implementation):
@@ -162,7 +161,7 @@ def test_skip_while_removing_quirk_is_reproduced(implementation):
     # (1,) would be removed and appended again, and the draft would be [1].
     texts = [[1], [1, 0], [1, 0, 1, 1, 0], [1, 0, 1, 1, 0, 1, 1], [1, 0, 1, 1, 0, 1, 1, 1]]
     expected = [[], [], [1, 1], [1], [1, 1]]
-    ref = TrtPoolReference(2, 1, True, False, False)
+    ref = NGramPoolManagerSpec(2, 1, True, False, False)
     req = make_drafter(DraftConfig(prompt_lookup_num_tokens=2, max_matching_ngram_size=1, is_use_oldest=False), implementation=implementation).new_request(texts[0], 100)
     got = []
     for prev, text in zip([[]] + texts, texts):
@@ -175,17 +174,51 @@ def test_skip_while_removing_quirk_is_reproduced(implementation):
 def test_max_seq_len_caps_the_draft_and_stops_updates(implementation):
     cfg = DraftConfig(prompt_lookup_num_tokens=5, max_matching_ngram_size=1)
     text = [1, 2, 3, 4, 5, 6, 1]
-    assert make_drafter(cfg, implementation=implementation).new_request(text, 100).propose() == [2, 3, 4, 5, 6]
-    assert make_drafter(cfg, implementation=implementation).new_request(text, len(text) + 3).propose() == [2, 3]
-    assert make_drafter(cfg, implementation=implementation).new_request(text, len(text) + 1).propose() == []
-    assert make_drafter(cfg, implementation=implementation).new_request(text, len(text)).propose() == []
+    assert first_draft(make_drafter(cfg, implementation=implementation), text, 100) == [2, 3, 4, 5, 6]
+    assert first_draft(make_drafter(cfg, implementation=implementation), text, len(text) + 3) == [2, 3]
+    assert first_draft(make_drafter(cfg, implementation=implementation), text, len(text) + 1) == []
+    assert first_draft(make_drafter(cfg, implementation=implementation), text, len(text)) == []
 
 
 def test_private_pool_is_per_request_and_public_pool_is_shared(implementation):
     private = make_drafter(DraftConfig(prompt_lookup_num_tokens=2, max_matching_ngram_size=1, is_public_pool=False), implementation=implementation)
     public = make_drafter(DraftConfig(prompt_lookup_num_tokens=2, max_matching_ngram_size=1, is_public_pool=True), implementation=implementation)
     for drafter, expected in ((private, []), (public, [8, 9])):
-        first = drafter.new_request([7, 8, 9, 3], 100)
+        first = drafter.new_request([7, 8, 9], 100)
+        first.extend([3])
         first.propose()  # indexes the first request's text
-        second = drafter.new_request([4, 7], 100)
-        assert second.propose() == expected
+        assert first_draft(drafter, [4, 7]) == expected
+
+
+def test_first_draft_waits_for_the_first_generated_token(implementation):
+    """TensorRT-LLM V2 drafts only for requests in the generation phase, so its first call
+    sees the prompt plus one generated token. k=2, n=1, keep all, newest match, prompt
+    0 1 0 1, then 0: TensorRT-LLM drafts [1, 0]. Indexing the prompt alone first would leave
+    the truncated match (1,) newest and draft [1]."""
+    cfg = DraftConfig(prompt_lookup_num_tokens=2, max_matching_ngram_size=1, is_use_oldest=False)
+    req = make_drafter(cfg, implementation=implementation).new_request([0, 1, 0, 1], 100)
+    assert req.propose() == []  # context phase: the pool is not called
+    req.extend([0])
+    assert req.propose() == [1, 0]
+    spec = NGramPoolManagerSpec(2, 1, True, False, True)
+    assert spec.get_draft_tokens([0, 1, 0, 1, 0], 0, 100) == [1, 0]
+    early = NGramPoolManagerSpec(2, 1, True, False, True)
+    early.get_draft_tokens([0, 1, 0, 1], 0, 100)
+    assert early.get_draft_tokens([0, 1, 0, 1, 0], 0, 100) == [1]  # what drafting from the prompt gave
+
+
+def test_pool_rules_auto_follow_the_workflow():
+    from promptlookup.drafting.pool_v1 import PLDPool
+
+    cfg = DraftConfig()
+    assert make_drafter(cfg).pool_rules == "v2"
+    assert make_drafter(cfg, workflow="v1").pool_rules == "v1"
+    assert make_drafter(cfg, workflow="v1").classes.NGramPool is PLDPool
+    assert make_drafter(replace_rules(cfg, "v2"), workflow="v1").pool_rules == "v2"
+    assert make_drafter(replace_rules(cfg, "v1")).pool_rules == "v1"
+
+
+def replace_rules(cfg, rules):
+    from dataclasses import replace
+
+    return replace(cfg, pool_rules=rules)

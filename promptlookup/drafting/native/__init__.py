@@ -1,9 +1,9 @@
-"""C implementations of the drafters' hot paths, with the pure-Python ones as reference.
+"""C implementations of the drafters' hot paths, with the pure-Python ones as fallback.
 
 The C modules (``_pool`` for :mod:`..pool`, ``_suffix_automaton`` for
 :mod:`..suffix_automaton`) implement the same classes with the same drafts; the pure-Python
-modules stay the readable specification, and the property tests run both against the
-brute-force references. :func:`load` returns a built module, or ``None`` when it was not
+modules are the fallback where the C ones are not built, and the property tests run both
+against the specifications (:mod:`..pool_spec` for the pool) and brute-force references. :func:`load` returns a built module, or ``None`` when it was not
 built (no compiler: see :mod:`.build`) or when ``PROMPTLOOKUP_DRAFTING=python`` asks for the
 pure-Python code. :func:`implementation` names what :func:`make_drafter` uses, so
 benchmarks and ``--output_json`` can say it.

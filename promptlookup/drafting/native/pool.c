@@ -1,8 +1,9 @@
 /* TensorRT-LLM's n-gram pool in C: module promptlookup.drafting.native._pool.
  *
- * Same classes, same drafts as the pure-Python promptlookup/drafting/pool.py, whose module
- * docstring is the specification (TensorRT-LLM's NGramPoolManager rules, the incremental
- * window, the skip-while-removing quirk). This file only changes the representation:
+ * Same classes, same drafts as the pure-Python fallback promptlookup/drafting/pool.py (the
+ * incremental window, the skip-while-removing quirk); the rules are specified in
+ * promptlookup/drafting/pool_spec.py (TensorRT-LLM's NGramPoolManager). This file only
+ * changes the representation:
  *
  *   NGramPool(k, n, is_keep_all, is_use_oldest)
  *     texts      every text a cursor has seen, copied as int64 tokens. A match is a

@@ -1,0 +1,93 @@
+"""TensorRT-LLM V1's n-gram pool (``PLDPool``), with the same interface as :mod:`.pool`.
+
+The rules are stated in :mod:`.pool_spec` (:class:`~.pool_spec.PLDPoolSpec`); this module
+applies them with cheaper data structures and the drafter's conventions:
+
+- a pattern's matches are a bare tuple (one match, the common case) or an insertion-ordered
+  ``dict`` used as an ordered set (two or more). Under V1's rule a pattern holds two or
+  more matches only once its oldest match is complete (k tokens), and from then on the
+  oldest never changes and nothing is removed, so appending is all that ever happens to it;
+- :meth:`PLDCursor.propose` returns ``(draft, matched n-gram size)`` like
+  :meth:`.pool.PoolCursor.propose`, with an empty draft and size 0 where V1 sends
+  ``[end_id]`` (the drafter adds ``[end_id]`` after its other sources, see ``drafter.py``),
+  and cuts the draft to ``max_seq_len - 1 - len(text)`` tokens (the drafter's invariant;
+  V1 leaves that cut to the engine, so the verified tokens are the same).
+
+Unlike V2, V1 rescans its whole window (the last k + n - 1 tokens plus the new ones) at
+every call, because with ``is_keep_all=False`` re-inserting an old match replaces the newer
+one. Cost per call: O(n * (k + n + new tokens)) insertions of tuples of at most k tokens,
+independent of the text length (the first call indexes the prompt: O(n * len(prompt))).
+
+There is no C version of this pool: the V1 rules always run this pure-Python code.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+
+class PLDPool:
+    """Pattern -> matches maps for sizes 1..n (``maps[s]``; size-1 keys are bare tokens)."""
+
+    def __init__(self, k: int, n: int, is_keep_all: bool, is_use_oldest: bool, max_candidates: int = 1) -> None:
+        # max_candidates: accepted for the same signature as NGramPool; V1 offers one draft (no candidates())
+        if k < 1 or n < 1:
+            raise ValueError(f"k and n must be >= 1, got k={k} n={n}")
+        self.k = k
+        self.n = n
+        self.is_keep_all = is_keep_all
+        self.is_use_oldest = is_use_oldest
+        self.maps: list[dict] = [{} for _ in range(n + 1)]
+
+    def num_patterns(self) -> int:
+        return sum(len(m) for m in self.maps)
+
+
+class PLDCursor:
+    """One request's view of a :class:`PLDPool` (V1's ``start_index`` for that request)."""
+
+    __slots__ = ("pool", "start")
+
+    def __init__(self, pool: PLDPool) -> None:
+        self.pool = pool
+        self.start = 0  # where the next update window begins
+
+    def propose(self, text: Sequence[int], max_seq_len: int) -> tuple[list[int], int]:
+        """V1's ``get_draft_tokens`` for this request: (draft, matched size; 0: no match)."""
+        room = max_seq_len - 1 - len(text)
+        if room <= 0:  # V1 sends [end_id] here and updates nothing
+            return [], 0
+        self._update(text)
+        return self._lookup(text, room)
+
+    def _update(self, text: Sequence[int]) -> None:
+        """Insert every (pattern, match) of the window, sizes n..1, positions ascending."""
+        pool = self.pool
+        k, keep_all = pool.k, pool.is_keep_all
+        length = len(text)
+        for s in range(min(pool.n, length - 1), 0, -1):
+            table = pool.maps[s]
+            for p in range(self.start, length - s):
+                key = text[p] if s == 1 else tuple(text[p:p + s])
+                m = tuple(text[p + s:p + s + k])
+                state = table.get(key)
+                if state is None or not keep_all:
+                    table[key] = m
+                elif type(state) is tuple:
+                    if len(state) < k:
+                        table[key] = m
+                    elif state != m:
+                        table[key] = {state: None, m: None}
+                elif m not in state:  # two or more matches, the oldest complete
+                    state[m] = None
+        self.start = max(0, length - (k + pool.n - 1))
+
+    def _lookup(self, text: Sequence[int], room: int) -> tuple[list[int], int]:
+        pool = self.pool
+        for s in range(min(pool.n, len(text) - 1), 0, -1):
+            state = pool.maps[s].get(text[-1] if s == 1 else tuple(text[-s:]))
+            if state is None:
+                continue
+            if type(state) is not tuple:
+                state = next(iter(state)) if pool.is_use_oldest else next(reversed(state))
+            return list(state[:room]), s
+        return [], 0
