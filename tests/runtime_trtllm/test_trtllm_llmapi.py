@@ -10,7 +10,7 @@ from promptlookup.decoding.result import StepEvent
 from promptlookup.drafting.base import DraftConfig
 from promptlookup.errors import UserError
 from promptlookup.runtime.base import SamplingConfig
-from promptlookup.runtime.trtllm_runner import TrtllmLookupGenerator, check_llmapi_draft
+from promptlookup.runtime.trtllm import TrtllmLookupGenerator, check_llmapi_draft
 
 from .fakes import (
     FakeKvCacheConfig,
@@ -167,8 +167,8 @@ def test_engine_dir_is_not_a_model_for_the_llm_api(tmp_path, llm_cls):
         make(eng, llm_cls)
 
 
-def test_real_llm_api_needs_tensorrt_llm(hf_dir):
-    with pytest.raises(UserError, match="tensorrt_llm"):
+def test_real_llm_api_needs_tensorrt_llm(hf_dir, no_tensorrt_llm):
+    with pytest.raises(UserError, match="tensorrt_llm is not installed"):
         TrtllmLookupGenerator(hf_dir)
 
 
@@ -176,7 +176,7 @@ def test_v2_through_the_engine_runner_and_decoding_generate(tmp_path, hf_dir, ll
     from functools import partial
 
     from promptlookup.decoding import generate
-    from promptlookup.runtime.trtllm_runner import TrtllmRunner
+    from promptlookup.runtime.trtllm import TrtllmRunner
 
     from .fakes import FakeModelRunnerCpp
 
