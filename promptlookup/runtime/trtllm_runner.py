@@ -6,22 +6,5 @@ from there. The engine-config reader is :func:`read_trtllm_engine_config` (it wa
 """
 from __future__ import annotations
 
-from .trtllm import (
-    TARGET_VERSION,
-    TrtllmEngineConfig,
-    TrtllmLookupGenerator,
-    TrtllmRunner,
-    check_llmapi_draft,
-    read_trtllm_engine_config,
-    trtllm_unavailable_reason,
-)
-
-__all__ = [
-    "TARGET_VERSION",
-    "TrtllmEngineConfig",
-    "TrtllmLookupGenerator",
-    "TrtllmRunner",
-    "check_llmapi_draft",
-    "read_trtllm_engine_config",
-    "trtllm_unavailable_reason",
-]
+from .trtllm import *  # noqa: F401,F403  (the package's public names)
+from .trtllm import __all__  # noqa: F401

@@ -17,6 +17,7 @@ Requests are drawn from a few shared "documents" so that prefixes recur.
 """
 from __future__ import annotations
 
+import os
 import random
 
 import pytest
@@ -54,12 +55,7 @@ class Model:
 
     @staticmethod
     def lcp(a: list[int], b: list[int]) -> int:
-        n = 0
-        for x, y in zip(a, b):
-            if x != y:
-                break
-            n += 1
-        return n
+        return len(os.path.commonprefix([a, b]))
 
     # -- operations ------------------------------------------------------------------
     def open(self) -> None:
