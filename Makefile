@@ -51,6 +51,14 @@ run: $(ENGINE)/config.json native
 		--output_json $(OUT)/run.json
 	@echo "checkpoint: $(CKPT)  engine: $(ENGINE)  results: $(OUT)/run.json"
 
+# The quick subset (under 2 minutes on the 2-core development machine): no test marked
+# slow or gpu (see tests/conftest.py). Needs no engine; uses the converted checkpoint's
+# tokenizer when there is one.
+test-fast: native
+	PLD_REQUIRE_NATIVE=$$($(PY) -m promptlookup.drafting.native.build --has_compiler) \
+	$(if $(wildcard $(CKPT)/tokenizer.json),PLD_SMOLLM2_CHECKPOINT=$(CURDIR)/$(CKPT)) \
+		$(PY) -m pytest -q -p no:cacheprovider -m "not slow and not gpu" tests
+
 test: $(ENGINE)/config.json native
 	PLD_REQUIRE_NATIVE=$$($(PY) -m promptlookup.drafting.native.build --has_compiler) \
 	PLD_SMOLLM2_ENGINE=$(CURDIR)/$(ENGINE) PLD_SMOLLM2_CHECKPOINT=$(CURDIR)/$(CKPT) \
