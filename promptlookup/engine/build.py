@@ -32,7 +32,7 @@ TOKENIZER_FILES = (
 
 
 def resolve_backend(backend: str) -> str:
-    from ..runtime.trtllm_runner import trtllm_unavailable_reason
+    from ..runtime.trtllm.env import trtllm_unavailable_reason
 
     if backend not in BACKENDS:
         raise UserError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")

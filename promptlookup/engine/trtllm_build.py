@@ -103,7 +103,7 @@ def run_trtllm_build(
     Returns the engine directory.
     """
     if require_tensorrt_llm:
-        from ..runtime.trtllm_runner import trtllm_unavailable_reason
+        from ..runtime.trtllm.env import trtllm_unavailable_reason
 
         reason = trtllm_unavailable_reason()
         if reason is not None:

@@ -48,7 +48,7 @@ def load_runner(
         if cuda_graph_mode is not None:
             raise UserError("--cuda_graph_mode/--no-cuda_graph_mode apply to PyTorch engines here; "
                             "drop the flag for a TensorRT-LLM engine")
-        from .trtllm_runner import TrtllmRunner, trtllm_unavailable_reason
+        from .trtllm import TrtllmRunner, trtllm_unavailable_reason
 
         reason = trtllm_unavailable_reason()
         if reason is not None:

@@ -1,7 +1,7 @@
 """The runner interface: what the decoding loops need from a backend.
 
 Both backends (PyTorch in :mod:`promptlookup.runtime.torch_runner`, TensorRT-LLM in
-:mod:`promptlookup.runtime.trtllm_runner`) implement :class:`Runner`. The V1 orchestrator
+:mod:`promptlookup.runtime.trtllm`) implement :class:`Runner`. The V1 orchestrator
 loop (:mod:`promptlookup.decoding.orchestrator`) is written against this interface only,
 so one loop drives both runners.
 

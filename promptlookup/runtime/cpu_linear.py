@@ -7,26 +7,15 @@ faster of two kernels by row count:
 
 - **1-2 rows: MKL as ``W @ x.T``.** At this size the matmul only streams the weights from
   memory; this operand order streams them fastest. One row (a matrix-vector product) is
-  padded to two, which MKL runs about twice as fast.
+  padded to two, which MKL runs faster.
 - **3+ rows: oneDNN** (``torch.ops.mkldnn._linear_pointwise``) on a copy of the weight
   reordered once, at load time, into oneDNN's blocked layout. Its JIT kernels use the
   widest vector instructions the CPU has, and their cost grows far more slowly with the
   row count than MKL's.
 
-Measured on this project's 2-core AMD EPYC (AVX-512) machine, SmolLM2-135M fp32, 2 threads:
-the cost of one whole forward step at 512 tokens of context relative to a one-token step
-(``TorchRunner.step_costs(32, context=512)``), before this module (MKL for every row count,
-column-major outputs) and with it:
-
-========  =====  =====  =====  =====  =====  =====
-rows      2      4      8      16     24     32
-========  =====  =====  =====  =====  =====  =====
-before    1.65   1.68   2.11   2.85   3.95   4.22
-now       1.10   1.40   1.50   1.75   2.23   2.63
-========  =====  =====  =====  =====  =====  =====
-
-One-token steps, in turn, run ~20% *slower* through oneDNN than through MKL (hence the
-split). The flatter curve is what makes verifying long drafts pay off on a CPU.
+One-token steps, in turn, run slower through oneDNN than through MKL (hence the split).
+The flatter cost curve over the row count is what makes verifying long drafts pay off on
+a CPU; docs/benchmarks.md has the measured step costs with and without this module.
 
 Both kernels compute the same fp32 product; only the summation order differs, exactly as
 between two MKL calls with different row counts. The reordered copy doubles the memory of

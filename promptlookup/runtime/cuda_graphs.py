@@ -1,16 +1,16 @@
 """CUDA graphs for the paged forward pass: one captured graph per padded step shape.
 
 Why: on a GPU a decoding step of a small model is bound by the host, not the GPU. One
-step of SmolLM2-135M (30 layers) launches about 1,300 kernels that together take 2.7 ms
-of GPU time, but issuing them one by one from PyTorch took 35-39 ms on the H100 machine
-this was measured on, for 1 token or 32 alike. A captured graph issues them all at once.
+step launches dozens of short kernels per layer; issuing them one by one from
+PyTorch takes far longer than running them, for 1 token or 32 alike. A captured graph
+issues them all at once. docs/benchmarks.md (the GPU section) has the measurements.
 
 Shapes. A step feeds ``B`` sequences ``q_b`` new tokens each, attending to at most
 ``K = max(ctx_b)`` slots. It runs on the graph for the bucket ``(B', Q', K')``: ``B'`` and
 ``Q'`` the next powers of two (``Q' <= max_q``), ``K'`` the next power of two of at least
 :data:`MIN_K`, capped at ``max_seq_len`` rounded up to whole blocks. Steps that do not fit
 (prefill of a long prompt) run eagerly. Graphs are captured lazily, at the first step of
-their shape (about 0.1 s each), or ahead of time by :meth:`CudaGraphs.warmup`; they share
+their shape (a capture costs tens of forward steps), or ahead of time by :meth:`CudaGraphs.warmup`; they share
 one memory pool, and a decode run typically needs a dozen.
 
 Padding. Sequence ``b`` puts its tokens at ``[b, 0:q_b]`` (as :func:`build_layout`).

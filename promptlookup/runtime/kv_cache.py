@@ -192,7 +192,8 @@ class BlockManager:
         """Start a sequence for ``tokens``; return it and how many leading tokens are cached.
 
         The count is at most ``len(tokens) - 1``. Shared full blocks are never written
-        again by the new sequence: writing starts in a block it owns alone.
+        again by the new sequence: writing starts in a block it owns alone. Raises
+        :class:`UserError` when the cache is full, leaving every refcount as it was.
         """
         seq = SequenceBlocks()
         if not self.enable_reuse or len(tokens) < 2:
@@ -232,7 +233,13 @@ class BlockManager:
                 self.refcount[best] = 1
                 seq.blocks.append(best)
             else:
-                block = self._take_free_block()
+                try:
+                    block = self._take_free_block()
+                except UserError:  # a full cache: give back the blocks matched so far
+                    for shared in reversed(seq.blocks):
+                        self._drop(shared)
+                    self.stats.matched_blocks -= len(seq.blocks)
+                    raise
                 self.pool.copy_block(best, block)
                 seq.blocks.append(block)
                 self.stats.copied_blocks += 1

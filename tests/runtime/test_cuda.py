@@ -18,7 +18,11 @@ from promptlookup.runtime.torch_runner import TorchRunner
 from tests.runtime.test_greedy_equivalence import DRAFTS, END_ID, MAX_NEW, make_prompts, runner_for
 from tests.tiny import tiny_llama
 
-cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device visible")
+
+
+def cuda(test):
+    """A test that needs a CUDA GPU: marked ``gpu``, and skipped where none is visible."""
+    return pytest.mark.gpu(pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device visible")(test))
 
 
 def test_resolve_device_refuses_what_is_not_here():

@@ -63,11 +63,23 @@ def test_no_reuse_when_disabled():
 
 def test_lru_eviction_keeps_working_under_a_tiny_budget():
     m = manager(num_blocks=5, block_size=4)  # 4 usable blocks
-    for start in range(0, 200, 13):
-        toks = list(range(start, start + 14))  # needs 4 blocks
-        run_sequence(m, toks)
+    handed_out: set[int] = set()
+    take = m._take_free_block
+
+    def recording() -> int:
+        block = take()
+        handed_out.add(block)
+        return block
+
+    m._take_free_block = recording
+    for start in range(1, 200, 13):
+        toks = list(range(start, start + 14))  # needs 4 blocks: every sequence evicts
+        assert run_sequence(m, toks) == 0
     assert m.stats.evicted_blocks > 0
-    assert SCRATCH_BLOCK not in m.free
+    assert handed_out == {1, 2, 3, 4}  # every usable block, and never the scratch block
+    bs = m.block_size
+    scratch = m.pool.k[0][:, SCRATCH_BLOCK * bs : (SCRATCH_BLOCK + 1) * bs]
+    assert torch.count_nonzero(scratch) == 0  # no sequence wrote into it
 
 
 def test_out_of_blocks_is_a_clear_error():

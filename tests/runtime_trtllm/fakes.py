@@ -4,6 +4,11 @@ The fakes behave like the real objects where the adapter depends on it: a determ
 greedy "target" (the next token is a function of the sequence) verifies external drafts
 the way a draft_tokens_external engine does, and outputs have TensorRT-LLM's layout
 (``output_ids`` [batch, beams, max_seq_len] holding input + output, padded with end_id).
+
+Every fake entry point accepts exactly what TensorRT-LLM's accepts: calls are bound
+against TensorRT-LLM 1.0's signatures (see :mod:`.signatures` for the sources and
+commits), and against the installed TensorRT-LLM's where it is importable. An unknown
+keyword raises ``TypeError``, so a misspelt argument cannot pass unnoticed.
 """
 from __future__ import annotations
 
@@ -13,6 +18,18 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import torch
+
+from .signatures import (
+    KV_CACHE_CONFIG,
+    LLM_GENERATE_ASYNC,
+    LLM_INIT,
+    MODEL_RUNNER_FROM_DIR,
+    MODEL_RUNNER_GENERATE,
+    NGRAM_DECODING_CONFIG,
+    SAMPLING_PARAMS,
+    Api,
+    check_call,
+)
 
 Target = Callable[[Sequence[int]], int]
 
@@ -87,8 +104,9 @@ class FakeModelRunnerCpp:
         ]
 
     @classmethod
-    def from_dir(cls, **kwargs: Any) -> "FakeModelRunnerCpp":
-        runner = cls(kwargs)
+    def from_dir(cls, engine_dir: str, **kwargs: Any) -> "FakeModelRunnerCpp":
+        check_call(MODEL_RUNNER_FROM_DIR, engine_dir, **kwargs)
+        runner = cls(dict(kwargs, engine_dir=engine_dir))
         cls.instances.append(runner)
         return runner
 
@@ -111,6 +129,7 @@ class FakeModelRunnerCpp:
         return new
 
     def generate(self, batch_input_ids: list[torch.Tensor], **kwargs: Any) -> dict[str, torch.Tensor]:
+        check_call(MODEL_RUNNER_GENERATE, batch_input_ids, **kwargs)
         self.calls.append(dict(kwargs, batch_input_ids=batch_input_ids))
         end_id = kwargs["end_id"]
         drafts = kwargs.get("draft_tokens_list")
@@ -129,9 +148,12 @@ class FakeModelRunnerCpp:
 
 
 class Recorder:
-    """Stands in for a config class: keeps its keyword arguments."""
+    """Stands in for a keyword-only config class: checks and keeps its keyword arguments."""
+
+    api: Api
 
     def __init__(self, **kwargs: Any) -> None:
+        check_call(self.api, **kwargs)
         self.kwargs = kwargs
 
     def __repr__(self) -> str:
@@ -139,15 +161,15 @@ class Recorder:
 
 
 class FakeNGramDecodingConfig(Recorder):
-    pass
+    api = NGRAM_DECODING_CONFIG
 
 
 class FakeKvCacheConfig(Recorder):
-    pass
+    api = KV_CACHE_CONFIG
 
 
 class FakeSamplingParams(Recorder):
-    pass
+    api = SAMPLING_PARAMS
 
 
 @dataclass
@@ -169,6 +191,14 @@ class FakeCompletion:
 
 
 @dataclass
+class FakeBareCompletion:
+    """A completion output with no ``request_perf_metrics`` attribute at all."""
+
+    token_ids: list[int]
+    finish_reason: str | None = None
+
+
+@dataclass
 class FakeResponse:
     outputs: list[FakeCompletion]
 
@@ -184,11 +214,14 @@ class FakeLLM:
     chunk_sizes: Sequence[int] = (1, 3, 1, 4, 2)
     drafted_per_step = 4
     omit_end_id = False  # TensorRT-LLM may leave end_id out of the returned ids
-    report_metrics = True
+    # "reported": request_perf_metrics with speculative_decoding counts; "none": the
+    # attribute is None; "no_spec": metrics without speculative_decoding; "absent": no attribute
+    metrics = "reported"
     instances: list["FakeLLM"] = []
 
-    def __init__(self, **kwargs: Any) -> None:
-        self.kwargs = kwargs
+    def __init__(self, model: str, **kwargs: Any) -> None:
+        check_call(LLM_INIT, model, **kwargs)
+        self.kwargs = dict(kwargs, model=model)
         self.requests: list[tuple[list[int], Any, bool]] = []
         self.shut_down = False
         FakeLLM.instances.append(self)
@@ -196,7 +229,8 @@ class FakeLLM:
     def shutdown(self) -> None:
         self.shut_down = True
 
-    def generate_async(self, inputs: list[int], sampling_params: Any, streaming: bool = False):
+    def generate_async(self, inputs: list[int], sampling_params: Any = None, streaming: bool = False, **kwargs: Any):
+        check_call(LLM_GENERATE_ASYNC, inputs, sampling_params=sampling_params, streaming=streaming, **kwargs)
         self.requests.append((inputs, sampling_params, streaming))
         p = sampling_params.kwargs
         full = greedy(self.target, inputs, p["max_tokens"], p["end_id"])
@@ -208,13 +242,16 @@ class FakeLLM:
             pos = min(len(shown), pos + size)
             step += 1
             done = pos >= len(shown)
-            metrics = None
-            if self.report_metrics:
-                metrics = FakePerfMetrics(FakeSpecMetrics(total_draft_tokens=self.drafted_per_step * (step - 1)))
-            completion = FakeCompletion(
-                token_ids=list(shown[:pos]),
-                finish_reason=("stop" if stopped else "length") if done else None,
-                request_perf_metrics=metrics,
-            )
+            finish = ("stop" if stopped else "length") if done else None
+            completion: Any
+            if self.metrics == "absent":
+                completion = FakeBareCompletion(token_ids=list(shown[:pos]), finish_reason=finish)
+            else:
+                metrics: Any = None
+                if self.metrics == "reported":
+                    metrics = FakePerfMetrics(FakeSpecMetrics(total_draft_tokens=self.drafted_per_step * (step - 1)))
+                elif self.metrics == "no_spec":
+                    metrics = object()  # perf metrics without a speculative_decoding member
+                completion = FakeCompletion(token_ids=list(shown[:pos]), finish_reason=finish, request_perf_metrics=metrics)
             responses.append(FakeResponse([completion]))
         return iter(responses)

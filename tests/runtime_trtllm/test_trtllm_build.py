@@ -56,8 +56,8 @@ def test_bad_sizes_are_user_errors(change, message):
         trtllm_build_command("c", "e", **{**SIZES, **change})
 
 
-def test_build_refuses_without_tensorrt_llm(tmp_path):
-    with pytest.raises(UserError, match="tensorrt_llm"):
+def test_build_refuses_without_tensorrt_llm(tmp_path, no_tensorrt_llm):
+    with pytest.raises(UserError, match="tensorrt_llm is not installed"):
         run_trtllm_build(tmp_path / "ckpt", tmp_path / "engine", **SIZES)
     assert not (tmp_path / "engine").exists()
 

@@ -10,7 +10,7 @@ from promptlookup.decoding.result import StepEvent
 from promptlookup.drafting.base import DraftConfig
 from promptlookup.errors import UserError
 from promptlookup.runtime.base import SamplingConfig
-from promptlookup.runtime.trtllm_runner import TrtllmLookupGenerator, check_llmapi_draft
+from promptlookup.runtime.trtllm import TrtllmLookupGenerator, check_llmapi_draft
 
 from .fakes import (
     FakeKvCacheConfig,
@@ -31,7 +31,7 @@ def llm_cls():
         instances: list = []
         target = staticmethod(cycle_target())
         omit_end_id = False
-        report_metrics = True
+        metrics = "reported"
 
     Fake.instances = FakeLLM.instances = []
     return Fake
@@ -115,11 +115,12 @@ def test_results_from_streamed_chunks(hf_dir, llm_cls):
     assert [e.index for e in events] == sorted(e.index for e in events)  # one request after another
 
 
-def test_end_id_is_appended_when_left_out_and_drafted_falls_back(hf_dir, llm_cls):
+@pytest.mark.parametrize("metrics", ["none", "absent", "no_spec"])
+def test_end_id_is_appended_when_left_out_and_drafted_falls_back(hf_dir, llm_cls, metrics):
     stop_at = 9
     llm_cls.target = staticmethod(lambda seq: END if len(seq) >= stop_at else (seq[-1] * 3 + 7) % 50 + 1)
     llm_cls.omit_end_id = True
-    llm_cls.report_metrics = False
+    llm_cls.metrics = metrics
     gen = make(hf_dir, llm_cls)
     (r,) = gen.generate([[1, 2]], max_new_tokens=20, end_id=END, draft=DraftConfig())
     truth = greedy(llm_cls.target, [1, 2], 20, END)
@@ -167,8 +168,8 @@ def test_engine_dir_is_not_a_model_for_the_llm_api(tmp_path, llm_cls):
         make(eng, llm_cls)
 
 
-def test_real_llm_api_needs_tensorrt_llm(hf_dir):
-    with pytest.raises(UserError, match="tensorrt_llm"):
+def test_real_llm_api_needs_tensorrt_llm(hf_dir, no_tensorrt_llm):
+    with pytest.raises(UserError, match="tensorrt_llm is not installed"):
         TrtllmLookupGenerator(hf_dir)
 
 
@@ -176,7 +177,7 @@ def test_v2_through_the_engine_runner_and_decoding_generate(tmp_path, hf_dir, ll
     from functools import partial
 
     from promptlookup.decoding import generate
-    from promptlookup.runtime.trtllm_runner import TrtllmRunner
+    from promptlookup.runtime.trtllm import TrtllmRunner
 
     from .fakes import FakeModelRunnerCpp
 

@@ -1,6 +1,7 @@
 """V1 adapter: ModelRunnerCpp (orchestrator mode) argument and output mapping, validation."""
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 from typing import Sequence
 
@@ -10,10 +11,11 @@ import torch
 from promptlookup.decoding.orchestrator import run_orchestrator
 from promptlookup.drafting.base import DraftConfig
 from promptlookup.errors import UserError
-from promptlookup.runtime import trtllm_runner as tr
 from promptlookup.runtime.base import SamplingConfig
-from promptlookup.runtime.trtllm_runner import TrtllmRunner, read_engine_config, trtllm_unavailable_reason
+from promptlookup.runtime.trtllm import env
+from promptlookup.runtime.trtllm import TrtllmRunner, read_trtllm_engine_config, trtllm_unavailable_reason
 
+from .conftest import simulate_gpus
 from .fakes import FakeModelRunnerCpp, cycle_target, greedy, write_engine
 
 END = 63
@@ -246,29 +248,55 @@ def test_engine_dir_problems_are_one_line_user_errors(tmp_path, fake_cls):
     hf.mkdir()
     (hf / "config.json").write_text('{"architectures": ["LlamaForCausalLM"]}')
     with pytest.raises(UserError, match="not an engine config"):
-        read_engine_config(hf)
+        read_trtllm_engine_config(hf)
     with pytest.raises(UserError, match="rank1.engine"):
-        read_engine_config(write_engine(tmp_path / "partial", tp=2, ranks=1))
+        read_trtllm_engine_config(write_engine(tmp_path / "partial", tp=2, ranks=1))
     assert fake_cls.instances == []  # nothing reached TensorRT-LLM
 
 
 # --------------------------------------------------------------------------- environment
 
 
-def test_unavailable_here_with_one_line_reason():
+def test_unavailable_without_tensorrt_llm_with_one_line_reason(no_tensorrt_llm):
     reason = trtllm_unavailable_reason()
-    assert reason is not None
+    assert reason is not None and reason.startswith("tensorrt_llm is not installed")
     assert "\n" not in reason and "--backend torch" in reason
 
 
-def test_real_classes_are_not_used_without_tensorrt_llm(engine):
-    with pytest.raises(UserError, match="tensorrt_llm"):
+def test_real_classes_are_not_used_without_tensorrt_llm(engine, no_tensorrt_llm):
+    with pytest.raises(UserError, match="tensorrt_llm is not installed"):
         TrtllmRunner(engine)
 
 
-def test_gpu_reason_when_tensorrt_llm_imports(monkeypatch):
-    monkeypatch.setattr(tr, "_import_problem", lambda: None)
+def test_broken_tensorrt_llm_install_is_one_line(monkeypatch, importable_tensorrt_llm):
+    def broken(name, *args, **kwargs):
+        if name == "tensorrt_llm":
+            raise OSError("libnvinfer.so.10: cannot open shared object file\nmore detail")
+        return real_import(name, *args, **kwargs)
+
+    real_import = importlib.import_module
+    monkeypatch.setattr(env.importlib, "import_module", broken)
     reason = trtllm_unavailable_reason()
-    assert reason is not None and "GPU" in reason and "\n" not in reason
-    monkeypatch.setattr(tr, "_gpu_problem", lambda: None)
+    assert reason is not None and "\n" not in reason
+    assert "tensorrt_llm failed to import (OSError: libnvinfer.so.10" in reason
+
+
+@pytest.mark.parametrize(
+    "capabilities, problem",
+    [
+        ([], "no CUDA GPU is visible"),
+        ([(7, 5)], "compute capability 7.5"),
+        ([(6, 1), (7, 0)], "compute capability 7.0"),  # the best one is named
+    ],
+)
+def test_gpu_reason_when_tensorrt_llm_imports(monkeypatch, importable_tensorrt_llm, capabilities, problem):
+    simulate_gpus(monkeypatch, capabilities)
+    reason = trtllm_unavailable_reason()
+    assert reason is not None and problem in reason and "\n" not in reason
+    assert "--backend torch" in reason
+
+
+@pytest.mark.parametrize("capabilities", [[(8, 0)], [(9, 0)], [(7, 5), (8, 6)]])
+def test_available_with_tensorrt_llm_and_an_ampere_or_newer_gpu(monkeypatch, importable_tensorrt_llm, capabilities):
+    simulate_gpus(monkeypatch, capabilities)
     assert trtllm_unavailable_reason() is None

@@ -44,6 +44,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "common.h"
+
 typedef int64_t tok_t;
 
 #define MAX_CANDIDATES 64 /* base.py's MAX_CANDIDATES */
@@ -71,7 +73,7 @@ typedef struct {
     Ref full_first, full_last;
     Short *shorts;
     int32_t nshort;
-    int64_t cap_short;
+    Py_ssize_t cap_short;
     int settled;
     Kept *keep; /* max_candidates > 1: first (oldest) or last full matches, S order */
     int32_t nkeep;
@@ -85,7 +87,7 @@ typedef struct {
 
 typedef struct {
     tok_t *data;
-    int64_t len, cap;
+    Py_ssize_t len, cap;
 } Text;
 
 typedef struct {
@@ -93,10 +95,10 @@ typedef struct {
     int k, n, keep_all, use_oldest, cand;
     Text *texts;
     int32_t ntexts;
-    int64_t cap_texts;
+    Py_ssize_t cap_texts;
     Pattern *pats;
     int32_t npats;
-    int64_t cap_pats;
+    Py_ssize_t cap_pats;
     int32_t *index; /* pattern numbers, -1 empty */
     uint64_t index_mask;
     FullEntry *fullset;
@@ -110,7 +112,7 @@ typedef struct {
 
 typedef struct {
     Tail *items;
-    int64_t len, cap;
+    Py_ssize_t len, cap;
 } TailList;
 
 typedef struct {
@@ -124,21 +126,6 @@ typedef struct {
 static PyTypeObject PoolType;
 
 /* ---------------------------------------------------------------- helpers */
-
-static int grow(void **buf, int64_t *cap, int64_t need, size_t item) {
-    if (need <= *cap) return 0;
-    int64_t c = *cap ? *cap : 8;
-    while (c < need) {
-        if (c > INT64_MAX / 2) { PyErr_NoMemory(); return -1; }
-        c *= 2;
-    }
-    if ((uint64_t)c > (uint64_t)PY_SSIZE_T_MAX / item) { PyErr_NoMemory(); return -1; }
-    void *p = PyMem_Realloc(*buf, (size_t)c * item);
-    if (!p) { PyErr_NoMemory(); return -1; }
-    *buf = p;
-    *cap = c;
-    return 0;
-}
 
 static inline uint64_t mix(uint64_t h) {
     h ^= h >> 31;
@@ -487,35 +474,35 @@ static inline int push_tail(TailList *t, int64_t p, int32_t pat) {
     return 0;
 }
 
-/* Copy text[have:] into the cursor's text; the text may only have grown. */
-static int sync_text(CursorObject *self, PyObject *seq) {
-    PyObject *fast = PySequence_Fast(seq, "text must be a sequence of int token ids");
-    if (!fast) return -1;
-    Py_ssize_t len = PySequence_Fast_GET_SIZE(fast);
-    Text *t = &self->pool->texts[self->text];
-    if (len < t->len) {
-        Py_DECREF(fast);
-        PyErr_Format(PyExc_ValueError, "the text shrank from %lld to %zd tokens; a cursor's text may only grow",
-                     (long long)t->len, len);
+/* Append the new tokens (`tail`, a private snapshot of text[have:] from private_tokens) to
+ * the cursor's text, which then has `len` tokens. The tokens are converted into a local
+ * buffer first: converting may run Python code (__index__), which could create cursors
+ * (moving pool->texts) or call propose re-entrantly, so the text is only looked up, and
+ * changed, afterwards. On error nothing is changed. */
+static int sync_text(CursorObject *self, PyObject *tail, Py_ssize_t len) {
+    const Py_ssize_t have = self->pool->texts[self->text].len;
+    if (len < have) {
+        PyErr_Format(PyExc_ValueError, "the text shrank from %zd to %zd tokens; a cursor's text may only grow",
+                     have, len);
         return -1;
     }
     if (len > INT32_MAX - 1) {
-        Py_DECREF(fast);
         PyErr_SetString(PyExc_OverflowError, "texts longer than 2**31 - 2 tokens are not supported");
         return -1;
     }
-    if (grow((void **)&t->data, &t->cap, len, sizeof(tok_t)) < 0) { Py_DECREF(fast); return -1; }
-    PyObject **items = PySequence_Fast_ITEMS(fast);
-    for (Py_ssize_t i = t->len; i < len; i++) {
-        long long v = PyLong_AsLongLong(items[i]);
-        if (v == -1 && PyErr_Occurred()) {
-            Py_DECREF(fast);
-            return -1; /* nothing past the previous length is kept */
-        }
-        t->data[i] = (tok_t)v;
+    Py_ssize_t n;
+    tok_t *buf = tokens_to_buffer(tail, &n);
+    if (!buf) return -1;
+    Text *t = &self->pool->texts[self->text];
+    if (t->len != have || have + n != len) {
+        PyMem_Free(buf);
+        PyErr_SetString(PyExc_RuntimeError, "the cursor's text changed while its tokens were read");
+        return -1;
     }
+    if (grow((void **)&t->data, &t->cap, len, sizeof(tok_t)) < 0) { PyMem_Free(buf); return -1; }
+    if (n) memcpy(t->data + have, buf, (size_t)n * sizeof(tok_t));
+    PyMem_Free(buf);
     t->len = len;
-    Py_DECREF(fast);
     return 0;
 }
 
@@ -539,11 +526,28 @@ static int parse_room(PyObject *const *args, Py_ssize_t nargs, Py_ssize_t expect
 
 static PyObject *cursor_propose(CursorObject *self, PyObject *const *args, Py_ssize_t nargs) {
     PoolObject *pool = self->pool;
+    if (!pool) {
+        PyErr_SetString(PyExc_ValueError, "the PoolCursor is not initialised; create it as PoolCursor(pool)");
+        return NULL;
+    }
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "propose(text, max_seq_len) takes 2 arguments");
+        return NULL;
+    }
+    long long max_seq_len = PyLong_AsLongLong(args[1]); /* before the text: may run Python code */
+    if (max_seq_len == -1 && PyErr_Occurred()) return NULL;
     Py_ssize_t length;
-    long long budget;
-    if (parse_room(args, nargs, 2, "propose(text, max_seq_len)", &length, &budget) < 0) return NULL;
-    if (budget <= 0) return empty_answer(); /* TensorRT-LLM updates nothing either */
-    if (sync_text(self, args[0]) < 0) return NULL;
+    PyObject *tail = private_tokens(args[0], pool->texts[self->text].len, &length,
+                                    "text must be a sequence of int token ids");
+    if (!tail) return NULL;
+    long long budget = max_seq_len - 1 - (long long)length;
+    if (budget <= 0) { /* TensorRT-LLM updates nothing either */
+        Py_DECREF(tail);
+        return empty_answer();
+    }
+    int synced = sync_text(self, tail, length);
+    Py_DECREF(tail);
+    if (synced < 0) return NULL;
 
     const int32_t text = self->text;
     const int64_t L = length, k = pool->k, prev = self->prev_len;
@@ -618,6 +622,10 @@ static int covered(const PoolObject *pool, Ref m, const Ref *chosen, int nchosen
 /* candidates(text, max_seq_len, max_candidates): pool.py's PoolCursor.candidates. */
 static PyObject *cursor_candidates(CursorObject *self, PyObject *const *args, Py_ssize_t nargs) {
     PoolObject *pool = self->pool;
+    if (!pool) {
+        PyErr_SetString(PyExc_ValueError, "the PoolCursor is not initialised; create it as PoolCursor(pool)");
+        return NULL;
+    }
     Py_ssize_t length;
     long long budget;
     if (parse_room(args, nargs, 3, "candidates(text, max_seq_len, max_candidates)", &length, &budget) < 0)
@@ -695,8 +703,9 @@ static PyMethodDef cursor_methods[] = {
 };
 
 static PyObject *cursor_get_pool(CursorObject *s, void *c) {
-    Py_INCREF(s->pool);
-    return (PyObject *)s->pool;
+    PyObject *pool = s->pool ? (PyObject *)s->pool : Py_None;
+    Py_INCREF(pool);
+    return pool;
 }
 static PyObject *cursor_get_prev_len(CursorObject *s, void *c) { return PyLong_FromLongLong(s->prev_len); }
 

@@ -54,6 +54,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "common.h"
+
 #define MAX_TOKENS ((Py_ssize_t)1 << 29) /* keeps states (<= 2n) and edges (<= 3n) in int32 */
 #define STACK_TOKENS 64
 
@@ -91,21 +93,6 @@ typedef struct {
 static PyTypeObject SamType, MatcherType;
 
 /* ---- storage ---------------------------------------------------------------------- */
-
-static int grow(void **buf, Py_ssize_t *cap, Py_ssize_t need, size_t elsize) {
-    if (need <= *cap) return 0;
-    Py_ssize_t c = *cap > 0 ? *cap : 16;
-    while (c < need) {
-        if (c > PY_SSIZE_T_MAX / 2) { PyErr_NoMemory(); return -1; }
-        c *= 2;
-    }
-    if ((size_t)c > (size_t)PY_SSIZE_T_MAX / elsize) { PyErr_NoMemory(); return -1; }
-    void *p = PyMem_Realloc(*buf, (size_t)c * elsize);
-    if (p == NULL) { PyErr_NoMemory(); return -1; }
-    *buf = p;
-    *cap = c;
-    return 0;
-}
 
 static inline size_t slot_of(const SamObject *s, int32_t from, int64_t tok) {
     uint64_t h = (uint64_t)tok * 0x9E3779B97F4A7C15ULL ^ (uint64_t)(uint32_t)from * 0xC2B2AE3D27D4EB4FULL;
@@ -293,13 +280,6 @@ static int sam_append(SamObject *s, int64_t c, PyObject *o) {
     } else {
         for (int32_t v = w; v > 0; v = st[v].link) st[v].recent = (int32_t)i;
     }
-    return 0;
-}
-
-static inline int as_token(PyObject *o, int64_t *out) {
-    long long v = PyLong_AsLongLong(o);  /* TypeError for non-ints, OverflowError out of range */
-    if (v == -1 && PyErr_Occurred()) return -1;
-    *out = (int64_t)v;
     return 0;
 }
 
