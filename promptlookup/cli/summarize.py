@@ -12,7 +12,7 @@ import argparse
 import sys
 from typing import Any
 
-from ..fsutil import atomic_output_dir, atomic_write_json
+from ..fsutil import atomic_output_dir, atomic_write_json, ensure_writable
 from .args import ArgumentParser, add_common_args, device_ids_from_args, draft_from_args, sampling_from_args
 
 SWEEP_TABLE_HEADERS = ("setting", "tok/s", "speedup", "tok/step", "accepted/drafted", "identical", "R-1")
@@ -128,14 +128,16 @@ def _write_sweep(result: Any, directory: str) -> None:
     title = (f"prompt lookup sweep: {len(result.articles)} articles, batch {s.batch_size}, "
              f"{s.output_len} new tokens, workflow {s.workflow}")
     png = sweep_plot_png(result.sweep_rows, best=result.sweep_best, title=title)
-    with atomic_output_dir(directory) as tmp:
+    from ..evaluation.pipeline import SWEEP_FILES, SWEEP_KIND
+
+    with atomic_output_dir(directory, SWEEP_KIND, flag="--sweep_dir", legacy_names=SWEEP_FILES) as tmp:
         atomic_write_json(tmp / "sweep.json", payload)
         (tmp / "sweep.csv").write_text(to_csv(result.sweep_rows, SWEEP_COLUMNS))
         (tmp / "sweep.png").write_bytes(png)
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ..evaluation.pipeline import ensure_sweep_dir, ensure_writable, evaluate
+    from ..evaluation.pipeline import ensure_sweep_dir, evaluate
     from ..evaluation.report import check_accuracy, contenders_table
     from ..evaluation.sweep import deploy_hint
 

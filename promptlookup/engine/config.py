@@ -27,6 +27,7 @@ from ..errors import UserError
 from ..runtime.base import EngineLimits
 
 ENGINE_FORMAT_VERSION = "promptlookup-engine-1"
+ENGINE_KIND = "engine"  # the kind in an engine directory's output manifest (promptlookup.fsutil)
 
 
 @dataclass(frozen=True)

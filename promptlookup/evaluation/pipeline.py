@@ -13,14 +13,13 @@ Results come back as :class:`EvaluationResult`; writing files is the caller's jo
 """
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from ..drafting.base import DraftConfig
 from ..errors import UserError
+from ..fsutil import check_output_dir
 from ..runtime.base import SamplingConfig
 from . import sweep as sweep_mod
 from .contenders import ENGINE, HF, ContenderSpec, DecodeSettings, EngineBackend, HFBackend, draft_label
@@ -124,31 +123,17 @@ def validate(settings: EvalSettings) -> None:
         raise UserError("--engine_dir is required to test our engine")
 
 
-def ensure_writable(path: str, what: str, *, directory: bool = False) -> None:
-    """Fail early (before any run) if ``path`` cannot be written later."""
-    target = Path(path)
-    if target.exists() and target.is_dir() != directory:
-        kind = "a file" if directory else "a directory"
-        raise UserError(f"{what} {path} exists and is {kind}; choose another path")
-    parent = target.resolve().parent
-    while not parent.exists():
-        parent = parent.parent
-    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
-        raise UserError(f"{what} {path} is not writable ({parent} is not a writable directory); choose another path")
-
-
 SWEEP_FILES = ("sweep.json", "sweep.csv", "sweep.png")
+SWEEP_KIND = "summarize sweep"  # the kind in a sweep folder's output manifest (promptlookup.fsutil)
 
 
 def ensure_sweep_dir(path: str) -> None:
-    """The sweep directory is replaced as a whole, so refuse one holding anything else."""
-    ensure_writable(path, "--sweep_dir", directory=True)
-    target = Path(path)
-    if target.is_dir():
-        foreign = sorted(p.name for p in target.iterdir() if p.name not in SWEEP_FILES)
-        if foreign:
-            raise UserError(f"--sweep_dir {path} holds other files ({', '.join(foreign[:3])}); "
-                            "it is replaced as a whole, so choose a new or empty directory")
+    """The sweep directory is replaced as a whole: refuse one holding anything summarize.py did not write.
+
+    A folder holding only the three sweep files (written before output manifests existed)
+    still counts as a sweep folder.
+    """
+    check_output_dir(path, SWEEP_KIND, flag="--sweep_dir", legacy_names=SWEEP_FILES)
 
 
 def _check_limits(limits: Any, settings: EvalSettings, prompt_lengths: Sequence[int]) -> None:

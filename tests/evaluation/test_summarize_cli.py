@@ -78,7 +78,8 @@ def test_sweep_writes_table_csv_and_plot(engine_dir, jsonl_dataset, tmp_path, ca
         "--sweep", "--sweep_k", "2,4", "--sweep_n", "1,2", "--sweep_modes", "pool,longest,pool-adaptive",
         "--workflow", "v2", "--sweep_dir", sweep_dir], capsys)
     assert code == 0, err
-    assert sorted(p.name for p in sweep_dir.iterdir()) == ["sweep.csv", "sweep.json", "sweep.png"]
+    assert sorted(p.name for p in sweep_dir.iterdir()) == [".promptlookup-output.json", "sweep.csv", "sweep.json",
+                                                          "sweep.png"]
     payload = json.loads((sweep_dir / "sweep.json").read_text())
     rows = payload["rows"]
     assert len(rows) == 2 * 2 + 2 + 2 * 2
