@@ -69,7 +69,7 @@ def ensure_writable(path: str | os.PathLike[str], what: str, *, directory: bool 
     target = Path(path)
     if target.exists() and target.is_dir() != directory:
         kind = "a directory" if target.is_dir() else "a file"
-        fix = "name a directory" if directory else "name a file inside it, e.g. " + str(target / "results.json")
+        fix = "name a directory" if directory else "name a file (e.g. one inside it)"
         raise UserError(f"{what} {path} is {kind}; {fix}")
     _probe_writable(_existing_ancestor(target.resolve().parent), f"{what} {path}")
 

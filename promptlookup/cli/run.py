@@ -7,28 +7,35 @@ from dataclasses import asdict
 from typing import Any
 
 from ..errors import UserError
-from ..fsutil import atomic_write_json
+from ..engine.config import check_end_id
+from ..fsutil import atomic_write_json, ensure_writable
+from ..threads import configure_threads
 from .args import (
     ArgumentParser,
     add_common_args,
     device_ids_from_args,
     draft_from_args,
+    require_lookup_config,
     sampling_from_args,
 )
-from .inputs import collect_prompts
+from .inputs import check_input_file, collect_prompts
 from .stream_output import StreamPrinter, add_color_argument, color_mode, colorize, decode_text
 
 
-def parse_args(argv: list[str] | None):
+def build_parser() -> ArgumentParser:
     p = ArgumentParser(prog="run.py", description="Generate with prompt-lookup speculative decoding.")
     p.add_argument("--input_text", action="append", default=None, help="a prompt; repeat for a batch")
     p.add_argument("--input_file", default=None, help=".txt, .json, .csv or .npy (see the README)")
-    p.add_argument("--max_output_len", type=int, default=100)
+    p.add_argument("--max_output_len", type=int, default=100, help="new tokens per prompt at most")
     p.add_argument("--streaming", action="store_true", help="print text as it is accepted")
     p.add_argument("--hf_model_dir", default=None, help="TensorRT-LLM backend, v2 workflow: the Hugging Face model")
     add_color_argument(p)
     add_common_args(p)
-    return p.parse_args(argv)
+    return p
+
+
+def parse_args(argv: list[str] | None):
+    return build_parser().parse_args(argv)
 
 
 def summarize_stats(results: list[Any]) -> dict[str, Any]:
@@ -47,12 +54,19 @@ def summarize_stats(results: list[Any]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    require_lookup_config(args, parser.given)
     sampling = sampling_from_args(args)
     draft = draft_from_args(args)
     device_ids = device_ids_from_args(args)
     if args.max_output_len < 1:
         raise UserError(f"--max_output_len must be at least 1, got {args.max_output_len}")
+    if args.output_json:  # fail now, not after generating
+        ensure_writable(args.output_json, "--output_json")
+    if args.input_file:
+        check_input_file(args.input_file)
+    num_threads = configure_threads(args.num_threads)
 
     from ..decoding import generate
     from ..engine.config import read_engine_config
@@ -81,6 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     end_id = args.end_id if args.end_id is not None else tokenizer.eos_token_id
     if end_id is None:
         raise UserError("the tokenizer defines no end-of-sequence token; pass --end_id")
+    check_end_id(end_id, vocab)
     prompts = collect_prompts(args.input_text, args.input_file, tokenizer, args.use_chat_template, end_id)
     use_color = color_mode(args.color, sys.stdout)
     printer = StreamPrinter(tokenizer, sys.stdout, color=use_color, num_sequences=len(prompts)) if args.streaming else None
@@ -138,6 +153,7 @@ def main(argv: list[str] | None = None) -> int:
                     "kv_cache_enable_block_reuse": args.kv_cache_enable_block_reuse,
                     "draft_length_policy": args.draft_length_policy,
                     "batch_size": len(prompts),
+                    "num_threads": num_threads,
                     "device": str(getattr(getattr(runner, "model", None), "device", "trtllm")),
                     "cuda_graphs": getattr(runner, "graphs", None) is not None,
                     "drafter_implementation": drafter.classes.implementation if drafter else None,

@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Sequence
 
 from ..drafting.base import DraftConfig
+from ..engine.config import check_end_id
 from ..errors import UserError
 from ..fsutil import check_output_dir
 from ..runtime.base import SamplingConfig
@@ -148,6 +149,8 @@ def _check_limits(limits: Any, settings: EvalSettings, prompt_lengths: Sequence[
     if longest + s.output_len > limits.max_seq_len:
         raise UserError(f"the longest prompt ({longest} tokens) plus --output_len {s.output_len} exceeds the engine's "
                         f"max_seq_len {limits.max_seq_len}; lower --max_input_length or --output_len, or rebuild")
+    if s.end_id is not None:
+        check_end_id(s.end_id, limits.vocab_size)
     ks = ([s.draft.prompt_lookup_num_tokens] if (s.draft and s.test_engine) else []) + (list(s.sweep_k) if s.sweep else [])
     if ks and max(ks) > limits.max_draft_len:
         raise UserError(f"prompt_lookup_num_tokens {max(ks)} exceeds the engine's max_draft_len {limits.max_draft_len}; "
@@ -182,6 +185,13 @@ def evaluate(
     s = settings
     validate(s)
     uses_engine = s.test_engine or s.sweep
+    # Check the folders the user named before the tokenizer, so a wrong one is blamed by its own flag.
+    if uses_engine:
+        from ..engine.config import read_engine_config
+
+        read_engine_config(s.engine_dir)
+    if s.test_hf and s.hf_model_dir:
+        check_hf_model_dir(s.hf_model_dir)
     tokenizer_dir = s.tokenizer_dir or (s.engine_dir if uses_engine else s.hf_model_dir or s.engine_dir)
     if not tokenizer_dir:
         raise UserError("no tokenizer: pass --tokenizer_dir (or --engine_dir / --hf_model_dir holding one)")
