@@ -187,7 +187,8 @@ def require_lookup_config(args: argparse.Namespace, given: Collection[str], allo
         return
     stray = [flag for dest, flag in LOOKUP_ONLY_FLAGS.items() if dest in given and dest not in allowed]
     if stray:
-        raise UserError(f"{', '.join(stray)} only apply to prompt lookup, which is off; add --prompt_lookup_config "
+        verb = "applies" if len(stray) == 1 else "apply"
+        raise UserError(f"{', '.join(stray)} {verb} only to prompt lookup, which is off; add --prompt_lookup_config "
                         '"[k, n, [devices]]" (e.g. "[10,2,[0]]") or drop them')
 
 
