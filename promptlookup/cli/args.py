@@ -18,7 +18,8 @@ class HelpFormatter(argparse.HelpFormatter):
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
-        if not action.option_strings or action.default is argparse.SUPPRESS or "default" in text.lower():
+        if (not action.option_strings or action.required or action.default is argparse.SUPPRESS
+                or "default" in text.lower()):
             return text
         if action.nargs == 0 and isinstance(action.default, bool):
             return f"{text} (default: {'on' if action.default else 'off'})"
@@ -166,14 +167,14 @@ LOOKUP_ONLY_FLAGS = {
 }
 
 
-def add_num_threads_argument(parser: argparse.ArgumentParser, default: int | None = None) -> None:
-    """``--num_threads``; None resolves to :func:`promptlookup.threads.default_num_threads`."""
+def add_num_threads_argument(parser: argparse.ArgumentParser, default: int | None = None, *aliases: str) -> None:
+    """``--num_threads`` (and ``aliases``); None resolves to :func:`promptlookup.threads.default_num_threads`."""
     from ..threads import MAX_DEFAULT_THREADS, default_num_threads
 
     described = (str(default) if default is not None else
                  f"$OMP_NUM_THREADS if set, else half the CPUs available to the process, 1 to {MAX_DEFAULT_THREADS} "
                  f"(here {default_num_threads()})")
-    parser.add_argument("--num_threads", type=int, default=default,
+    parser.add_argument("--num_threads", *aliases, type=int, default=default,
                         help=f"PyTorch CPU threads (keep it low on a shared machine); default: {described}")
 
 

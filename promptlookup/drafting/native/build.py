@@ -64,12 +64,16 @@ def build_one(cc: list[str], source: Path) -> None:
             os.unlink(tmp)
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description="compile the drafters' C extensions")
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description="compile the drafters' C extensions", allow_abbrev=False)
     p.add_argument("--strict", action="store_true", help="exit 2 if a compiler exists but a build fails")
     p.add_argument("--force", action="store_true", help="rebuild even if up to date")
     p.add_argument("--has_compiler", action="store_true", help="print 1 if a C compiler is available, else 0")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     cc = compiler()
     if args.has_compiler:
         print(int(cc is not None))
