@@ -28,9 +28,10 @@ def test_engine_and_hf_side_by_side(engine_dir, jsonl_dataset, tmp_path, capsys)
     out_json = tmp_path / "out.json"
     code, out, err = run(base_args(engine_dir, jsonl_dataset) + [
         "--test_trt_llm", "--test_hf", "--prompt_lookup_config", "[4,2,[0]]", "--output_json", out_json,
-        "--hf_device", "cpu", "--data_type", "float32"], capsys)  # same device and dtype as the PyTorch engine
+        "--hf_device", "cpu", "--data_type", "float32", "--num_threads", "1"], capsys)  # as the PyTorch engine
     assert code == 0, err
     data = json.loads(out_json.read_text())
+    assert data["num_threads"] == 1 and "1 CPU thread(s)" in out
     by_name = {c["name"]: c for c in data["contenders"]}
     assert list(by_name) == ["ours plain", "ours lookup v1 pool k=4 n=2", "hf plain", "hf lookup pool k=4 n=2"]
     for name, c in by_name.items():
@@ -81,6 +82,7 @@ def test_sweep_writes_table_csv_and_plot(engine_dir, jsonl_dataset, tmp_path, ca
     assert sorted(p.name for p in sweep_dir.iterdir()) == [".promptlookup-output.json", "sweep.csv", "sweep.json",
                                                           "sweep.png"]
     payload = json.loads((sweep_dir / "sweep.json").read_text())
+    assert payload["num_threads"] == 1  # OMP_NUM_THREADS=1 in the tests: the default follows it
     rows = payload["rows"]
     assert len(rows) == 2 * 2 + 2 + 2 * 2
     assert all((r["identical"], r["compared"]) == (4, 4) for r in rows)  # every setting is lossless
