@@ -133,15 +133,22 @@ def check_output_dir(
 
 @contextlib.contextmanager
 def _deferred_interrupts() -> Iterator[None]:
-    """Hold SIGINT/SIGTERM back (main thread, POSIX) so a few renames complete together."""
-    blockable = threading.current_thread() is threading.main_thread() and hasattr(signal, "pthread_sigmask")
-    if blockable:
-        old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    """Hold Ctrl-C (SIGINT) back until the block is done, then deliver it (main thread only).
+
+    The Python-level handler is swapped rather than the signal masked: in a process with
+    other threads (PyTorch's), the kernel may hand the signal to any of them.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: received.append(signum))
     try:
         yield
     finally:
-        if blockable:
-            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        signal.signal(signal.SIGINT, previous if previous is not None else signal.SIG_DFL)
+        if received:
+            signal.raise_signal(signal.SIGINT)
 
 
 @contextlib.contextmanager

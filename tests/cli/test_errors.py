@@ -160,7 +160,7 @@ def test_interrupt_during_the_final_rename_is_delivered_after_it(tmp_path, monke
     real_rename = os.rename
 
     def rename_interrupted(src, dst):  # Ctrl-C lands exactly while the output is being replaced
-        os.kill(os.getpid(), signal.SIGINT)
+        signal.raise_signal(signal.SIGINT)  # to this (the main) thread, so it is handled synchronously
         real_rename(src, dst)
 
     monkeypatch.setattr(fsutil.os, "rename", rename_interrupted)
