@@ -136,7 +136,8 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"[{mode}] {stats['generated_tokens']} tokens in {wall:.2f} s ({stats['generated_tokens'] / wall:.1f} tok/s); "
         f"{stats['steps']} steps, {stats['tokens_per_step']:.2f} tokens/step; "
-        f"drafted {stats['drafted']}, accepted {stats['accepted']} ({100 * stats['acceptance_rate']:.1f}%)"
+        f"drafted {stats['drafted']}, accepted {stats['accepted']} ({100 * stats['acceptance_rate']:.1f}%); "
+        f"{num_threads} CPU thread(s)"
     )
     if args.output_json:
         atomic_write_json(

@@ -58,6 +58,7 @@ def test_run_records_the_thread_count(tiny_engine_dir, tmp_path):
                 "--num_threads", "2", "--output_json", str(out))
     assert r.returncode == 0, r.stderr
     assert json.loads(out.read_text())["config"]["num_threads"] == 2
+    assert "; 2 CPU thread(s)" in r.stdout
 
 
 def test_run_refuses_zero_threads(tmp_path):
