@@ -28,7 +28,6 @@ at 32K tokens for the pool and longest modes, and >= 50x cheaper than transforme
 """
 from __future__ import annotations
 
-import argparse
 import gc
 import glob
 import importlib.util
@@ -47,6 +46,7 @@ if str(ROOT) not in sys.path:
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
+from promptlookup.cli.args import ArgumentParser, add_num_threads_argument  # noqa: E402  (first: OpenMP wait policy)
 from promptlookup.drafting import DraftConfig, make_drafter  # noqa: E402
 from promptlookup.drafting.native import implementation as native_implementation  # noqa: E402
 from promptlookup.fsutil import atomic_write_json  # noqa: E402
@@ -183,8 +183,8 @@ def time_transformers(stream: list[int], length: int, steps: int, extend: int, k
     return step_summary(per_step, cpu0, extend, 0.0, nonempty)
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def build_parser() -> ArgumentParser:
+    p = ArgumentParser(prog="bench/bench_drafting.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--lengths", default="1024,8192,32768", help="context lengths, comma separated")
     p.add_argument("--steps", type=int, default=1000, help="timed steps per (length, drafter)")
     p.add_argument("--hf_steps", type=int, default=100, help="timed steps for transformers' drafter")
@@ -192,21 +192,29 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--k", type=int, default=10, help="prompt_lookup_num_tokens")
     p.add_argument("--n", type=int, default=2, help="max_matching_ngram_size")
     p.add_argument("--synthetic", action="store_true", help="use the synthetic stream even if the tokenizer exists")
-    p.add_argument("--torch_threads", type=int, default=1,
-                   help="intra-op threads for transformers' drafter (1: like ours, and stable on shared CPUs)")
+    # 1: the drafters are single-threaded, and one thread is stable on a shared CPU.
+    add_num_threads_argument(p, 1, "--torch_threads")
     p.add_argument("--skip_python", action="store_true",
                    help="leave out the pure-Python rows (shown by default to compare with the C modules)")
-    p.add_argument("--output_json", default=str(ROOT / "bench" / "results" / "drafting.json"))
+    p.add_argument("--output_json", default=str(ROOT / "bench" / "results" / "drafting.json"),
+                   help="where the results are written")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = build_parser()
     args = p.parse_args(argv)
     lengths = [int(x) for x in args.lengths.split(",") if x.strip()]
     if not lengths or min(lengths) < 2 or min(args.steps, args.hf_steps, args.extend, args.k, args.n) < 1:
         p.error("lengths must be >= 2 and steps, hf_steps, extend, k, n >= 1")
     need = max(lengths) + max(args.steps, args.hf_steps) * args.extend + 1
 
+    if args.num_threads < 1:
+        p.error(f"--num_threads must be at least 1, got {args.num_threads}")
     try:
         import torch
 
-        torch.set_num_threads(args.torch_threads)
+        torch.set_num_threads(args.num_threads)
     except ImportError:
         pass
     stream = None if args.synthetic else stdlib_stream(need)
@@ -217,7 +225,8 @@ def main(argv: list[str] | None = None) -> int:
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"machine: {info['cpu']} ({info['logical_cpus']} logical CPUs), Python {info['python']}, "
           f"{info['platform']}, torch threads {info.get('torch_threads', '-')}, load average {load:.1f}")
-    print(f"stream: {source}, {len(stream)} tokens; k={args.k}, n={args.n}, +{args.extend} tokens per step")
+    print(f"stream: {source}, {len(stream)} tokens; k={args.k}, n={args.n}, +{args.extend} tokens per step; "
+          f"{args.num_threads} torch thread(s) (transformers' drafter; ours are single-threaded)")
 
     impl = native_implementation()
     print(f"drafter implementation: pool {impl['pool']}, suffix automaton {impl['suffix_automaton']} "
@@ -283,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
         "load_average": os.getloadavg() if hasattr(os, "getloadavg") else None,
         "stream": {"source": source, "tokens": len(stream)},
         "settings": {"lengths": lengths, "steps": args.steps, "hf_steps": args.hf_steps,
-                     "extend": args.extend, "k": args.k, "n": args.n},
+                     "extend": args.extend, "k": args.k, "n": args.n, "num_threads": args.num_threads},
         "results": results,
         "targets": checks,
     })
@@ -292,4 +301,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from promptlookup.errors import run_cli
+
+    run_cli(main)

@@ -32,6 +32,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from promptlookup.cli.args import ArgumentParser, add_num_threads_argument  # noqa: E402  (before torch: OpenMP policy)
+
 import torch  # noqa: E402
 
 from promptlookup.checkpoint.load import load_checkpoint  # noqa: E402
@@ -45,33 +47,39 @@ from promptlookup.fsutil import atomic_write_json  # noqa: E402
 from promptlookup.runtime import load_tokenizer  # noqa: E402
 from promptlookup.runtime.device import resolve_device  # noqa: E402
 from promptlookup.runtime.torch_runner import TorchRunner  # noqa: E402
+from promptlookup.threads import configure_threads  # noqa: E402
 
 SHARED = ROOT.parent / "shared" / "data" / "cnn_dailymail" / "train_sample.jsonl"
 
 
 def machine(device: str) -> str:
     cpu = f"{platform.machine()} {platform.processor() or ''} {os.cpu_count()} cores".strip()
+    threads = f"{torch.get_num_threads()} torch threads"
     if device.startswith("cuda"):
-        return f"{torch.cuda.get_device_name(torch.device(device))} (host {cpu}), torch {torch.__version__}"
-    return f"{cpu}, torch {torch.__version__}, {torch.get_num_threads()} threads"
+        return f"{torch.cuda.get_device_name(torch.device(device))} (host {cpu}, {threads}), torch {torch.__version__}"
+    return f"{cpu}, torch {torch.__version__}, {threads}"
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--engine_dir", default=str(ROOT / "artifacts/smollm2/engine"))
-    p.add_argument("--num_code", type=int, default=6)
-    p.add_argument("--num_summary", type=int, default=3)
-    p.add_argument("--max_new_tokens", type=int, default=160)
-    p.add_argument("--k", type=int, default=10)
-    p.add_argument("--n", type=int, default=2)
-    p.add_argument("--threads", type=int, default=2)
+def build_parser() -> ArgumentParser:
+    p = ArgumentParser(prog="bench/bench_runtime.py", description=__doc__.splitlines()[0])
+    p.add_argument("--engine_dir", default=str(ROOT / "artifacts/smollm2/engine"), help="the SmolLM2 engine")
+    p.add_argument("--num_code", type=int, default=6, help="code-edit prompts")
+    p.add_argument("--num_summary", type=int, default=3, help="summary prompts (when --dataset exists)")
+    p.add_argument("--max_new_tokens", type=int, default=160, help="new tokens per prompt")
+    p.add_argument("--k", type=int, default=10, help="prompt_lookup_num_tokens")
+    p.add_argument("--n", type=int, default=2, help="max_matching_ngram_size")
+    add_num_threads_argument(p, None, "--threads")
     p.add_argument("--device", default="auto", help="auto (the GPU when one is visible), cpu, cuda or cuda:N")
     p.add_argument("--cuda_graph_mode", action=argparse.BooleanOptionalAction, default=None,
                    help="our runners on a GPU: replay CUDA graphs (default: on when on a GPU)")
     p.add_argument("--dataset", default=str(SHARED), help="CNN/DailyMail JSONL for the summary prompts")
-    p.add_argument("--output_json", default=str(ROOT / "bench/results/runtime.json"))
-    args = p.parse_args()
-    torch.set_num_threads(args.threads)
+    p.add_argument("--output_json", default=str(ROOT / "bench/results/runtime.json"), help="where results are written")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    args.num_threads = configure_threads(args.num_threads)
 
     cfg = read_engine_config(args.engine_dir)
     tok = load_tokenizer(args.engine_dir)
@@ -135,7 +143,8 @@ def main() -> int:
         return statistics.mean(r["times"][a] / r["times"][b] for r in sel) if sel else float("nan")
 
     summary = {}
-    print(f"\nmachine: {machine(device)}; SmolLM2-135M fp32, greedy, max_new_tokens={args.max_new_tokens}, [k,n]=[{args.k},{args.n}]")
+    print(f"\nmachine: {machine(device)}; SmolLM2-135M fp32, greedy, max_new_tokens={args.max_new_tokens}, "
+          f"[k,n]=[{args.k},{args.n}], {args.num_threads} CPU thread(s)")
     print(f"{'method':18} {'tok/s':>7} {'speedup vs ours_plain':>22} {'vs hf_plain':>12} {'identical':>10}")
     for m in methods:
         total_t = sum(r["times"][m] for r in rows)
@@ -162,11 +171,14 @@ def main() -> int:
     print("\ntargets (mean of per-prompt time ratios):")
     for k, v in targets.items():
         print(f"  {k}: {v:.2f}")
-    atomic_write_json(args.output_json, {"machine": machine(device), "device": device, "args": vars(args), "summary": summary,
+    atomic_write_json(args.output_json, {"machine": machine(device), "device": device, "num_threads": args.num_threads,
+                                         "args": vars(args), "summary": summary,
                                          "targets": targets, "prompts": rows})
     print(f"wrote {args.output_json}")
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from promptlookup.errors import run_cli
+
+    run_cli(main)

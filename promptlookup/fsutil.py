@@ -3,6 +3,11 @@
 Directories are assembled in a hidden sibling temporary directory and renamed into place
 only when complete; files are written to a sibling temporary file and renamed. A failure
 at any point removes the temporary and leaves an existing target untouched.
+
+Nothing the toolkit did not write is ever deleted: every output directory carries a small
+manifest (:data:`MANIFEST`, naming its kind), and an existing directory is replaced only
+when it is empty or carries the manifest of the same kind. Outputs that are, contain or
+lie inside their inputs are refused (:func:`check_output_dir`), before anything is loaded.
 """
 from __future__ import annotations
 
@@ -10,9 +15,11 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import tempfile
+import threading
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Collection, Iterator, Sequence
 
 from .errors import UserError
 
@@ -23,38 +30,164 @@ def _umask() -> int:
     return mask
 
 
-def _writable_parent(target: Path) -> Path:
-    parent = target.resolve().parent
+MANIFEST = ".promptlookup-output.json"
+"""Marks a directory this toolkit wrote; only such a directory (or an empty one) is replaced."""
+
+
+def _manifest_kind(directory: Path) -> str | None:
+    """The ``kind`` recorded in ``directory``'s manifest, or None if it has no readable one."""
     try:
-        parent.mkdir(parents=True, exist_ok=True)
+        data = json.loads((directory / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    kind = data.get("kind") if isinstance(data, dict) and data.get("tool") == "promptlookup" else None
+    return kind if isinstance(kind, str) else None
+
+
+def _probe_writable(directory: Path, what: str) -> None:
+    """Create and remove a temporary entry in ``directory``: the only check root cannot skip."""
+    if not directory.is_dir():
+        raise UserError(f"{what}: {directory} is not a directory; choose a writable path")
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".promptlookup-probe-", dir=directory))
     except OSError as exc:
-        raise UserError(f"cannot create output location {parent}: {exc.strerror}; choose a writable path") from None
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise UserError(f"output location {parent} is not writable; choose a writable path")
-    if target.exists() and not target.is_dir():
-        raise UserError(f"output path {target} exists and is not a directory; remove it or choose another path")
-    return parent
+        raise UserError(f"{what}: cannot write in {directory} ({exc.strerror}); choose a writable path") from None
+
+
+def _existing_ancestor(path: Path) -> Path:
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def ensure_writable(path: str | os.PathLike[str], what: str, *, directory: bool = False) -> None:
+    """Fail early, creating nothing, if ``path`` cannot be written later (a file, or a folder).
+
+    ``what`` names the flag in the message. Cost: a few ``stat`` calls and one temporary
+    entry created and removed in the nearest existing ancestor.
+    """
+    target = Path(path)
+    if target.exists() and target.is_dir() != directory:
+        kind = "a directory" if target.is_dir() else "a file"
+        fix = "name a directory" if directory else "name a file (e.g. one inside it)"
+        raise UserError(f"{what} {path} is {kind}; {fix}")
+    _probe_writable(_existing_ancestor(target.resolve().parent), f"{what} {path}")
+
+
+def _relation(output: Path, other: Path) -> str | None:
+    if output == other:
+        return "is"
+    if other in output.parents:
+        return "lies inside"
+    if output in other.parents:
+        return "contains"
+    return None
+
+
+def check_output_dir(
+    target: str | os.PathLike[str],
+    kind: str,
+    *,
+    flag: str = "--output_dir",
+    inputs: Sequence[tuple[str, str | os.PathLike[str]]] = (),
+    legacy_names: Collection[str] = (),
+) -> Path:
+    """Refuse, creating nothing, an output directory that must not be replaced; return it resolved.
+
+    Rules (each a one-line :class:`UserError` naming the folder and the fix):
+
+    - the output is not an input, does not lie inside one and does not contain one
+      (``inputs`` holds ``(flag, path)`` pairs);
+    - it is not the working directory or one of its ancestors;
+    - an existing output is a directory that is empty or carries this toolkit's
+      :data:`MANIFEST` for the same ``kind`` (``legacy_names``: file names whose sole
+      presence also marks an output written before manifests existed);
+    - its location can be written.
+
+    Cost: O(entries of the existing output) plus :func:`ensure_writable`'s probe.
+    """
+    resolved = Path(target).resolve()
+    for in_flag, in_path in inputs:
+        relation = _relation(resolved, Path(in_path).resolve())
+        if relation is not None:
+            raise UserError(f"{flag} {target} {relation} {in_flag} {in_path}; the output replaces its folder as a "
+                            f"whole, so choose a folder outside the input")
+    if _relation(resolved, Path.cwd().resolve()) in ("is", "contains"):
+        raise UserError(f"{flag} {target} is the working directory (or contains it); the output replaces its "
+                        f"folder as a whole, so name a new folder, e.g. {flag} {Path(target) / kind.split()[-1]}")
+    if resolved.exists():
+        if not resolved.is_dir():
+            raise UserError(f"{flag} {target} exists and is not a directory; remove it or choose another path")
+        entries = sorted(p.name for p in resolved.iterdir())
+        found = _manifest_kind(resolved) if MANIFEST in entries else None
+        if entries and found != kind and not (found is None and legacy_names and set(entries) <= set(legacy_names)):
+            if found is not None:
+                raise UserError(f"{flag} {target} holds a {found} written by promptlookup, not the {kind} "
+                                f"this command writes; choose another folder")
+            shown = ", ".join(entries[:3]) + (", ..." if len(entries) > 3 else "")
+            raise UserError(f"{flag} {target} already holds files promptlookup did not write ({shown}); "
+                            f"choose a new or empty folder, or delete it yourself")
+    ensure_writable(resolved, flag, directory=True)
+    return resolved
 
 
 @contextlib.contextmanager
-def atomic_output_dir(target: str | os.PathLike[str]) -> Iterator[Path]:
+def _deferred_interrupts() -> Iterator[None]:
+    """Hold Ctrl-C (SIGINT) back until the block is done, then deliver it (main thread only).
+
+    The Python-level handler is swapped rather than the signal masked: in a process with
+    other threads (PyTorch's), the kernel may hand the signal to any of them.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: received.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous if previous is not None else signal.SIG_DFL)
+        if received:
+            signal.raise_signal(signal.SIGINT)
+
+
+@contextlib.contextmanager
+def atomic_output_dir(
+    target: str | os.PathLike[str],
+    kind: str,
+    *,
+    flag: str = "--output_dir",
+    inputs: Sequence[tuple[str, str | os.PathLike[str]]] = (),
+    legacy_names: Collection[str] = (),
+) -> Iterator[Path]:
     """Yield a temporary directory that replaces ``target`` when the block succeeds.
 
-    An existing ``target`` is replaced only after the new one is complete.
+    ``target`` must pass :func:`check_output_dir` (checked on entry and again just before
+    the replacement, so files that appeared meanwhile are never deleted). The new output
+    carries a :data:`MANIFEST` naming ``kind``. An existing ``target`` is replaced only
+    after the new one is complete; an interrupt during the replacement is delivered after it.
     """
-    target = Path(target)
-    parent = _writable_parent(target)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=parent))
+    checks = dict(flag=flag, inputs=inputs, legacy_names=legacy_names)
+    resolved = check_output_dir(target, kind, **checks)
+    parent = resolved.parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"{flag} {target}: cannot create {parent} ({exc.strerror}); choose a writable path") from None
+    tmp = Path(tempfile.mkdtemp(prefix=f".{resolved.name}.tmp-", dir=parent))
     try:
         os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes it private; outputs are not
         yield tmp
-        old = None
-        if target.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=parent))
-            os.rename(target, old / "x")
-        os.rename(tmp, target)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+        atomic_write_json(tmp / MANIFEST, {"tool": "promptlookup", "kind": kind, "version": 1})
+        check_output_dir(target, kind, **checks)
+        with _deferred_interrupts():
+            old = None
+            if resolved.exists():
+                old = Path(tempfile.mkdtemp(prefix=f".{resolved.name}.old-", dir=parent))
+                os.rename(resolved, old / "x")
+            os.rename(tmp, resolved)
+            if old is not None:
+                shutil.rmtree(old, ignore_errors=True)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

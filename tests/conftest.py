@@ -86,6 +86,7 @@ def smollm2_engine_dir(tmp_path_factory) -> Path:
 
 # Unit tests run tiny models, for which a second intra-op thread only adds synchronisation
 # (and is starved whenever anything else runs). Tests of the real model ask for more.
+os.environ.setdefault("OMP_NUM_THREADS", "1")  # also the default of scripts' --num_threads run in-process
 import torch  # noqa: E402
 
 torch.set_num_threads(1)

@@ -41,6 +41,7 @@ def read_json_object(path: Path) -> dict:
 ARCHITECTURE = "LlamaForCausalLM"
 DTYPES = ("float32", "float16", "bfloat16")
 DTYPE_CHOICES = ("auto", *DTYPES)
+CHECKPOINT_KIND = "checkpoint"  # the kind in a converted checkpoint's output manifest (promptlookup.fsutil)
 
 _REQUIRED_KEYS = ("architecture", "dtype", "vocab_size", "hidden_size", "intermediate_size",
                   "num_hidden_layers", "num_attention_heads")

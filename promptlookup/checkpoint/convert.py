@@ -26,7 +26,7 @@ from transformers import LlamaForCausalLM, PreTrainedTokenizerBase
 from ..fsutil import atomic_output_dir, atomic_write_json
 from . import layout as L
 from .sharding import shard_layer, shard_lm_head
-from .config import checkpoint_config, resolve_dtype, torch_dtype
+from .config import CHECKPOINT_KIND, checkpoint_config, resolve_dtype, torch_dtype
 
 __all__ = ["checkpoint_config", "convert_model"]
 
@@ -97,7 +97,7 @@ def convert_model(
     state.setdefault(L.HF_LM_HEAD, state[L.HF_EMBEDDING])
 
     output_dir = Path(output_dir)
-    with atomic_output_dir(output_dir) as tmp:
+    with atomic_output_dir(output_dir, CHECKPOINT_KIND) as tmp:
         bar = tqdm(total=layout.num_layers, desc="converting layers", unit="layer",
                    disable=not progress)
         with bar:

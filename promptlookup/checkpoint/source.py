@@ -43,6 +43,11 @@ def check_model_dir(model_dir: str | Path) -> dict[str, Any]:
                         f"(config.json plus *.safetensors or *.bin weights)")
     raw = read_json_object(config_file)
     model_type = raw.get("model_type")
+    if model_type is None and "mapping" in raw and "architecture" in raw:
+        raise UserError(f"{path} is already a converted TensorRT-LLM checkpoint, not a Hugging Face model; "
+                        f"build an engine from it with build.sh --checkpoint_dir {path}")
+    if model_type is None and "build_config" in raw and "pretrained_config" in raw:
+        raise UserError(f"{path} is a built engine, not a Hugging Face model; pass it to run.py --engine_dir")
     if model_type != "llama":
         raise UserError(f"{config_file} has model_type {model_type!r}; only Llama (model_type 'llama') "
                         f"checkpoints can be converted")

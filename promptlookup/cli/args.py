@@ -2,18 +2,74 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
-from typing import NoReturn
+from typing import Any, Collection, NoReturn, Sequence
 
 from ..errors import UserError
 
 
+class HelpFormatter(argparse.HelpFormatter):
+    """``--help`` lists every option's default after its one-line description.
+
+    Help that already states its default (it mentions "default") is left as written;
+    switches read "(default: on/off)", options without a value "(default: none)".
+    """
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if (not action.option_strings or action.required or action.default is argparse.SUPPRESS
+                or "default" in text.lower()):
+            return text
+        if action.nargs == 0 and isinstance(action.default, bool):
+            return f"{text} (default: {'on' if action.default else 'off'})"
+        if action.default is None:
+            return f"{text} (default: none)"
+        return f"{text} (default: %(default)s)"
+
+
 class ArgumentParser(argparse.ArgumentParser):
-    """An ``argparse.ArgumentParser`` whose errors are one line and exit code 2."""
+    """The parser of every script: one-line errors with exit code 2, no prefix matching
+    (``--max_tokens`` is refused, not read as ``--max_tokens_in_paged_kv_cache``) and
+    defaults shown in ``--help``.
+
+    After parsing, :attr:`given` holds the ``dest`` of every option the command line named
+    (for checks such as :func:`require_lookup_config` that depend on what the user typed).
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
+        self.given: frozenset[str] = frozenset()
+
+    def parse_known_args(self, args: Sequence[str] | None = None, namespace: Any = None):  # type: ignore[override]
+        argv = sys.argv[1:] if args is None else [str(a) for a in args]
+        result = super().parse_known_args(argv, namespace)
+        given = set()
+        for token in argv:
+            if token == "--":
+                break
+            action = self._option_string_actions.get(token.split("=", 1)[0]) if token.startswith("-") else None
+            if action is not None:
+                given.add(action.dest)
+        self.given = frozenset(given)
+        return result
 
     def error(self, message: str) -> NoReturn:
         print(f"error: {message} (see {self.prog} --help)", file=sys.stderr)
         sys.exit(2)
+
+
+def finite_float(text: str) -> float:
+    """An argparse ``type``: a finite float (``nan`` and ``inf`` are refused)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return value
 
 
 def parse_prompt_lookup_config(text: str) -> tuple[int, int, list[int]]:
@@ -52,9 +108,10 @@ def add_common_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     from ..drafting.base import DRAFT_MODES, POOL_RULES
 
     g = parser.add_argument_group("engine")
-    g.add_argument("--engine_dir", default="engine_outputs")
-    g.add_argument("--tokenizer_dir", default=None, help="default: the engine directory")
-    g.add_argument("--max_tokens_in_paged_kv_cache", type=int, default=None)
+    g.add_argument("--engine_dir", default="engine_outputs", help="engine folder written by build.sh")
+    g.add_argument("--tokenizer_dir", default=None, help="tokenizer folder; default: the engine directory")
+    g.add_argument("--max_tokens_in_paged_kv_cache", type=int, default=None,
+                   help="KV cache capacity in tokens; default: twice max_batch_size full sequences (PyTorch engines)")
     g.add_argument("--kv_cache_enable_block_reuse", action="store_true", help="reuse cached KV blocks across calls")
     g.add_argument("--device", default="auto",
                    help="PyTorch engines: auto (default: the GPU when one is visible, else the CPU), cpu, cuda or cuda:N")
@@ -64,18 +121,20 @@ def add_common_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     g.add_argument("--backend", choices=["auto", "torch", "trtllm"], default="auto",
                    help="auto: the backend the engine was built for; torch/trtllm: insist on that one")
     g = parser.add_argument_group("generation")
-    g.add_argument("--end_id", type=int, default=None, help="default: the tokenizer's end-of-sequence id")
+    g.add_argument("--end_id", type=int, default=None, help="token id that ends a sequence; default: the tokenizer's end-of-sequence id")
     g.add_argument("--use_chat_template", action="store_true", help="wrap text prompts as a chat request")
-    g.add_argument("--temperature", type=float, default=0.0, help="0 (default) is greedy decoding")
-    g.add_argument("--top_k", type=int, default=0)
-    g.add_argument("--top_p", type=float, default=1.0)
-    g.add_argument("--random_seed", type=int, default=0)
+    g.add_argument("--temperature", type=finite_float, default=0.0, help="sampling temperature; 0 (default) is greedy decoding")
+    g.add_argument("--top_k", type=int, default=0, help="sample from the k most likely tokens; 0: no limit")
+    g.add_argument("--top_p", type=finite_float, default=1.0, help="sample from the smallest set with this probability")
+    g.add_argument("--random_seed", type=int, default=0, help="seed of the sampler")
     g = parser.add_argument_group("prompt lookup")
-    g.add_argument("--prompt_lookup_config", default=None, help='"[k, n, [devices]]", e.g. "[10,2,[0]]"')
+    g.add_argument("--prompt_lookup_config", default=None,
+                   help='turn prompt lookup on: "[k, n, [devices]]", e.g. "[10,2,[0]]"; default: off (plain decoding)')
     g.add_argument("--ngram_config", default=None,
                    help="TensorRT-LLM 1.0's name for --prompt_lookup_config (same format)")
     g.add_argument("--workflow", choices=["v1", "v2"], default="v1", help="v1: orchestrator loop; v2: single call")
-    g.add_argument("--drafter_mode", choices=list(DRAFT_MODES), default="pool")
+    g.add_argument("--drafter_mode", choices=list(DRAFT_MODES), default="pool",
+                   help="pool: TensorRT-LLM's n-gram pool; longest: the longest earlier match of the text's end")
     g.add_argument("--pool_rules", choices=list(POOL_RULES), default="auto",
                    help="pool mode: TensorRT-LLM V1's PLDPool (v1) or V2's NGramPoolManager (v2) rules; "
                         "auto: those of --workflow")
@@ -87,9 +146,12 @@ def add_common_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         "full: always the whole draft, as TensorRT-LLM",
     )
     g.add_argument("--adaptive_draft", action="store_true", help="size drafts from match length and acceptance")
-    g.add_argument("--is_keep_all", action=argparse.BooleanOptionalAction, default=True)
-    g.add_argument("--is_use_oldest", action=argparse.BooleanOptionalAction, default=True)
-    g.add_argument("--is_public_pool", action=argparse.BooleanOptionalAction, default=True)
+    g.add_argument("--is_keep_all", action=argparse.BooleanOptionalAction, default=True,
+                   help="pool: keep every candidate continuation of a pattern, not only the latest")
+    g.add_argument("--is_use_oldest", action=argparse.BooleanOptionalAction, default=True,
+                   help="pool: draft the oldest candidate of a pattern rather than the newest")
+    g.add_argument("--is_public_pool", action=argparse.BooleanOptionalAction, default=True,
+                   help="pool: one pool shared by all requests rather than one per request")
     g.add_argument("--prompt_lookup_candidates", type=int, default=1, metavar="G",
                    help="candidate continuations verified per step as one token tree (TensorRT-LLM's Lookahead "
                         "calls this the verification set size G); 1: one chain draft (needs --workflow v2 above 1)")
@@ -101,12 +163,63 @@ def add_common_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     g.add_argument("--ngram_dynamic_cache", "--lookup-cache-dynamic", dest="ngram_dynamic_cache", default=None,
                    help="persisted n-gram cache that learns from outputs; this project's or llama.cpp's format")
     parser.add_argument("--output_json", default=None, help="write results and statistics as JSON")
+    add_num_threads_argument(parser)
     return parser
+
+
+# Flags that only shape prompt-lookup drafting: given without --prompt_lookup_config they
+# would be silently ignored, so they are refused (dest -> flag).
+LOOKUP_ONLY_FLAGS = {
+    "workflow": "--workflow",
+    "drafter_mode": "--drafter_mode",
+    "draft_length_policy": "--draft_length_policy",
+    "adaptive_draft": "--adaptive_draft",
+    "is_keep_all": "--is_keep_all",
+    "is_use_oldest": "--is_use_oldest",
+    "is_public_pool": "--is_public_pool",
+    "ngram_static_cache": "--ngram_static_cache",
+    "ngram_dynamic_cache": "--ngram_dynamic_cache",
+    "pool_rules": "--pool_rules",
+    "prompt_lookup_candidates": "--prompt_lookup_candidates",
+}
+WITH_LOOKAHEAD = ("workflow", "draft_length_policy")  # meaningful for --lookahead_config alone
+
+
+def add_num_threads_argument(parser: argparse.ArgumentParser, default: int | None = None, *aliases: str) -> None:
+    """``--num_threads`` (and ``aliases``); None resolves to :func:`promptlookup.threads.default_num_threads`."""
+    from ..threads import MAX_DEFAULT_THREADS, default_num_threads
+
+    described = (str(default) if default is not None else
+                 f"$OMP_NUM_THREADS if set, else half the CPUs available to the process, 1 to {MAX_DEFAULT_THREADS} "
+                 f"(here {default_num_threads()})")
+    parser.add_argument("--num_threads", *aliases, type=int, default=default,
+                        help=f"PyTorch CPU threads (keep it low on a shared machine); default: {described}")
+
+
+def require_lookup_config(args: argparse.Namespace, given: Collection[str], allowed: Collection[str] = ()) -> None:
+    """Refuse drafting flags (:data:`LOOKUP_ONLY_FLAGS`) named without ``--prompt_lookup_config``.
+
+    ``given`` is :attr:`ArgumentParser.given`; ``allowed`` lists dests that are meaningful
+    without it (summarize.py's sweep uses ``--workflow`` and ``--draft_length_policy``).
+    """
+    resolve_ngram_config(args)
+    if args.prompt_lookup_config is not None:
+        return
+    if getattr(args, "lookahead_config", None) is not None:
+        allowed = {*allowed, *WITH_LOOKAHEAD}
+    stray = [flag for dest, flag in LOOKUP_ONLY_FLAGS.items() if dest in given and dest not in allowed]
+    if stray:
+        verb = "applies" if len(stray) == 1 else "apply"
+        raise UserError(f"{', '.join(stray)} {verb} only to prompt lookup, which is off; add --prompt_lookup_config "
+                        '"[k, n, [devices]]" (e.g. "[10,2,[0]]") or drop them')
 
 
 def sampling_from_args(args: argparse.Namespace):
     from ..runtime.base import SamplingConfig
 
+    for flag, value in (("--temperature", args.temperature), ("--top_p", args.top_p)):
+        if not math.isfinite(value):
+            raise UserError(f"{flag} must be a finite number, got {value}")
     if args.temperature < 0:
         raise UserError(f"--temperature must be >= 0, got {args.temperature}")
     if args.top_k < 0:

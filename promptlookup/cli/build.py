@@ -5,37 +5,50 @@ import time
 from pathlib import Path
 
 from ..checkpoint.load import read_checkpoint_config
-from ..engine.build import BACKENDS, SPECULATIVE_MODES, build_config, build_torch_engine, resolve_backend
+from ..engine.build import BACKENDS, GEMM_PLUGINS, SPECULATIVE_MODES, build_config, build_torch_engine, resolve_backend
+from ..engine.config import ENGINE_KIND
+from ..fsutil import check_output_dir
 from .args import ArgumentParser
 
 
-def parse_args(argv: list[str] | None):
+def build_parser() -> ArgumentParser:
     p = ArgumentParser(prog="build.sh", description="Build an engine from a TensorRT-LLM checkpoint.")
     p.add_argument("--checkpoint_dir", required=True, help="output of convert_checkpoint.py")
-    p.add_argument("--output_dir", default="engine_outputs")
-    p.add_argument("--max_batch_size", type=int, default=8)
-    p.add_argument("--max_input_len", type=int, default=1024)
-    p.add_argument("--max_seq_len", type=int, default=None, help="default: max_input_len + 1024, within the model's limit")
-    p.add_argument("--max_draft_len", type=int, default=0)
+    p.add_argument("--output_dir", default="engine_outputs",
+                   help="engine folder; an existing one is replaced only if build.sh wrote it (or it is empty)")
+    p.add_argument("--max_batch_size", type=int, default=8, help="most sequences decoded together")
+    p.add_argument("--max_input_len", type=int, default=1024, help="longest prompt in tokens")
+    p.add_argument("--max_seq_len", type=int, default=None,
+                   help="longest prompt + output; default: max_input_len + 1024, within the model's limit")
+    p.add_argument("--max_draft_len", type=int, default=0,
+                   help="most draft tokens verified per step (>= prompt_lookup_num_tokens at run time)")
     p.add_argument("--speculative_decoding_mode", choices=list(SPECULATIVE_MODES), default=None,
-                   help="draft_tokens_external: prompt lookup; lookahead_decoding: Lookahead (run.py --lookahead_config); "
-                        "PyTorch engines serve both, sized by --max_draft_len")
-    p.add_argument("--use_paged_context_fmha", choices=["enable", "disable"], default="enable")
-    p.add_argument("--gemm_plugin", default="auto")
-    p.add_argument("--tokens_per_block", type=int, default=32)
-    p.add_argument("--backend", choices=BACKENDS, default="auto")
+                   help="draft_tokens_external: verify drafts made outside the engine (prompt lookup); "
+                        "lookahead_decoding: Lookahead (run.py --lookahead_config); PyTorch engines serve both, "
+                        "sized by --max_draft_len")
+    p.add_argument("--use_paged_context_fmha", choices=["enable", "disable"], default="enable",
+                   help="paged context attention, needed for KV block reuse")
+    p.add_argument("--gemm_plugin", choices=GEMM_PLUGINS, default="auto", help="trtllm-build's GEMM plugin dtype")
+    p.add_argument("--tokens_per_block", type=int, default=32, help="KV cache block size in tokens (a power of two)")
+    p.add_argument("--backend", choices=BACKENDS, default="auto",
+                   help="trtllm: the real trtllm-build; torch: a PyTorch engine; auto: trtllm where it can run")
     p.add_argument("--step_costs", choices=["measure", "none"], default="measure",
                    help="PyTorch engines: measure the relative cost of each step size now, on --device, and store "
                         "it for run.py's cost-aware draft policy (none: run.py verifies full drafts)")
     p.add_argument("--device", default="auto",
                    help="PyTorch engines: where to measure step costs (auto: the GPU when one is visible, else the CPU)")
-    return p.parse_args(argv)
+    return p
+
+
+def parse_args(argv: list[str] | None):
+    return build_parser().parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     backend = resolve_backend(args.backend)
     ckpt = Path(args.checkpoint_dir)
+    check_output_dir(args.output_dir, ENGINE_KIND, inputs=[("--checkpoint_dir", ckpt)])
     pretrained = read_checkpoint_config(ckpt)
     max_pos = int(pretrained.get("max_position_embeddings", 2048))
     max_seq_len = args.max_seq_len or min(args.max_input_len + 1024, max_pos)

@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import time
 from pathlib import Path
 
-from ..checkpoint.config import DTYPE_CHOICES
-from ..errors import UserError
+from ..checkpoint.config import CHECKPOINT_KIND, DTYPE_CHOICES
+from ..fsutil import check_output_dir
 from .args import ArgumentParser
 
 
@@ -44,23 +43,24 @@ def build_parser() -> ArgumentParser:
     return parser
 
 
-def _check_output_location(output_dir: str) -> None:
-    """Fail early (creating nothing) if ``output_dir`` cannot be written."""
-    target = Path(output_dir)
-    if target.exists() and not target.is_dir():
-        raise UserError(f"output path {target} exists and is not a directory; remove it or choose another path")
-    ancestor = target.resolve().parent
-    while not ancestor.exists():
-        ancestor = ancestor.parent
-    if not ancestor.is_dir():
-        raise UserError(f"cannot create output directory {target}: {ancestor} is not a directory; choose a writable path")
-    if not os.access(ancestor, os.W_OK | os.X_OK):
-        raise UserError(f"output location {ancestor} is not writable; choose a writable path")
+def _check_gguf_split(path: Path, tp_size: int, pp_size: int) -> None:
+    """The GGUF model is a Llama that ``tp_size``/``pp_size`` can split (metadata only, no weights)."""
+    from ..checkpoint.gguf_header import read_gguf_geometry
+    from ..checkpoint.layout import Layout
+    from ..errors import UserError
+
+    arch, geometry = read_gguf_geometry(path)
+    if arch != "llama":
+        raise UserError(f"GGUF file {path} holds a {arch!r} model; only Llama models can be converted")
+    required = ("num_hidden_layers", "num_attention_heads", "hidden_size", "intermediate_size", "vocab_size")
+    if all(k in geometry for k in required):  # otherwise the full load reports what is missing
+        Layout.from_hf_config(geometry, tp_size, pp_size)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    _check_output_location(args.output_dir)
+    source_flag = ("--model_dir", args.model_dir) if args.model_dir is not None else ("--gguf_file", args.gguf_file)
+    check_output_dir(args.output_dir, CHECKPOINT_KIND, inputs=[source_flag])
 
     from ..checkpoint.layout import Layout
     from ..checkpoint.source import check_gguf_file, check_model_dir, load_source_model
@@ -69,6 +69,7 @@ def main(argv: list[str] | None = None) -> int:
         Layout.from_hf_config(check_model_dir(args.model_dir), args.tp_size, args.pp_size)
     else:
         check_gguf_file(Path(args.gguf_file))
+        _check_gguf_split(Path(args.gguf_file), args.tp_size, args.pp_size)
     from ..checkpoint.convert import convert_model
 
     source = args.model_dir or args.gguf_file

@@ -14,6 +14,7 @@ token-id prompts are used exactly as given: no chat template, no BOS.
 from __future__ import annotations
 
 import csv
+import io
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,16 +41,36 @@ def _ids(row: Sequence[Any], where: str) -> list[int]:
     return ids
 
 
-def read_input_file(path: str, end_id: int | None) -> list[str | list[int]]:
+def check_input_file(path: str) -> Path:
+    """``path`` names an existing file of a supported type (cheap; run before loading a model)."""
     p = Path(path)
+    if p.is_dir():
+        raise UserError(f"--input_file {path} is a directory; name a file ({', '.join(INPUT_FILE_TYPES)})")
     if not p.is_file():
         raise UserError(f"--input_file {path} does not exist")
     suffix = p.suffix.lower()
+    if suffix not in INPUT_FILE_TYPES:
+        raise UserError(f"--input_file {path}: unsupported type {suffix or '(none)'}; use one of {', '.join(INPUT_FILE_TYPES)}")
+    return p
+
+
+def _read_utf8(p: Path) -> str:
+    try:
+        return p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise UserError(f"--input_file {p} is not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
+    except OSError as exc:
+        raise UserError(f"cannot read --input_file {p}: {exc.strerror}") from None
+
+
+def read_input_file(path: str, end_id: int | None) -> list[str | list[int]]:
+    p = check_input_file(path)
+    suffix = p.suffix.lower()
     if suffix == ".txt":
-        return [p.read_text(encoding="utf-8")]
+        return [_read_utf8(p)]
     if suffix == ".json":
         try:
-            data = json.loads(p.read_text(encoding="utf-8"))
+            data = json.loads(_read_utf8(p))
         except ValueError as exc:
             raise UserError(f"--input_file {path} is not valid JSON ({exc})") from None
         if not isinstance(data, list):
@@ -64,8 +85,7 @@ def read_input_file(path: str, end_id: int | None) -> list[str | list[int]]:
                 raise UserError(f"{path} item {i} must be a string or a list of token ids")
         return out
     if suffix == ".csv":
-        with p.open(newline="") as fh:
-            rows = [[c for c in row if c.strip() != ""] for row in csv.reader(fh)]
+        rows = [[c for c in row if c.strip() != ""] for row in csv.reader(io.StringIO(_read_utf8(p), newline=""))]
         return [_ids(row, f"{path} row {i + 1}") for i, row in enumerate(rows) if row]
     if suffix == ".npy":
         import numpy as np
@@ -84,7 +104,7 @@ def read_input_file(path: str, end_id: int | None) -> list[str | list[int]]:
                 ids.pop()
             out.append(ids)
         return out
-    raise UserError(f"--input_file {path}: unsupported type {suffix or '(none)'}; use one of {', '.join(INPUT_FILE_TYPES)}")
+    raise AssertionError(suffix)  # check_input_file admits only INPUT_FILE_TYPES
 
 
 def encode_text(tokenizer: Any, text: str, use_chat_template: bool) -> list[int]:

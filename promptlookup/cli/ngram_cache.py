@@ -34,7 +34,7 @@ from ..drafting import DraftConfig, NgramCache, TokenizerIdentity, config_grid, 
 from ..drafting.base import DRAFT_MODES
 from ..drafting.cache_file import DEFAULT_MAX_NGRAM, FORMATS, LLAMACPP_NGRAM_MAX, MAX_NGRAM_LIMIT, file_format
 from ..errors import UserError, run_cli
-from ..fsutil import atomic_write_json
+from ..fsutil import atomic_write_json, ensure_writable
 from .args import ArgumentParser
 
 
@@ -301,38 +301,40 @@ def build_parser() -> ArgumentParser:
         p.add_argument("--jsonl_field", default="text", help="field holding the text in .jsonl inputs")
 
     p = sub.add_parser("create", help="build a static cache from text, JSONL or tokenized JSON")
-    p.add_argument("inputs", nargs="+")
-    p.add_argument("--output", required=True)
+    p.add_argument("inputs", nargs="+", help="text, .jsonl or tokenized .json files")
+    p.add_argument("--output", required=True, help="cache file to write")
     p.add_argument("--max_ngram", type=int, default=DEFAULT_MAX_NGRAM, help="largest n-gram size counted")
     p.add_argument("--format", choices=list(FORMATS), default="promptlookup",
                    help="file format: this project's (records the tokenizer) or llama.cpp's (n-grams of at most 4 tokens)")
     tokenizer_flags(p)
 
     p = sub.add_parser("merge", help="add the counts of several caches (same tokenizer) into one")
-    p.add_argument("inputs", nargs="+")
-    p.add_argument("--output", required=True)
+    p.add_argument("inputs", nargs="+", help="cache files to merge")
+    p.add_argument("--output", required=True, help="cache file to write")
     p.add_argument("--format", choices=["auto", *FORMATS], default="auto",
                    help="file format of the output (auto: the first input's)")
 
     p = sub.add_parser("inspect", help="print a cache's header, sizes and most frequent n-grams")
-    p.add_argument("cache")
+    p.add_argument("cache", help="cache file to inspect")
     p.add_argument("--top", type=int, default=5, help="n-grams to list per size")
-    p.add_argument("--output_json", default=None)
+    p.add_argument("--output_json", default=None, help="also write the report as JSON")
 
     p = sub.add_parser("stats", help="simulate drafting over texts without a model")
-    p.add_argument("inputs", nargs="+")
+    p.add_argument("inputs", nargs="+", help="text, .jsonl or tokenized .json files")
     tokenizer_flags(p)
     p.add_argument("--prompt_field", default=None, help="JSONL field holding the prompt (prepended)")
     p.add_argument("--prompt_len", type=int, default=0, help="treat the first N tokens of each sequence as prompt")
     p.add_argument("--k", default="4,10", help="prompt_lookup_num_tokens values, comma separated")
     p.add_argument("--n", default="1,2,3", help="max_matching_ngram_size values (pool mode)")
-    p.add_argument("--modes", default="pool,longest")
-    p.add_argument("--adaptive", choices=["off", "on", "both"], default="off")
-    p.add_argument("--max_match_len", type=int, default=64)
-    for flag in ("--is_keep_all", "--is_use_oldest", "--is_public_pool"):
-        p.add_argument(flag, action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--modes", default="pool,longest", help="drafter modes to simulate, comma separated")
+    p.add_argument("--adaptive", choices=["off", "on", "both"], default="off", help="simulate adaptive draft sizing")
+    p.add_argument("--max_match_len", type=int, default=64, help="longest mode: longest match considered")
+    for flag, text in (("--is_keep_all", "pool: keep every candidate continuation of a pattern"),
+                       ("--is_use_oldest", "pool: draft the oldest candidate of a pattern"),
+                       ("--is_public_pool", "pool: one pool shared by all sequences")):
+        p.add_argument(flag, action=argparse.BooleanOptionalAction, default=True, help=text)
     p.add_argument("--static_cache", default=None, help="also draft from this cache when the context has nothing")
-    p.add_argument("--output_json", default=None)
+    p.add_argument("--output_json", default=None, help="also write the results as JSON")
     return parser
 
 
@@ -340,6 +342,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if getattr(args, "prompt_len", 0) < 0:
         raise UserError(f"--prompt_len must be >= 0, got {args.prompt_len}")
+    for flag in ("output", "output_json"):  # fail before any work, not after it
+        if getattr(args, flag, None):
+            ensure_writable(getattr(args, flag), f"--{flag}")
     handler = {"create": cmd_create, "merge": cmd_merge, "inspect": cmd_inspect, "stats": cmd_stats}[args.command]
     return handler(args)
 

@@ -7,16 +7,19 @@ from dataclasses import asdict
 from typing import Any
 
 from ..errors import UserError
-from ..fsutil import atomic_write_json
+from ..engine.config import check_end_id
+from ..fsutil import atomic_write_json, ensure_writable
+from ..threads import configure_threads
 from .args import (
     ArgumentParser,
     add_common_args,
     device_ids_from_args,
     draft_from_args,
     lookahead_from_args,
+    require_lookup_config,
     sampling_from_args,
 )
-from .inputs import collect_prompts
+from .inputs import check_input_file, collect_prompts
 from .run_flags import (
     add_run_flags,
     check_run_flags,
@@ -30,11 +33,11 @@ from .token_outputs import check_output_path, output_id_rows, write_csv, write_n
 from .stream_output import StreamPrinter, add_color_argument, color_mode, colorize, decode_text
 
 
-def parse_args(argv: list[str] | None):
+def build_parser() -> ArgumentParser:
     p = ArgumentParser(prog="run.py", description="Generate with prompt-lookup speculative decoding.")
     p.add_argument("--input_text", action="append", default=None, help="a prompt; repeat for a batch")
     p.add_argument("--input_file", default=None, help=".txt, .json, .csv or .npy (see the README)")
-    p.add_argument("--max_output_len", type=int, default=100)
+    p.add_argument("--max_output_len", type=int, default=100, help="new tokens per prompt at most")
     p.add_argument("--streaming", action="store_true", help="print text as it is accepted")
     p.add_argument("--hf_model_dir", default=None, help="TensorRT-LLM backend, v2 workflow: the Hugging Face model")
     add_color_argument(p)
@@ -43,7 +46,11 @@ def parse_args(argv: list[str] | None):
     p.add_argument("--output_csv", default=None, help="write prompt+output token ids as CSV (TensorRT-LLM's layout)")
     p.add_argument("--output_npy", default=None,
                    help="write prompt+output token ids as an int32 .npy (TensorRT-LLM's layout)")
-    return p.parse_args(argv)
+    return p
+
+
+def parse_args(argv: list[str] | None):
+    return build_parser().parse_args(argv)
 
 
 def summarize_stats(results: list[Any]) -> dict[str, Any]:
@@ -68,18 +75,20 @@ def summarize_stats(results: list[Any]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     held = configure_logging(args.log_level)
     ok = False
     try:
-        code = _run(args)
+        code = _run(args, parser.given)
         ok = True
         return code
     finally:
         release_logs(held, ok)
 
 
-def _run(args: Any) -> int:
+def _run(args: Any, given: Any) -> int:
+    require_lookup_config(args, given)
     check_run_flags(args)
     for flag, path in (("--output_csv", args.output_csv), ("--output_npy", args.output_npy)):
         check_output_path(path, flag)
@@ -92,6 +101,11 @@ def _run(args: Any) -> int:
     device_ids = device_ids_from_args(args)
     if args.max_output_len < 1:
         raise UserError(f"--max_output_len must be at least 1, got {args.max_output_len}")
+    if args.output_json:  # fail now, not after generating
+        ensure_writable(args.output_json, "--output_json")
+    if args.input_file:
+        check_input_file(args.input_file)
+    num_threads = configure_threads(args.num_threads)
 
     from ..decoding import generate
     from ..engine.config import read_engine_config
@@ -124,6 +138,7 @@ def _run(args: Any) -> int:
     end_id = args.end_id if args.end_id is not None else tokenizer.eos_token_id
     if end_id is None:
         raise UserError("the tokenizer defines no end-of-sequence token; pass --end_id")
+    check_end_id(end_id, vocab)
     prompts = collect_prompts(args.input_text, args.input_file, tokenizer, args.use_chat_template, end_id)
     truncate_prompts(prompts, args.max_input_length, tokenizer)
     for i, p in enumerate(prompts):
@@ -178,7 +193,8 @@ def _run(args: Any) -> int:
     print(
         f"[{mode}] {stats['generated_tokens']} tokens in {wall:.2f} s ({stats['generated_tokens'] / wall:.1f} tok/s); "
         f"{stats['steps']} steps, {stats['tokens_per_step']:.2f} tokens/step; "
-        f"drafted {stats['drafted']}, accepted {stats['accepted']} ({100 * stats['acceptance_rate']:.1f}%)"
+        f"drafted {stats['drafted']}, accepted {stats['accepted']} ({100 * stats['acceptance_rate']:.1f}%); "
+        f"{num_threads} CPU thread(s)"
     )
     if args.output_csv or args.output_npy:
         rows = output_id_rows([p.ids for p in prompts], [r.output_ids for r in results], args.max_output_len, end_id)
@@ -205,6 +221,7 @@ def _run(args: Any) -> int:
                     "lookahead_config": list(lookahead.triple) if lookahead else None,
                     "step_cost_table": getattr(runner, "step_cost_table", None),
                     "batch_size": len(prompts),
+                    "num_threads": num_threads,
                     "device": str(getattr(getattr(runner, "model", None), "device", "trtllm")),
                     "cuda_graphs": getattr(runner, "graphs", None) is not None,
                     "drafter_implementation": drafter.classes.implementation if drafter else None,

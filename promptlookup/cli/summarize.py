@@ -14,13 +14,16 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UserError
-from ..fsutil import atomic_output_dir, atomic_write_json
+from ..fsutil import atomic_output_dir, atomic_write_json, ensure_writable
+from ..threads import configure_threads
 from .args import (
     ArgumentParser,
     add_common_args,
     device_ids_from_args,
     draft_from_args,
     lookahead_from_args,
+    finite_float,
+    require_lookup_config,
     sampling_from_args,
 )
 
@@ -32,8 +35,7 @@ def build_parser() -> ArgumentParser:
     from ..evaluation.prompts import TRUNCATIONS
     from ..evaluation.sweep import DEFAULT_SWEEP_K, DEFAULT_SWEEP_N, SWEEP_MODES
 
-    parser = ArgumentParser(prog="summarize.py", description=__doc__.split("\n\n")[0].replace("``", ""),
-                            formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser = ArgumentParser(prog="summarize.py", description=__doc__.split("\n\n")[0].replace("``", ""))
     g = parser.add_argument_group("what to evaluate")
     g.add_argument("--test_trt_llm", action="store_true",
                    help="evaluate the engine in --engine_dir (plain, and prompt lookup with --prompt_lookup_config)")
@@ -51,7 +53,7 @@ def build_parser() -> ArgumentParser:
     g.add_argument("--dataset_dir", default=None,
                    help="TensorRT-LLM's name: a data file as for --dataset_path, or a folder holding one .jsonl file")
     g.add_argument("--eval_task", default="summarize", help="TensorRT-LLM's task name; only summarize is supported")
-    g.add_argument("--batch_size", type=int, default=1)
+    g.add_argument("--batch_size", type=int, default=1, help="articles decoded together")
     g.add_argument("--max_ite", type=int, default=20, help="number of batches; the first one is a warm-up (untimed)")
     g.add_argument("--max_input_length", type=int, default=923, help="prompt tokens kept per article")
     g.add_argument("--truncation", choices=TRUNCATIONS, default="text",
@@ -60,7 +62,8 @@ def build_parser() -> ArgumentParser:
     g = parser.add_argument_group("accuracy")
     g.add_argument("--check_accuracy", action="store_true",
                    help="exit 1 unless every contender's ROUGE-1 is above the threshold")
-    g.add_argument("--tensorrt_llm_rouge1_threshold", type=float, default=15.0)
+    g.add_argument("--tensorrt_llm_rouge1_threshold", type=finite_float, default=15.0,
+                   help="--check_accuracy: the lowest acceptable ROUGE-1")
     g = parser.add_argument_group("parameter sweep")
     g.add_argument("--sweep", action="store_true", help="run a grid of prompt-lookup settings with our engine")
     g.add_argument("--sweep_k", default=",".join(map(str, DEFAULT_SWEEP_K)), help="prompt_lookup_num_tokens values")
@@ -165,37 +168,44 @@ def _sweep_table(result: Any) -> str:
     return format_table(SWEEP_TABLE_HEADERS, rows)
 
 
-def _write_sweep(result: Any, directory: str) -> None:
+def _write_sweep(result: Any, directory: str, num_threads: int) -> None:
     from ..evaluation.plot import sweep_plot_png
     from ..evaluation.report import to_csv
     from ..evaluation.sweep import SWEEP_COLUMNS
 
-    payload = result.to_dict()["sweep"]
+    payload = dict(result.to_dict()["sweep"], num_threads=num_threads)
     s = result.settings
     title = (f"prompt lookup sweep: {len(result.articles)} articles, batch {s.batch_size}, "
-             f"{s.output_len} new tokens, workflow {s.workflow}")
+             f"{s.output_len} new tokens, workflow {s.workflow}, {num_threads} CPU thread(s)")
     png = sweep_plot_png(result.sweep_rows, best=result.sweep_best, title=title)
-    with atomic_output_dir(directory) as tmp:
+    from ..evaluation.pipeline import SWEEP_FILES, SWEEP_KIND
+
+    with atomic_output_dir(directory, SWEEP_KIND, flag="--sweep_dir", legacy_names=SWEEP_FILES) as tmp:
         atomic_write_json(tmp / "sweep.json", payload)
         (tmp / "sweep.csv").write_text(to_csv(result.sweep_rows, SWEEP_COLUMNS))
         (tmp / "sweep.png").write_bytes(png)
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ..evaluation.pipeline import ensure_sweep_dir, ensure_writable, evaluate
+    from ..evaluation.pipeline import ensure_sweep_dir, evaluate
     from ..evaluation.report import check_accuracy, contenders_table
     from ..evaluation.sweep import deploy_hint
 
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    # The sweep decodes with --workflow and --draft_length_policy even without --prompt_lookup_config.
+    require_lookup_config(args, parser.given, allowed={"workflow", "draft_length_policy"} if args.sweep else ())
     resolve_outputs(args)
     settings = settings_from_args(args)
     if args.output_json:
         ensure_writable(args.output_json, "--output_json")
     if settings.sweep:
         ensure_sweep_dir(args.sweep_dir)
+    num_threads = configure_threads(args.num_threads)
     result = evaluate(settings, log=_log)
 
-    print(f"\n{len(result.articles)} articles, batch size {settings.batch_size}, up to {settings.output_len} new tokens; "
+    print(f"\n{len(result.articles)} articles, batch size {settings.batch_size}, up to {settings.output_len} new tokens, "
+          f"{num_threads} CPU thread(s); "
           "the first batch of each contender is a warm-up: scored, not timed")
     print(contenders_table(result.reports))
     if result.engine_vs_hf is not None:
@@ -213,12 +223,13 @@ def main(argv: list[str] | None = None) -> int:
         else:
             print(f"best setting: {best['label']} at {best['speedup']:.2f}x -> "
                   f"{deploy_hint(best, settings.device_ids or [0])}")
-        _write_sweep(result, args.sweep_dir)
+        _write_sweep(result, args.sweep_dir, num_threads)
         print(f"sweep table and plot written to {args.sweep_dir}/ (sweep.json, sweep.csv, sweep.png)")
 
     verdict = check_accuracy(result.reports, args.tensorrt_llm_rouge1_threshold) if args.check_accuracy else None
     if args.output_json:
         payload = result.to_dict()
+        payload["num_threads"] = num_threads
         payload["accuracy_check"] = None if verdict is None else verdict.to_dict()
         atomic_write_json(args.output_json, payload)
         print(f"results written to {args.output_json}")

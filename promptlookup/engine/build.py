@@ -14,10 +14,12 @@ from typing import Any
 
 from ..errors import UserError
 from ..fsutil import atomic_output_dir
-from .config import ENGINE_FORMAT_VERSION
+from .config import ENGINE_FORMAT_VERSION, ENGINE_KIND
 
 BACKENDS = ("auto", "torch", "trtllm")
 SPECULATIVE_MODES = ("draft_tokens_external", "lookahead_decoding")
+# trtllm-build --gemm_plugin values (TensorRT-LLM 1.0 PluginConfig); the PyTorch backend records the choice only.
+GEMM_PLUGINS = ("auto", "float16", "float32", "bfloat16", "int32", "fp8", "nvfp4", "disable")
 TOKENIZER_FILES = (
     "tokenizer.json",
     "tokenizer_config.json",
@@ -111,7 +113,7 @@ def build_torch_engine(
         step_costs = measure_for_engine(model, pretrained, build, step_costs_device)
     del model
     output_dir = Path(output_dir)
-    with atomic_output_dir(output_dir) as tmp:
+    with atomic_output_dir(output_dir, ENGINE_KIND, inputs=[("--checkpoint_dir", checkpoint_dir)]) as tmp:
         for src in sorted(checkpoint_dir.glob("rank*.safetensors")):
             shutil.copyfile(src, tmp / src.name)
         for name in TOKENIZER_FILES:

@@ -28,6 +28,7 @@ from ..errors import UserError
 from ..runtime.base import EngineLimits
 
 ENGINE_FORMAT_VERSION = "promptlookup-engine-1"
+ENGINE_KIND = "engine"  # the kind in an engine directory's output manifest (promptlookup.fsutil)
 
 
 @dataclass(frozen=True)
@@ -82,3 +83,10 @@ def read_engine_config(engine_dir: str | Path) -> EngineConfig:
     if missing:
         raise UserError(f"engine directory {d} is incomplete (missing {', '.join(missing)}); rebuild it with build.sh")
     return EngineConfig(d, backend, pretrained, build, raw.get("step_costs") if isinstance(raw.get("step_costs"), dict) else None)
+
+
+def check_end_id(end_id: int, vocab_size: int) -> None:
+    """``end_id`` is a token of the engine's vocabulary (else generation could never stop on it)."""
+    if not 0 <= end_id < vocab_size:
+        raise UserError(f"--end_id {end_id} is outside the engine's vocabulary (0..{vocab_size - 1}); pass a token id "
+                        "in that range, or leave --end_id out to use the tokenizer's end-of-sequence token")

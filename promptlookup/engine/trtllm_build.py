@@ -28,6 +28,7 @@ from typing import Sequence, TextIO
 
 from ..errors import UserError
 from ..fsutil import atomic_output_dir
+from .config import ENGINE_KIND
 
 TRTLLM_BUILD = "trtllm-build"
 
@@ -119,7 +120,7 @@ def run_trtllm_build(
             f"{checkpoint_dir} has no config.json; convert a checkpoint there first (convert_checkpoint.py)"
         )
     stream = sys.stdout if stream is None else stream
-    with atomic_output_dir(output_dir) as tmp:
+    with atomic_output_dir(output_dir, ENGINE_KIND, inputs=[("--checkpoint_dir", checkpoint_dir)]) as tmp:
         argv = trtllm_build_command(
             checkpoint_dir,
             tmp,

@@ -65,13 +65,19 @@ def summary_prompts(jsonl_path: str | Path, count: int, max_chars: int = 3000) -
     return prompts
 
 
+def build_parser() -> argparse.ArgumentParser:
+    # A developer helper (the Makefile's demo prompt): the stdlib parser, without prefix matching.
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False,
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--kind", choices=["code", "summary"], default="code", help="code edits or article summaries")
+    p.add_argument("--count", type=int, default=1, help="number of prompts")
+    p.add_argument("--dataset_path", default=None, help="CNN/DailyMail JSONL (--kind summary)")
+    p.add_argument("--output", required=True, help="JSON file to write the prompts to")
+    return p
+
+
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--kind", choices=["code", "summary"], default="code")
-    p.add_argument("--count", type=int, default=1)
-    p.add_argument("--dataset_path", default=None)
-    p.add_argument("--output", required=True)
-    args = p.parse_args(argv)
+    args = build_parser().parse_args(argv)
     if args.kind == "code":
         prompts = code_edit_prompts(args.count)
     else:

@@ -143,6 +143,8 @@ def check_device(device: str | None) -> str:
 
 def check_hf_model_dir(directory: str) -> None:
     """Cheap up-front check that ``directory`` can hold a model (a config.json is there)."""
+    if not Path(directory).is_dir():
+        raise UserError(f"--hf_model_dir {directory} does not exist; point it at a Hugging Face model or a converted checkpoint")
     if not (Path(directory) / "config.json").is_file():
         raise UserError(f"--hf_model_dir {directory} has no config.json; point it at a Hugging Face model or a converted checkpoint")
 

@@ -13,14 +13,14 @@ Results come back as :class:`EvaluationResult`; writing files is the caller's jo
 """
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from ..drafting.base import DraftConfig
+from ..engine.config import check_end_id
 from ..errors import UserError
+from ..fsutil import check_output_dir
 from ..runtime.base import SamplingConfig
 from . import sweep as sweep_mod
 from .contenders import (
@@ -132,31 +132,17 @@ def validate(settings: EvalSettings) -> None:
         raise UserError("--engine_dir is required to test our engine")
 
 
-def ensure_writable(path: str, what: str, *, directory: bool = False) -> None:
-    """Fail early (before any run) if ``path`` cannot be written later."""
-    target = Path(path)
-    if target.exists() and target.is_dir() != directory:
-        kind = "a file" if directory else "a directory"
-        raise UserError(f"{what} {path} exists and is {kind}; choose another path")
-    parent = target.resolve().parent
-    while not parent.exists():
-        parent = parent.parent
-    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
-        raise UserError(f"{what} {path} is not writable ({parent} is not a writable directory); choose another path")
-
-
 SWEEP_FILES = ("sweep.json", "sweep.csv", "sweep.png")
+SWEEP_KIND = "summarize sweep"  # the kind in a sweep folder's output manifest (promptlookup.fsutil)
 
 
 def ensure_sweep_dir(path: str) -> None:
-    """The sweep directory is replaced as a whole, so refuse one holding anything else."""
-    ensure_writable(path, "--sweep_dir", directory=True)
-    target = Path(path)
-    if target.is_dir():
-        foreign = sorted(p.name for p in target.iterdir() if p.name not in SWEEP_FILES)
-        if foreign:
-            raise UserError(f"--sweep_dir {path} holds other files ({', '.join(foreign[:3])}); "
-                            "it is replaced as a whole, so choose a new or empty directory")
+    """The sweep directory is replaced as a whole: refuse one holding anything summarize.py did not write.
+
+    A folder holding only the three sweep files (written before output manifests existed)
+    still counts as a sweep folder.
+    """
+    check_output_dir(path, SWEEP_KIND, flag="--sweep_dir", legacy_names=SWEEP_FILES)
 
 
 def _check_limits(limits: Any, settings: EvalSettings, prompt_lengths: Sequence[int]) -> None:
@@ -171,6 +157,8 @@ def _check_limits(limits: Any, settings: EvalSettings, prompt_lengths: Sequence[
     if longest + s.output_len > limits.max_seq_len:
         raise UserError(f"the longest prompt ({longest} tokens) plus --output_len {s.output_len} exceeds the engine's "
                         f"max_seq_len {limits.max_seq_len}; lower --max_input_length or --output_len, or rebuild")
+    if s.end_id is not None:
+        check_end_id(s.end_id, limits.vocab_size)
     ks = ([s.draft.prompt_lookup_num_tokens] if (s.draft and s.test_engine) else []) + (list(s.sweep_k) if s.sweep else [])
     if ks and max(ks) > limits.max_draft_len:
         raise UserError(f"prompt_lookup_num_tokens {max(ks)} exceeds the engine's max_draft_len {limits.max_draft_len}; "
@@ -210,6 +198,13 @@ def evaluate(
     s = settings
     validate(s)
     uses_engine = s.test_engine or s.sweep
+    # Check the folders the user named before the tokenizer, so a wrong one is blamed by its own flag.
+    if uses_engine:
+        from ..engine.config import read_engine_config
+
+        read_engine_config(s.engine_dir)
+    if s.test_hf and s.hf_model_dir:
+        check_hf_model_dir(s.hf_model_dir)
     tokenizer_dir = s.tokenizer_dir or (s.engine_dir if uses_engine else s.hf_model_dir or s.engine_dir)
     if not tokenizer_dir:
         raise UserError("no tokenizer: pass --tokenizer_dir (or --engine_dir / --hf_model_dir holding one)")

@@ -120,15 +120,14 @@ def best_row(rows: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
 
 
 def deploy_hint(row: dict[str, Any], device_ids: Sequence[int] = (0,)) -> str:
-    """How to use a sweep row: the ``--prompt_lookup_config`` value plus non-default drafter options."""
+    """How to use a sweep row: the run.py/summarize.py flags (``--prompt_lookup_config`` plus drafter flags)."""
     if row.get("lookahead"):
         return '--workflow v2 --lookahead_config "[{},{},{}]"'.format(*row["lookahead"])
     n = row["n"] if row["n"] is not None else DraftConfig().max_matching_ngram_size
     devices = ",".join(str(d) for d in device_ids)
     hint = f'--prompt_lookup_config "[{row["k"]},{n},[{devices}]]"'
-    extras = []
     if row["mode"] != "pool":
-        extras.append(f'mode="{row["mode"]}"')
+        hint += f" --drafter_mode {row['mode']}"
     if row["adaptive"]:
-        extras.append("adaptive=True")
-    return hint + (f" with DraftConfig({', '.join(extras)})" if extras else "")
+        hint += " --adaptive_draft"
+    return hint

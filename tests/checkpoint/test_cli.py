@@ -109,3 +109,59 @@ def test_cli_dtype_choices_match_the_library():
     proc = run_convert("--help")
     assert proc.returncode == 0
     assert "{" + ",".join(DTYPE_CHOICES) + "}" in proc.stdout
+
+
+def _metadata_only_gguf(path, arch="llama", heads=4, layers=2):
+    """A GGUF file with a Llama's metadata and no tensors, written by the gguf package."""
+    gguf = pytest.importorskip("gguf")
+    writer = gguf.GGUFWriter(str(path), arch)
+    writer.add_block_count(layers)
+    writer.add_embedding_length(64)
+    writer.add_feed_forward_length(128)
+    writer.add_head_count(heads)
+    writer.add_head_count_kv(2)
+    writer.add_token_list([f"t{i}".encode() for i in range(300)])
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def test_gguf_metadata_is_read_without_the_weights(tmp_path):
+    from promptlookup.checkpoint.gguf_header import read_gguf_geometry
+
+    arch, geometry = read_gguf_geometry(_metadata_only_gguf(tmp_path / "m.gguf"))
+    assert arch == "llama"
+    assert geometry == {"num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128,
+                        "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 300}
+
+
+@pytest.mark.parametrize("flags, fragment", [
+    (["--tp_size", "3"], "tp_size 3 does not divide the model's 4 attention heads"),
+    (["--pp_size", "3"], "pp_size 3 is larger than the model's 2 layers"),
+])
+def test_gguf_split_is_checked_before_loading(tmp_path, flags, fragment):
+    gguf = _metadata_only_gguf(tmp_path / "m.gguf")
+    proc = run_convert("--gguf_file", str(gguf), "--output_dir", str(tmp_path / "out"), *flags)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and fragment in lines[0] and "Traceback" not in proc.stderr
+    assert "loading" not in proc.stdout and not (tmp_path / "out").exists()
+
+
+def test_non_llama_gguf_is_refused_before_loading(tmp_path):
+    gguf = _metadata_only_gguf(tmp_path / "g.gguf", arch="gpt2")
+    proc = run_convert("--gguf_file", str(gguf), "--output_dir", str(tmp_path / "out"))
+    assert proc.returncode == 2 and "holds a 'gpt2' model" in proc.stderr and "loading" not in proc.stdout
+
+
+def test_converted_checkpoint_as_model_dir_is_named_as_such(tmp_path):
+    from promptlookup.checkpoint.convert import convert_model
+
+    ckpt = convert_model(tiny_llama(), None, tmp_path / "ckpt", dtype="float32")
+    proc = run_convert("--model_dir", str(ckpt), "--output_dir", str(tmp_path / "out"))
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        f"error: {ckpt} is already a converted TensorRT-LLM checkpoint, not a Hugging Face model; "
+        f"build an engine from it with build.sh --checkpoint_dir {ckpt}"]

@@ -39,7 +39,8 @@ def logits(model, ids):
 def test_round_trip_reproduces_logits(tmp_path, ids, tp, pp, tie, vocab):
     model = tiny_llama(seed=tp * 10 + pp, vocab_size=vocab, tie_word_embeddings=tie)
     out = convert_model(model, None, tmp_path / "ckpt", dtype="float32", tp_size=tp, pp_size=pp)
-    assert sorted(p.name for p in out.iterdir()) == sorted(["config.json"] + [f"rank{r}.safetensors" for r in range(tp * pp)])
+    assert sorted(p.name for p in out.iterdir()) == sorted([".promptlookup-output.json", "config.json"]
+                                                          + [f"rank{r}.safetensors" for r in range(tp * pp)])
     loaded = load_checkpoint(out)
     assert not loaded.training and loaded.dtype == torch.float32
     assert (logits(loaded, ids) - logits(model, ids)).abs().max().item() <= 1e-5
@@ -228,7 +229,7 @@ def test_output_is_replaced_atomically_and_failures_leave_nothing(tmp_path):
     target = tmp_path / "ckpt"
     convert_model(tiny_llama(seed=0), None, target, dtype="float32", tp_size=2)
     convert_model(tiny_llama(seed=1), None, target, dtype="float32")  # replaces the tp=2 checkpoint
-    assert sorted(p.name for p in target.iterdir()) == ["config.json", "rank0.safetensors"]
+    assert sorted(p.name for p in target.iterdir()) == [".promptlookup-output.json", "config.json", "rank0.safetensors"]
     assert leftovers(tmp_path, "ckpt") == ["ckpt"]
     with pytest.raises(UserError):
         convert_model(tiny_llama(), None, tmp_path / "bad", tp_size=3)

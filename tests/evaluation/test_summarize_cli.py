@@ -28,9 +28,10 @@ def test_engine_and_hf_side_by_side(engine_dir, jsonl_dataset, tmp_path, capsys)
     out_json = tmp_path / "out.json"
     code, out, err = run(base_args(engine_dir, jsonl_dataset) + [
         "--test_trt_llm", "--test_hf", "--prompt_lookup_config", "[4,2,[0]]", "--output_json", out_json,
-        "--hf_device", "cpu", "--data_type", "float32"], capsys)  # same device and dtype as the PyTorch engine
+        "--hf_device", "cpu", "--data_type", "float32", "--num_threads", "1"], capsys)  # as the PyTorch engine
     assert code == 0, err
     data = json.loads(out_json.read_text())
+    assert data["num_threads"] == 1 and "1 CPU thread(s)" in out
     by_name = {c["name"]: c for c in data["contenders"]}
     assert list(by_name) == ["ours plain", "ours lookup v1 pool k=4 n=2", "hf plain", "hf lookup pool k=4 n=2"]
     for name, c in by_name.items():
@@ -78,8 +79,10 @@ def test_sweep_writes_table_csv_and_plot(engine_dir, jsonl_dataset, tmp_path, ca
         "--sweep", "--sweep_k", "2,4", "--sweep_n", "1,2", "--sweep_modes", "pool,longest,pool-adaptive",
         "--workflow", "v2", "--sweep_dir", sweep_dir], capsys)
     assert code == 0, err
-    assert sorted(p.name for p in sweep_dir.iterdir()) == ["sweep.csv", "sweep.json", "sweep.png"]
+    assert sorted(p.name for p in sweep_dir.iterdir()) == [".promptlookup-output.json", "sweep.csv", "sweep.json",
+                                                          "sweep.png"]
     payload = json.loads((sweep_dir / "sweep.json").read_text())
+    assert payload["num_threads"] == 1  # OMP_NUM_THREADS=1 in the tests: the default follows it
     rows = payload["rows"]
     assert len(rows) == 2 * 2 + 2 + 2 * 2
     assert all((r["identical"], r["compared"]) == (4, 4) for r in rows)  # every setting is lossless
@@ -124,6 +127,12 @@ def test_bad_input_exits_2_and_writes_nothing(kind, needle, engine_dir, tmp_path
     assert list(out_dir.iterdir()) == []  # no json, no sweep dir, no temporary leftovers
 
 
+def test_missing_engine_dir_is_blamed_on_engine_dir(jsonl_dataset, tmp_path, capsys):
+    code, _, err = run(["--engine_dir", tmp_path / "nope", "--dataset_path", jsonl_dataset, "--test_trt_llm"], capsys)
+    assert code == 2 and err.startswith(f"error: engine directory {tmp_path / 'nope'} does not exist")
+    assert "tokenizer" not in err and err.strip().count("\n") == 0
+
+
 @pytest.mark.parametrize("extra,needle", [
     ([], "nothing to evaluate"),
     (["--test_trt_llm", "--prompt_lookup_config", "[9,2,[0]]"], "max_draft_len"),
@@ -132,7 +141,17 @@ def test_bad_input_exits_2_and_writes_nothing(kind, needle, engine_dir, tmp_path
     (["--sweep", "--max_ite", 1], "--max_ite 2"),
     (["--test_trt_llm", "--use_chat_template", "--end_id", "x"], "--end_id"),
     (["--test_hf", "--hf_device", "tpu:7"], "--hf_device"),
-    (["--test_hf", "--hf_model_dir", "/nonexistent"], "tokenizer directory /nonexistent"),
+    (["--test_hf", "--hf_model_dir", "/nonexistent"], "--hf_model_dir /nonexistent does not exist"),
+    (["--test_trt_llm", "--end_id", "100000"], "--end_id 100000 is outside the engine's vocabulary"),
+    (["--test_trt_llm", "--temperature", "nan"], "expected a finite number, got 'nan'"),
+    (["--test_trt_llm", "--top_p", "inf"], "expected a finite number, got 'inf'"),
+    (["--test_trt_llm", "--tensorrt_llm_rouge1_threshold", "nan"], "expected a finite number"),
+    (["--test_trt_llm", "--drafter_mode", "longest"], "--drafter_mode applies only to prompt lookup, which is off; "
+                                                      "add --prompt_lookup_config"),
+    (["--test_trt_llm", "--workflow", "v2"], "--workflow applies only to prompt lookup"),
+    (["--sweep", "--workflow", "v2", "--max_ite", 1], "--max_ite 2"),  # the sweep uses --workflow: not refused
+    (["--test_trt_llm", "--max_ite", "2", "--max_tokens", "60"], "unrecognized arguments: --max_tokens"),
+    (["--test_trt_llm", "--output_json", "/proc/x/r.json"], "--output_json /proc/x/r.json: cannot write in /proc"),
 ])
 def test_bad_settings_exit_2_before_running(extra, needle, engine_dir, jsonl_dataset, tmp_path, capsys):
     argv = ["--engine_dir", engine_dir, "--dataset_path", jsonl_dataset, "--output_json", tmp_path / "r.json", *extra]

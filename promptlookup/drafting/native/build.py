@@ -171,14 +171,18 @@ def build_one(
     return target
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description="compile the drafters' C extensions")
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description="compile the drafters' C extensions", allow_abbrev=False)
     p.add_argument("--strict", action="store_true", help="exit 2 if the toolchain works but a module fails to build")
     p.add_argument("--force", action="store_true", help="rebuild even if up to date")
     p.add_argument("--has_compiler", action="store_true",
                    help="print 1 if a C compiler that can build extensions here is available, else 0")
     p.add_argument("--sanitize", metavar="DIR", help="build AddressSanitizer/UBSan copies into DIR (tests only)")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     chain = toolchain()
     if args.has_compiler:
         print(int(chain is not None))

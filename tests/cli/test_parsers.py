@@ -1,0 +1,79 @@
+"""Every script's parser: each option has a one-line help, --help shows defaults, and
+abbreviations are refused (``--max_tokens`` must never become ``--max_tokens_in_paged_kv_cache``)."""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _bench(name: str):
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "bench" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.build_parser()
+
+
+def _parsers() -> dict[str, argparse.ArgumentParser]:
+    from promptlookup.cli import build, convert, ngram_cache, run, summarize
+    from promptlookup.drafting.native import build as native_build
+    from promptlookup.evaluation import grounded_prompts
+
+    parsers = {
+        "run.py": run.build_parser(),
+        "summarize.py": summarize.build_parser(),
+        "convert_checkpoint.py": convert.build_parser(),
+        "build.sh": build.build_parser(),
+        "ngram_cache": ngram_cache.build_parser(),
+        "native.build": native_build.build_parser(),
+        "grounded_prompts": grounded_prompts.build_parser(),
+        "bench_drafting": _bench("bench_drafting"),
+    }
+    if importlib.util.find_spec("torch") is not None:
+        parsers["bench_runtime"] = _bench("bench_runtime")
+    for action in list(parsers["ngram_cache"]._actions):  # the subcommands' own parsers
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                parsers[f"ngram_cache {name}"] = sub
+    return parsers
+
+
+PARSERS = _parsers()
+
+
+@pytest.mark.parametrize("name", list(PARSERS))
+def test_every_option_has_help_and_abbreviations_are_refused(name):
+    parser = PARSERS[name]
+    assert parser.allow_abbrev is False, name
+    for action in parser._actions:
+        if isinstance(action, (argparse._HelpAction, argparse._SubParsersAction)):
+            continue
+        text = (action.help or "").strip()
+        assert text and "\n" not in text, f"{name}: {action.option_strings or action.dest} has no one-line help"
+
+
+@pytest.mark.parametrize("name", [n for n in PARSERS if not n.startswith(("native", "grounded"))])
+def test_help_shows_every_default(name):
+    parser = PARSERS[name]
+    text = parser.format_help()
+    shown = 0
+    for action in parser._actions:
+        if not action.option_strings or action.required or action.default is argparse.SUPPRESS:
+            continue
+        help_text = parser._get_formatter()._get_help_string(action)
+        assert "default" in help_text.lower(), f"{name}: {action.option_strings[0]} does not show its default"
+        shown += "(default: " in help_text
+    assert " ".join(text.split()).count("(default: ") >= shown  # help lines wrap
+
+
+@pytest.mark.parametrize("name, prefix", [("run.py", "--max_tokens"), ("summarize.py", "--max_in"),
+                                          ("summarize.py", "--sweep_m")])
+def test_a_prefix_of_a_long_flag_is_refused(name, prefix, capsys):
+    with pytest.raises(SystemExit) as exc:
+        PARSERS[name].parse_args([prefix, "60"])
+    assert exc.value.code == 2
+    assert f"unrecognized arguments: {prefix} 60" in capsys.readouterr().err

@@ -1,0 +1,67 @@
+"""--num_threads: the default, PyTorch's setting, OpenMP's wait policy, and the recorded count."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from promptlookup import threads
+from promptlookup.errors import UserError
+from tests.cli.test_run_cli import TEXT, run_cli
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("cpus, expected", [(1, 1), (2, 1), (3, 1), (4, 2), (8, 4), (64, 4)])
+def test_default_is_half_the_available_cpus_capped(monkeypatch, cpus, expected):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(threads.os, "sched_getaffinity", lambda pid: set(range(cpus)), raising=False)
+    assert threads.default_num_threads() == expected
+
+
+@pytest.mark.parametrize("value, expected", [("3", 3), ("2,1", 2), ("0", 1), ("x", 1)])
+def test_default_follows_omp_num_threads_when_valid(monkeypatch, value, expected):
+    monkeypatch.setenv("OMP_NUM_THREADS", value)
+    monkeypatch.setattr(threads.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    assert threads.default_num_threads() == expected  # invalid values fall back to the CPU rule (here 1)
+
+
+def test_configure_threads_sets_torch_and_refuses_zero():
+    before = torch.get_num_threads()
+    try:
+        assert threads.configure_threads(2) == 2 and torch.get_num_threads() == 2
+        with pytest.raises(UserError, match="--num_threads must be a positive integer, got 0"):
+            threads.configure_threads(0)
+    finally:
+        torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("preset, expected", [(None, "PASSIVE"), ("ACTIVE", "ACTIVE")])
+def test_scripts_ask_openmp_to_wait_passively_unless_told_otherwise(preset, expected):
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    if preset:
+        env["OMP_WAIT_POLICY"] = preset
+    code = "import os, promptlookup.cli.run; import torch; print(os.environ['OMP_WAIT_POLICY'])"
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=dict(env, PYTHONPATH=str(ROOT)),
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == expected, r.stderr
+
+
+def test_run_records_the_thread_count(tiny_engine_dir, tmp_path):
+    out = tmp_path / "r.json"
+    r = run_cli("--engine_dir", str(tiny_engine_dir), "--input_text", TEXT, "--max_output_len", "4",
+                "--num_threads", "2", "--output_json", str(out))
+    assert r.returncode == 0, r.stderr
+    assert json.loads(out.read_text())["config"]["num_threads"] == 2
+    assert "; 2 CPU thread(s)" in r.stdout
+
+
+def test_run_refuses_zero_threads(tmp_path):
+    r = run_cli("--engine_dir", str(tmp_path), "--input_text", TEXT, "--num_threads", "0")
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines() == ["error: --num_threads must be a positive integer, got 0"]
