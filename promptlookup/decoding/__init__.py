@@ -98,6 +98,12 @@ def generate(
 
     max_candidates = config.max_candidates if drafter is not None and config is not None else 1
     tree_mode = lookahead is not None or (max_candidates > 1 and drafter is not None)
+    if lookahead is not None and not isinstance(runner, TorchRunner) and workflow == "v2":
+        lookup = getattr(runner, "generate_lookup", None)
+        if lookup is None:
+            raise UserError("this backend has no Lookahead decoding; use a PyTorch engine")
+        return lookup(prompts, draft=config if drafter is not None else None, lookahead=lookahead,
+                      max_new_tokens=max_new_tokens, end_id=end_id, sampling=sampling, on_step=on_step)
     if tree_mode and not (isinstance(runner, TorchRunner) and workflow == "v2"):
         what = "--lookahead_config" if lookahead is not None else "several draft candidates"
         raise UserError(f"{what} needs the PyTorch backend's single-call loop; pass --workflow v2")

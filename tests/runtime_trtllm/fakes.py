@@ -26,6 +26,7 @@ from .signatures import (
     MODEL_RUNNER_FROM_DIR,
     MODEL_RUNNER_GENERATE,
     NGRAM_DECODING_CONFIG,
+    LOOKAHEAD_DECODING_CONFIG,
     SAMPLING_PARAMS,
     Api,
     check_call,
@@ -162,6 +163,10 @@ class Recorder:
 
 class FakeNGramDecodingConfig(Recorder):
     api = NGRAM_DECODING_CONFIG
+
+
+class FakeLookaheadDecodingConfig(Recorder):
+    api = LOOKAHEAD_DECODING_CONFIG
 
 
 class FakeKvCacheConfig(Recorder):

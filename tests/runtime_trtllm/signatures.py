@@ -119,6 +119,12 @@ def _ngram_decoding_config(
 ): ...
 
 
+def _lookahead_decoding_config(
+    *, max_draft_len=None, max_total_draft_tokens=None, speculative_model_dir=None, max_concurrency=None,
+    load_format=None, max_window_size=4, max_ngram_size=3, max_verification_set_size=4,
+): ...
+
+
 def _kv_cache_config(
     *, enable_block_reuse=True, max_tokens=None, max_attention_window=None, sink_token_length=None,
     free_gpu_memory_fraction=0.9, host_cache_size=None, onboard_blocks=True, cross_kv_cache_fraction=None,
@@ -149,6 +155,8 @@ SAMPLING_PARAMS = Api("SamplingParams", _sampling_params, "tensorrt_llm", "Sampl
 LLM_INIT = Api("LLM", _llm, "tensorrt_llm", "LLM", _LLM_KWARGS)
 LLM_GENERATE_ASYNC = Api("LLM.generate_async", _generate_async, "tensorrt_llm", "LLM.generate_async")
 NGRAM_DECODING_CONFIG = Api("NGramDecodingConfig", _ngram_decoding_config, "tensorrt_llm.llmapi", "NGramDecodingConfig")
+LOOKAHEAD_DECODING_CONFIG = Api("LookaheadDecodingConfig", _lookahead_decoding_config, "tensorrt_llm.llmapi",
+                                "LookaheadDecodingConfig")
 KV_CACHE_CONFIG = Api("KvCacheConfig", _kv_cache_config, "tensorrt_llm.llmapi", "KvCacheConfig")
 
 

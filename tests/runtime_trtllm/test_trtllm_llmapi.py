@@ -203,3 +203,18 @@ def test_v2_through_the_engine_runner_and_decoding_generate(tmp_path, hf_dir, ll
     assert (llm.kwargs["max_batch_size"], llm.kwargs["max_seq_len"]) == (3, 100)
     runner.close()
     assert llm.shut_down
+
+
+def test_lookahead_maps_onto_tensorrt_llms_lookahead_decoding_config(hf_dir, llm_cls):
+    from promptlookup.decoding.lookahead import LookaheadConfig
+    from tests.runtime_trtllm.fakes import FakeLookaheadDecodingConfig
+
+    gen = make(hf_dir, llm_cls, lookahead_config_cls=FakeLookaheadDecodingConfig)
+    gen.generate([[1, 2, 3]], max_new_tokens=4, end_id=END, draft=None, lookahead=LookaheadConfig(5, 4, 3))
+    spec = FakeLLM.instances[-1].kwargs["speculative_config"]
+    assert isinstance(spec, FakeLookaheadDecodingConfig)
+    assert spec.kwargs == dict(max_window_size=5, max_ngram_size=4, max_verification_set_size=3)
+    with pytest.raises(UserError, match="one speculative_config"):
+        gen.generate([[1]], max_new_tokens=2, end_id=END, draft=DraftConfig(), lookahead=LookaheadConfig(5, 4, 3))
+    with pytest.raises(UserError, match="max_verification_set_size >= 1"):
+        gen.generate([[1]], max_new_tokens=2, end_id=END, draft=None, lookahead=LookaheadConfig(5, 4, 0))

@@ -221,13 +221,15 @@ class TrtllmRunner:
         self,
         prompts: Sequence[Sequence[int]],
         *,
-        draft: DraftConfig,
+        draft: DraftConfig | None,
         max_new_tokens: int,
         end_id: int,
         sampling: SamplingConfig = SamplingConfig(),
         on_step: StepCallback | None = None,
+        lookahead: Any = None,
     ) -> list[SequenceResult]:
-        """V2 (single call) for ``decoding.generate``: delegates to :class:`TrtllmLookupGenerator`.
+        """V2 (single call) for ``decoding.generate``: delegates to :class:`TrtllmLookupGenerator`
+        (NGram drafting with ``draft``, or TensorRT-LLM's own Lookahead with ``lookahead``).
 
         The LLM API's NGram path runs on TensorRT-LLM's PyTorch backend and loads the
         Hugging Face checkpoint (``hf_model_dir``), not this engine, with this engine's
@@ -249,7 +251,8 @@ class TrtllmRunner:
                 max_seq_len=self.limits.max_seq_len,
             )
         return self._lookup.generate(
-            prompts, max_new_tokens=max_new_tokens, end_id=end_id, draft=draft, sampling=sampling, on_step=on_step
+            prompts, max_new_tokens=max_new_tokens, end_id=end_id, draft=draft, sampling=sampling, on_step=on_step,
+            lookahead=lookahead,
         )
 
     def close(self) -> None:

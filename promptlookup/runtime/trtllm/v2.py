@@ -52,6 +52,7 @@ class TrtllmLookupGenerator:
         llm_cls: Any = None,
         ngram_config_cls: Any = None,
         kv_cache_config_cls: Any = None,
+        lookahead_config_cls: Any = None,
         sampling_params_cls: Any = None,
     ) -> None:
         if llm_cls is None:
@@ -59,6 +60,8 @@ class TrtllmLookupGenerator:
             llm_cls = lazy("tensorrt_llm", "LLM")
         self._llm_cls = llm_cls
         self._ngram_cls = ngram_config_cls or (lambda **kw: lazy("tensorrt_llm.llmapi", "NGramDecodingConfig")(**kw))
+        self._la_cls = lookahead_config_cls or (
+            lambda **kw: lazy("tensorrt_llm.llmapi", "LookaheadDecodingConfig")(**kw))
         self._kv_cls = kv_cache_config_cls or (lambda **kw: lazy("tensorrt_llm.llmapi", "KvCacheConfig")(**kw))
         self._sp_cls = sampling_params_cls or (lambda **kw: lazy("tensorrt_llm", "SamplingParams")(**kw))
         self.model = str(model)
@@ -72,22 +75,40 @@ class TrtllmLookupGenerator:
         self.max_seq_len = max_seq_len
         self.llm_kwargs = dict(llm_kwargs or {})
         self._llm: Any = None
-        self._llm_draft: DraftConfig | None = None
+        self._llm_draft: tuple[Any, Any] | None = None
 
     # -- LLM lifecycle ---------------------------------------------------------------
 
-    def _llm_for(self, draft: DraftConfig) -> Any:
-        check_llmapi_draft(draft)
-        if self._llm is not None and self._llm_draft == draft:
+    def _llm_for(self, draft: DraftConfig | None, lookahead: Any = None) -> Any:
+        """The LLM for NGram drafting (``draft``) or Lookahead (``lookahead``: a
+        :class:`~promptlookup.decoding.lookahead.LookaheadConfig`, mapped onto TensorRT-LLM's
+        ``LookaheadDecodingConfig(max_window_size=W, max_ngram_size=N,
+        max_verification_set_size=G)``). TensorRT-LLM takes one speculative config, so both
+        together are refused."""
+        if lookahead is not None and draft is not None:
+            raise UserError("TensorRT-LLM takes one speculative_config: Lookahead or NGram, not both; "
+                            "drop --prompt_lookup_config or --lookahead_config (or use --backend torch)")
+        if lookahead is None and draft is None:
+            raise UserError("V2 on TensorRT-LLM needs --prompt_lookup_config or --lookahead_config")
+        key = (draft, lookahead)
+        if self._llm is not None and self._llm_draft == key:
             return self._llm
         self.close()
-        spec = self._ngram_cls(
-            max_draft_len=draft.prompt_lookup_num_tokens,
-            max_matching_ngram_size=draft.max_matching_ngram_size,
-            is_keep_all=draft.is_keep_all,
-            is_use_oldest=draft.is_use_oldest,
-            is_public_pool=draft.is_public_pool,
-        )
+        if lookahead is not None:
+            w, n, g = lookahead.triple
+            if g < 1:
+                raise UserError("TensorRT-LLM's LookaheadDecodingConfig needs max_verification_set_size >= 1; "
+                                "pass G >= 1 in --lookahead_config (or use --backend torch)")
+            spec = self._la_cls(max_window_size=w, max_ngram_size=n, max_verification_set_size=g)
+        else:
+            check_llmapi_draft(draft)
+            spec = self._ngram_cls(
+                max_draft_len=draft.prompt_lookup_num_tokens,
+                max_matching_ngram_size=draft.max_matching_ngram_size,
+                is_keep_all=draft.is_keep_all,
+                is_use_oldest=draft.is_use_oldest,
+                is_public_pool=draft.is_public_pool,
+            )
         kv_kwargs: dict[str, Any] = dict(enable_block_reuse=True)
         if self.kv_cache_free_gpu_memory_fraction is not None:
             kv_kwargs["free_gpu_memory_fraction"] = self.kv_cache_free_gpu_memory_fraction
@@ -105,7 +126,7 @@ class TrtllmLookupGenerator:
             kwargs["max_seq_len"] = self.max_seq_len
         kwargs.update(self.llm_kwargs)
         self._llm = self._llm_cls(**kwargs)
-        self._llm_draft = draft
+        self._llm_draft = key
         return self._llm
 
     def close(self) -> None:
@@ -145,9 +166,10 @@ class TrtllmLookupGenerator:
         *,
         max_new_tokens: int,
         end_id: int,
-        draft: DraftConfig,
+        draft: DraftConfig | None,
         sampling: SamplingConfig = SamplingConfig(),
         on_step: StepCallback | None = None,
+        lookahead: Any = None,
     ) -> list[SequenceResult]:
         """Generate for every prompt; all requests are in flight together.
 
@@ -156,7 +178,7 @@ class TrtllmLookupGenerator:
         """
         if max_new_tokens < 1:
             raise UserError(f"max_output_len must be at least 1, got {max_new_tokens}")
-        llm = self._llm_for(draft)
+        llm = self._llm_for(draft, lookahead)
         params = self._sampling_params(max_new_tokens, end_id, sampling)
         pending = [
             llm.generate_async([int(t) for t in p], sampling_params=params, streaming=True) for p in prompts
