@@ -75,7 +75,8 @@ def test_output_dir_holds_the_results_and_the_sweep(engine_dir, jsonl_dataset, t
                           "--max_input_length", 40, "--output_len", 8, "--output_dir", out_dir], capsys)
     assert code == 0, err
     assert sorted(p.name for p in out_dir.iterdir()) == ["summarize.json", "summarize_sweep"]
-    assert sorted(p.name for p in (out_dir / "summarize_sweep").iterdir()) == ["sweep.csv", "sweep.json", "sweep.png"]
+    assert sorted(p.name for p in (out_dir / "summarize_sweep").iterdir()) == [
+        ".promptlookup-output.json", "sweep.csv", "sweep.json", "sweep.png"]  # the manifest marks it as ours
     data = json.loads((out_dir / "summarize.json").read_text())
     assert all(n <= 40 for n in data["dataset"]["prompt_tokens"])  # --max_input_length
     # an explicit --output_json still wins

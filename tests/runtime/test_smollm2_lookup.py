@@ -50,3 +50,22 @@ def test_lookup_is_token_identical_batched(smollm2, workflow, draft):
     got = generate(runner, prompts, max_new_tokens=MAX_NEW, end_id=tok.eos_token_id, draft=draft, workflow=workflow)
     assert [r.output_ids for r in got] == plain
     assert sum(r.accepted for r in got) > 0
+
+
+@pytest.mark.parametrize(
+    "draft, lookahead",
+    [
+        (DraftConfig(8, 2, max_candidates=4), None),
+        (None, (3, 3, 3)),
+        (DraftConfig(6, 2), (2, 3, 2)),
+    ],
+    ids=["tree-lookup-G4", "lookahead", "lookahead+lookup"],
+)
+def test_tree_modes_are_token_identical_batched(smollm2, draft, lookahead):
+    from promptlookup.decoding.lookahead import LookaheadConfig
+
+    runner, tok, prompts, plain = smollm2
+    got = generate(runner, prompts, max_new_tokens=MAX_NEW, end_id=tok.eos_token_id, draft=draft, workflow="v2",
+                   lookahead=LookaheadConfig(*lookahead) if lookahead else None, draft_length_policy="full")
+    assert [r.output_ids for r in got] == plain
+    assert sum(r.accepted for r in got) > 0
