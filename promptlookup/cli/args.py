@@ -154,10 +154,10 @@ def add_common_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    help="pool: one pool shared by all requests rather than one per request")
     g.add_argument("--prompt_lookup_candidates", type=int, default=1, metavar="G",
                    help="candidate continuations verified per step as one token tree (TensorRT-LLM's Lookahead "
-                        "calls this the verification set size G); 1: one chain draft (needs --workflow v2 above 1)")
+                        "calls this the verification set size G); 1: one chain draft")
     g.add_argument("--lookahead_config", default=None,
                    help='Lookahead decoding "[W,N,G]": window size, n-gram size, verification set size, '
-                        'e.g. "[4,3,4]"; with --prompt_lookup_config too, both work together (needs --workflow v2)')
+                        'e.g. "[4,3,4]"; with --prompt_lookup_config too, both work together')
     g.add_argument("--ngram_static_cache", "--lookup-cache-static", dest="ngram_static_cache", default=None,
                    help="persisted n-gram cache built offline (read only); this project's or llama.cpp's format")
     g.add_argument("--ngram_dynamic_cache", "--lookup-cache-dynamic", dest="ngram_dynamic_cache", default=None,

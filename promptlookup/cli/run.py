@@ -95,9 +95,6 @@ def _run(args: Any, given: Any) -> int:
     sampling = sampling_from_args(args)
     draft = draft_from_args(args)
     lookahead = lookahead_from_args(args)
-    if (lookahead is not None or (draft is not None and draft.max_candidates > 1)) and args.workflow != "v2":
-        flag = "--lookahead_config" if lookahead is not None else "--prompt_lookup_candidates above 1"
-        raise UserError(f"{flag} verifies token trees in the single-call loop; add --workflow v2")
     device_ids = device_ids_from_args(args)
     if args.max_output_len < 1:
         raise UserError(f"--max_output_len must be at least 1, got {args.max_output_len}")

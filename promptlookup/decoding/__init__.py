@@ -51,7 +51,7 @@ def generate(
 
     ``DraftConfig.max_candidates > 1`` verifies several prompt-lookup candidates per step as
     one token tree; ``lookahead`` runs Lookahead decoding (with prompt lookup too when a drafter is
-    given). Both need the PyTorch runner's single-call (v2) loop.
+    given). Both verify token trees, which the PyTorch runner does in either workflow.
 
     ``draft_length_policy="cost"`` sizes each step's draft (or tree) from the runner's
     step-cost table, measured when the engine was built (:mod:`.draft_policy`; a runner
@@ -104,9 +104,10 @@ def generate(
             raise UserError("this backend has no Lookahead decoding; use a PyTorch engine")
         return lookup(prompts, draft=config if drafter is not None else None, lookahead=lookahead,
                       max_new_tokens=max_new_tokens, end_id=end_id, sampling=sampling, on_step=on_step)
-    if tree_mode and not (isinstance(runner, TorchRunner) and workflow == "v2"):
+    if tree_mode and not isinstance(runner, TorchRunner):
         what = "--lookahead_config" if lookahead is not None else "several draft candidates"
-        raise UserError(f"{what} needs the PyTorch backend's single-call loop; pass --workflow v2")
+        raise UserError(f"{what} on this backend needs --workflow v2 (TensorRT-LLM's own Lookahead) "
+                        "or a PyTorch engine, whose runtime verifies token trees")
     kwargs = dict(max_new_tokens=max_new_tokens, end_id=end_id, sampling=sampling, on_step=on_step)
     if (drafter is not None or lookahead is not None) and draft_length_policy == "cost":
         kwargs["step_costs"] = getattr(runner, "step_cost_table", None)
@@ -114,12 +115,13 @@ def generate(
         raise UserError("repetition/presence/frequency penalties and bad words are applied at every verified position "
                         "by the PyTorch runtime only; drop them or use a PyTorch engine")
     if isinstance(runner, TorchRunner):
-        if workflow == "v2" or drafter is None:
+        if workflow == "v2" or (drafter is None and lookahead is None):
             from .single_call import run_single_call
 
             return run_single_call(runner, prompts, drafter=drafter, max_candidates=max_candidates,
                                    lookahead=lookahead, **kwargs)
-        return run_orchestrator(runner, prompts, drafter=drafter, **kwargs)
+        return run_orchestrator(runner, prompts, drafter=drafter, max_candidates=max_candidates,
+                                lookahead=lookahead, trees=tree_mode, **kwargs)
     if workflow == "v2" and drafter is not None:
         lookup = getattr(runner, "generate_lookup", None)
         if lookup is None:

@@ -54,6 +54,7 @@ class GenerationOutput:
     num_draft_tokens: int = 0  # draft tokens offered for verification
     num_accepted_draft_tokens: int = 0  # of those, how many were kept
     finished: bool = False  # end_id produced (output_ids ends with it)
+    choices: list[int] = field(default_factory=list)  # tree steps: the target's choice at the root and every node
 
 
 @dataclass(frozen=True)

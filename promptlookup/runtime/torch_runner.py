@@ -248,12 +248,16 @@ class TorchRunner:
         draft_tokens_list: Sequence[Sequence[int]] | None = None,
         sampling: SamplingConfig = SamplingConfig(),
         request_ids: Sequence[int] | None = None,
+        draft_trees: Sequence[DraftTree] | None = None,
     ) -> list[GenerationOutput]:
         """Continue each sequence.
 
         With ``draft_tokens_list``: exactly one verification step per sequence, returning
         the accepted draft prefix and one token of the target's own (at most
-        ``max_new_tokens``; drafts are cut to ``max_new_tokens - 1``). Without: plain
+        ``max_new_tokens``; drafts are cut to ``max_new_tokens - 1``). With ``draft_trees``
+        (this runner's extension of the V1 call; the caller keeps each tree's walkable
+        depth below ``max_new_tokens``): one tree step per sequence, and each output also
+        carries the target's ``choices`` at the root and every node. Without either: plain
         decoding for up to ``max_new_tokens`` tokens or until ``end_id``.
         """
         if max_new_tokens < 1:
@@ -262,7 +266,10 @@ class TorchRunner:
         batch = self.open(batch_input_ids, request_ids, max_len=self.limits.max_seq_len - 1)
         try:
             live = list(range(len(batch_input_ids)))
-            if draft_tokens_list is not None:
+            if draft_trees is not None:
+                for s, step in zip(batch.seqs, batch.step_trees(live, draft_trees, end_id, sampling)):
+                    s.stats.choices = step.choices
+            elif draft_tokens_list is not None:
                 drafts = [list(d)[: max_new_tokens - 1] for d in draft_tokens_list]
                 batch.step(live, drafts, end_id, sampling)
             else:

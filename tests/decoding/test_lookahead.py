@@ -186,6 +186,16 @@ def test_a_step_too_large_for_the_engine_is_refused(model_and_plain):
     model, prompts, _ = model_and_plain
     with pytest.raises(UserError, match=r"rebuild with --max_draft_len \d+"):
         generate(runner_for(model), prompts[:1], max_new_tokens=4, end_id=END_ID, lookahead=LookaheadConfig(8, 5, 8))
-    with pytest.raises(UserError, match="--workflow v2"):
-        generate(runner_for(model), prompts[:1], max_new_tokens=4, end_id=END_ID, lookahead=LookaheadConfig(2, 2, 2),
-                 workflow="v1")
+
+
+@pytest.mark.parametrize("with_lookup", [False, True])
+def test_lookahead_in_the_v1_loop_with_resubmission_and_reuse(model_and_plain, with_lookup):
+    """V1 re-submits whole sequences each step; block reuse maps them back after tree steps."""
+    model, prompts, plain = model_and_plain
+    runner = runner_for(model)
+    draft = DraftConfig(prompt_lookup_num_tokens=4, max_matching_ngram_size=2, mode="longest") if with_lookup else None
+    got = generate(runner, prompts, max_new_tokens=MAX_NEW, end_id=END_ID, lookahead=LookaheadConfig(3, 3, 3),
+                   draft=draft, workflow="v1", draft_length_policy="full")
+    assert [r.output_ids for r in got] == plain
+    assert sum(r.accepted for r in got) > 0
+    assert runner.stats.reused_tokens > 0

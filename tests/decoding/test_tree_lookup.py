@@ -44,3 +44,11 @@ def test_policy_keeps_trees_small_where_steps_are_expensive():
     assert len(cheap) == 4
     assert len(dear) < len(cheap)
     assert DraftLengthPolicy(flat).choose_candidates(cands, 5) == [[1, 2, 3, 4], [1, 2, 9]]
+
+
+def test_tree_lookup_in_the_v1_loop(model_and_plain):  # noqa: F811
+    model, prompts, plain = model_and_plain
+    draft = DraftConfig(prompt_lookup_num_tokens=6, max_matching_ngram_size=2, mode="longest", max_candidates=3)
+    got = generate(runner_for(model), prompts, max_new_tokens=MAX_NEW, end_id=END_ID, draft=draft, workflow="v1",
+                   draft_length_policy="full")
+    assert [r.output_ids for r in got] == plain
