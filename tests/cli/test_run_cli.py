@@ -54,6 +54,21 @@ def test_lookup_output_equals_plain_output(tiny_engine_dir, tmp_path, workflow):
     assert [s["output_ids"] for s in spec["sequences"]] == [s["output_ids"] for s in plain["sequences"]]
 
 
+@pytest.mark.parametrize("flags", [
+    ("--lookahead_config", "[2,3,2]", "--workflow", "v2"),
+    ("--lookahead_config", "[2,2,2]", "--prompt_lookup_config", "[4,2,[0]]", "--workflow", "v1"),
+    ("--prompt_lookup_config", "[4,2,[0]]", "--prompt_lookup_candidates", "3", "--workflow", "v2"),
+], ids=["lookahead", "lookahead+lookup-v1", "candidates"])
+def test_tree_modes_through_run_py_equal_plain(tiny_engine_dir, tmp_path, flags):
+    plain = run_json(tiny_engine_dir, tmp_path, "--input_text", TEXT, "--input_text", "a b a b a b")
+    spec = run_json(tiny_engine_dir, tmp_path, "--input_text", TEXT, "--input_text", "a b a b a b", *flags)
+    assert [s["output_ids"] for s in spec["sequences"]] == [s["output_ids"] for s in plain["sequences"]]
+    assert spec["stats"]["tree_tokens"] > 0
+    if "--lookahead_config" in flags:
+        assert spec["config"]["lookahead_config"] == json.loads(flags[1])
+        assert sum(spec["stats"]["accepted_by_source"].values()) == spec["stats"]["accepted"]
+
+
 def test_input_file_formats_agree(tiny_engine_dir, tmp_path, smollm2_tokenizer_dir):
     from transformers import AutoTokenizer
 
@@ -95,6 +110,14 @@ def test_token_id_prompts_get_no_chat_template(tiny_engine_dir, tmp_path):
         (["--prompt_lookup_config", "[4,2,[0,1]]"], "needs the TensorRT-LLM backend"),
         (["--max_output_len", "0"], "--max_output_len must be at least 1"),
         (["--workflow", "v3"], "invalid choice"),
+        (["--lookahead_config", "[4,3"], "malformed"),
+        (["--lookahead_config", "[4,3]"], "must have 3 items"),
+        (["--lookahead_config", "[0,3,4]"], "W (max_window_size) must be an integer >= 1"),
+        (["--lookahead_config", "[4,1,4]"], "N (max_ngram_size) must be an integer >= 2"),
+        (["--lookahead_config", "[4,3,-1]"], "G (max_verification_set_size) must be an integer >= 0"),
+        (["--lookahead_config", "[8,5,8]"], "rebuild with --max_draft_len 64"),
+        (["--prompt_lookup_candidates", "2"], "--prompt_lookup_candidates applies only to prompt lookup"),
+        (["--prompt_lookup_config", "[4,2,[0]]", "--prompt_lookup_candidates", "0"], "must be in 1..64"),
     ],
 )
 def test_bad_lookup_config_exits_2_with_one_line(tiny_engine_dir, tmp_path, extra, message):
