@@ -83,6 +83,8 @@ def add_common_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     g.add_argument("--is_keep_all", action=argparse.BooleanOptionalAction, default=True)
     g.add_argument("--is_use_oldest", action=argparse.BooleanOptionalAction, default=True)
     g.add_argument("--is_public_pool", action=argparse.BooleanOptionalAction, default=True)
+    g.add_argument("--prompt_lookup_min_ngram", type=int, default=1,
+                   help="draft only from matches of at least this many tokens (MLX's ngram_min; default 1: any)")
     g.add_argument("--ngram_static_cache", default=None, help="persisted n-gram cache built offline (read only)")
     g.add_argument("--ngram_dynamic_cache", default=None, help="persisted n-gram cache that learns from outputs")
     parser.add_argument("--output_json", default=None, help="write results and statistics as JSON")
@@ -118,6 +120,7 @@ def draft_from_args(args: argparse.Namespace):
         adaptive=args.adaptive_draft,
         static_cache=args.ngram_static_cache,
         dynamic_cache=args.ngram_dynamic_cache,
+        min_matching_ngram_size=args.prompt_lookup_min_ngram,
     )
 
 

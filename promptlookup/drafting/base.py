@@ -41,6 +41,10 @@ class DraftConfig:
     max_match_len: int = 64  # cap on the suffix length searched by the longest mode
     static_cache: str | None = None  # persisted cache built offline from a corpus (read only)
     dynamic_cache: str | None = None  # persisted cache that learns from finished requests
+    # Minimum match length behind a draft (MLX's ngram_min, vLLM's prompt_lookup_min): a
+    # draft whose match is shorter (pool: n-gram size; longest: match length; caches:
+    # n-gram size) is dropped. 1 keeps every match.
+    min_matching_ngram_size: int = 1
 
 
 class RequestDrafter(Protocol):
