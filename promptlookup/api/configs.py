@@ -42,6 +42,8 @@ class NGramDecodingConfig:
     min_matching_ngram_size: int = 1  # MLX's ngram_min
     mode: str = "pool"  # "pool" (TensorRT-LLM) or "longest" (longest earlier match)
     adaptive: bool = False
+    static_cache: str | None = None  # persisted n-gram cache built offline (read only)
+    dynamic_cache: str | None = None  # persisted n-gram cache that learns from finished requests
 
     def __post_init__(self) -> None:
         _int("max_draft_len", self.max_draft_len, 1)
@@ -65,6 +67,8 @@ class NGramDecodingConfig:
             is_public_pool=self.is_public_pool,
             adaptive=self.adaptive,
             min_matching_ngram_size=self.min_matching_ngram_size,
+            static_cache=self.static_cache,
+            dynamic_cache=self.dynamic_cache,
         )
 
 

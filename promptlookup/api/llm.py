@@ -329,8 +329,11 @@ class LLM:
         return out
 
     def shutdown(self) -> None:
-        """Cancel what is running and stop the scheduler thread (idempotent)."""
+        """Cancel what is running, stop the scheduler thread (idempotent) and save the
+        dynamic n-gram cache, if one is configured."""
         self.scheduler.close()
+        if self.drafter is not None:
+            self.drafter.save()
 
     def __enter__(self) -> "LLM":
         return self
