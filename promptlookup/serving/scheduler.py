@@ -288,6 +288,7 @@ class Scheduler:
             self._live.append(h)
         self.stats.waiting = len(self._waiting)
         self.stats.live = len(self._live)
+        self._lock.notify_all()
 
     def _leave(self, h: RequestHandle, reason: str, error: str | None = None) -> None:
         """Remove a live request from the batch (its blocks are released) and tell its consumer."""
