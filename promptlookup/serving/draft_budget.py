@@ -7,8 +7,8 @@ feeds one token per sequence, so full drafts for everyone make a loaded server s
 than plain decoding (llama.cpp measured 0.77x at 8 slots).
 
 The rule: one step feeds at most ``max(token_budget, n)`` tokens, where ``n`` is the
-number of live sequences and ``token_budget`` defaults to ``max_draft_len + 1`` (what a
-single sequence with a full draft feeds). So the batch shares ``token_budget - n`` draft
+number of live sequences and ``token_budget`` defaults to ``k + 1`` (what a single
+sequence with a full draft of the configured ``prompt_lookup_num_tokens`` k feeds). So the batch shares ``token_budget - n`` draft
 tokens: one sequence gets its whole draft, ``n`` sequences get about
 ``token_budget / n - 1`` each, and from ``n >= token_budget`` on the server decodes
 plainly, costing exactly what plain decoding costs. The shared tokens are water-filled:
@@ -22,9 +22,9 @@ from __future__ import annotations
 from typing import Sequence
 
 
-def default_token_budget(max_draft_len: int) -> int:
+def default_token_budget(k: int) -> int:
     """Tokens one step may feed by default: one sequence's full draft plus its own token."""
-    return max_draft_len + 1
+    return k + 1
 
 
 def allot(proposal_lengths: Sequence[int], token_budget: int) -> list[int]:

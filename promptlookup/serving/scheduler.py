@@ -132,7 +132,7 @@ class Scheduler:
     """The continuous-batching loop over one :class:`TorchRunner` (see the module doc).
 
     ``token_budget`` caps the tokens one step feeds (:mod:`.draft_budget`; default
-    ``max_draft_len + 1``); ``step_costs`` enables the per-request cost-aware draft
+    ``k + 1``, k the drafter's ``prompt_lookup_num_tokens``); ``step_costs`` enables the per-request cost-aware draft
     length (``decoding.draft_policy``), as ``decoding.generate`` does.
     """
 
@@ -149,11 +149,11 @@ class Scheduler:
         self.runner = runner
         self.drafter = drafter
         limits = runner.limits
-        self.token_budget = token_budget if token_budget is not None else default_token_budget(limits.max_draft_len)
+        self.k = drafter.config.prompt_lookup_num_tokens if drafter is not None else 0
+        self.token_budget = token_budget if token_budget is not None else default_token_budget(self.k)
         if self.token_budget < 1:
             raise UserError(f"draft token budget must be >= 1, got {self.token_budget}")
         self.step_costs = list(step_costs) if step_costs else None
-        self.k = drafter.config.prompt_lookup_num_tokens if drafter is not None else 0
         self.stats = SchedulerStats()
         self._ids = itertools.count()
         self._lock = threading.Condition()
