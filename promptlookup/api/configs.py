@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..drafting.base import DRAFT_MODES, DraftConfig
+from ..drafting.base import DraftConfig
 from ..errors import UserError
 from ..runtime.base import SamplingConfig
 
@@ -46,16 +46,12 @@ class NGramDecodingConfig:
     dynamic_cache: str | None = None  # persisted n-gram cache that learns from finished requests
 
     def __post_init__(self) -> None:
+        from ..drafting.drafter import validate_config
+
         _int("max_draft_len", self.max_draft_len, 1)
-        _int("max_matching_ngram_size", self.max_matching_ngram_size, 1)
-        _int("min_matching_ngram_size", self.min_matching_ngram_size, 1)
         for name in ("is_keep_all", "is_use_oldest", "is_public_pool", "adaptive"):
             _bool(name, getattr(self, name))
-        if self.mode not in DRAFT_MODES:
-            raise UserError(f"mode must be one of {', '.join(DRAFT_MODES)}, got {self.mode!r}")
-        if self.mode == "pool" and self.min_matching_ngram_size > self.max_matching_ngram_size:
-            raise UserError(f"min_matching_ngram_size {self.min_matching_ngram_size} exceeds "
-                            f"max_matching_ngram_size {self.max_matching_ngram_size}")
+        validate_config(self.draft_config())  # the drafter's own rules (sizes, mode, min <= max)
 
     def draft_config(self) -> DraftConfig:
         return DraftConfig(
