@@ -135,3 +135,14 @@ def test_lookahead_without_its_module_is_a_clear_error(tiny_engine_dir, monkeypa
     monkeypatch.setattr(llm_module, "LOOKAHEAD_AVAILABLE", False)
     with pytest.raises(UserError, match="Lookahead is not available in this build"):
         LLM(str(tiny_engine_dir), speculative_config=LookaheadDecodingConfig())
+
+
+def test_dynamic_cache_is_saved_at_shutdown(tiny_engine_dir, tmp_path):
+    path = tmp_path / "dynamic.ngram"
+    spec = NGramDecodingConfig(max_draft_len=4, dynamic_cache=str(path))
+    with LLM(str(tiny_engine_dir), speculative_config=spec) as model:
+        model.generate(PROMPTS[:2], SamplingParams(max_tokens=8))
+        assert not path.exists()
+    assert path.is_file() and path.stat().st_size > 0
+    with LLM(str(tiny_engine_dir), speculative_config=spec) as again:  # loads it back
+        assert again.drafter.dynamic_cache is not None
