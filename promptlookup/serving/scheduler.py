@@ -111,7 +111,9 @@ class RequestHandle:
     # Consumers -------------------------------------------------------------
     def events(self, timeout: float | None = None) -> Iterator[TokenEvent]:
         """Blocking iteration (for handles submitted without a ``loop``)."""
-        q = self._queue
+        q = getattr(self, "_queue", None)
+        if q is None:
+            raise RuntimeError("this request was submitted from an event loop; use `async for` or `await aresult()`")
         while True:
             event = q.get(timeout=timeout)
             yield event
@@ -120,7 +122,9 @@ class RequestHandle:
 
     async def aevents(self) -> AsyncIterator[TokenEvent]:
         """Async iteration (for handles submitted with ``loop``)."""
-        q = self._aqueue
+        q = getattr(self, "_aqueue", None)
+        if q is None:
+            raise RuntimeError("this request was submitted outside an event loop; iterate it or call result()")
         while True:
             event = await q.get()
             yield event
