@@ -284,7 +284,13 @@ class Scheduler:
                 break  # waits for a live request to finish
             self._waiting.popleft()
             r = h.request
-            h.index = self._batch.add(r.prompt, r.request_id)
+            try:
+                h.index = self._batch.add(r.prompt, r.request_id)
+            except Exception as exc:  # fails this request only; the loop goes on
+                self.stats.requests_failed += 1
+                h.finish_reason = FINISH_ERROR
+                h._emit(TokenEvent([], 0, FINISH_ERROR, " ".join(str(exc).split()) or exc.__class__.__name__))
+                continue
             h.state = LoopState([r.prompt], self.drafter, r.max_new_tokens, limits.max_seq_len, r.end_id,
                                 None, self.step_costs)
             h.result = h.state.results[0]
