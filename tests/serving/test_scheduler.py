@@ -86,3 +86,22 @@ def test_draft_budget(lengths, budget, expected):
     got = allot(lengths, budget)
     assert got == expected
     assert sum(got) <= max(0, budget - len(lengths)) and all(g <= n for g, n in zip(got, lengths))
+
+
+def test_a_failed_step_fails_its_requests_and_the_loop_goes_on(scheduler, monkeypatch):
+    real = scheduler._batch.step
+    calls = {"n": 0}
+
+    def flaky(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("boom")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(scheduler._batch, "step", flaky)
+    failed = scheduler.submit(GenerationRequest(prompt(4), 5, end_id=10**6))
+    events = list(failed.events(timeout=120))
+    assert events[-1].finish_reason == "error" and events[-1].error == "boom"
+    tokens, reason = collect(scheduler.submit(GenerationRequest(prompt(4), 5, end_id=10**6)))
+    assert reason == "length" and len(tokens) == 5
+    assert scheduler.stats.requests_failed == 1
