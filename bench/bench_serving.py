@@ -95,10 +95,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--draft_token_budget", type=int, default=None)
     p.add_argument("--time_limit", type=float, default=300.0, help="seconds per configuration")
     p.add_argument("--num_prompts", type=int, default=8)
+    p.add_argument("--kv_cache_enable_block_reuse", action="store_true",
+                   help="reuse KV blocks across requests (off by default: the reference runs would warm one "
+                        "mode's cache and not the other's, making TTFT incomparable)")
     p.add_argument("--output_json", default=None)
     args = p.parse_args(argv)
 
-    from promptlookup.api import LLM, NGramDecodingConfig, SamplingParams
+    from promptlookup.api import LLM, KvCacheConfig, NGramDecodingConfig, SamplingParams
     from promptlookup.cli.args import parse_prompt_lookup_config
     from promptlookup.evaluation.grounded_prompts import code_edit_prompts
     from promptlookup.serving.openai_server import OpenAIServer, ServerThread
@@ -110,7 +113,9 @@ def main(argv: list[str] | None = None) -> int:
     singles: list[str] | None = None
     for mode in ("plain", "lookup"):
         spec = NGramDecodingConfig(max_draft_len=k, max_matching_ngram_size=n) if mode == "lookup" else None
-        with LLM(args.engine_dir, speculative_config=spec, draft_token_budget=args.draft_token_budget) as llm:
+        kv = KvCacheConfig(enable_block_reuse=args.kv_cache_enable_block_reuse)
+        with LLM(args.engine_dir, speculative_config=spec, draft_token_budget=args.draft_token_budget,
+                 kv_cache_config=kv) as llm:
             if singles is None:  # reference: each prompt alone, plain greedy
                 singles = [llm.generate(q, SamplingParams(max_tokens=args.max_tokens)).outputs[0].text for q in prompts]
             server = ServerThread(OpenAIServer(llm, "m").app)
