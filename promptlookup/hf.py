@@ -18,12 +18,11 @@ the new tokens follow the row as given (as ``model.generate`` lays out left-padd
 
 Defaults (``max_new_tokens``/``max_length``, ``eos_token_id``, ``pad_token_id``,
 ``temperature``, ``top_k``, ``top_p``) come from ``model.generation_config`` as in
-``model.generate``. The runner is kept per model (weakly) and rebuilt only when a call
+``model.generate``. The runner is kept on the model (freed with it) and rebuilt only when a call
 needs larger limits: the first call pays for fusing the weights, later calls do not.
 """
 from __future__ import annotations
 
-import weakref
 from typing import Any
 
 import torch
@@ -31,7 +30,17 @@ import torch
 from .errors import UserError
 
 DEFAULT_NEW_TOKENS = 20  # transformers' default when no length is set anywhere
-_RUNNERS: "weakref.WeakKeyDictionary[torch.nn.Module, Any]" = weakref.WeakKeyDictionary()
+_ATTR = "_promptlookup_runner"  # the runner rides on the model: freed with it (a plain reference cycle)
+
+
+class _RunnerSlot:
+    """Holds the cached runner on the model; copies and pickles of the model get an empty slot."""
+
+    def __init__(self, runner: Any = None) -> None:
+        self.runner = runner
+
+    def __reduce__(self):
+        return (_RunnerSlot, ())
 
 
 def _runner_for(model: torch.nn.Module, batch: int, seq_len: int, k: int):
@@ -39,7 +48,8 @@ def _runner_for(model: torch.nn.Module, batch: int, seq_len: int, k: int):
     from .runtime.base import EngineLimits
     from .runtime.torch_runner import TorchRunner
 
-    runner = _RUNNERS.get(model)
+    slot = model.__dict__.get(_ATTR)
+    runner = slot.runner if slot is not None else None
     if runner is not None:
         lim = runner.limits
         if lim.max_batch_size >= batch and lim.max_seq_len >= seq_len and lim.max_draft_len >= k:
@@ -53,7 +63,7 @@ def _runner_for(model: torch.nn.Module, batch: int, seq_len: int, k: int):
                           max_draft_len=k, vocab_size=int(cfg.vocab_size))
     runner = TorchRunner(model, limits, tokens_per_block=32, max_tokens_in_paged_kv_cache=batch * (seq_len + 32),
                          kv_cache_enable_block_reuse=False)
-    _RUNNERS[model] = runner
+    model.__dict__[_ATTR] = _RunnerSlot(runner)
     return runner
 
 

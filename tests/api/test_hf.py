@@ -73,3 +73,16 @@ def test_bad_arguments(model):
         hf.generate(model, torch.tensor([[1, 2, 3]]), max_new_tokens=0)
     with pytest.raises(UserError, match="no unmasked"):
         hf.generate(model, torch.tensor([[1, 2]]), attention_mask=torch.tensor([[0, 0]]), max_new_tokens=2)
+
+
+def test_runner_is_cached_on_the_model_and_not_copied(model):
+    import copy
+
+    ids = torch.tensor([repetitive(7, 10)])
+    hf.generate(model, ids, max_new_tokens=4)
+    runner = model.__dict__["_promptlookup_runner"].runner
+    hf.generate(model, ids, max_new_tokens=4)
+    assert model.__dict__["_promptlookup_runner"].runner is runner  # reused
+    clone = copy.deepcopy(model)
+    assert clone.__dict__["_promptlookup_runner"].runner is None
+    assert hf.generate(clone, ids, max_new_tokens=6).tolist() == hf.generate(model, ids, max_new_tokens=6).tolist()
