@@ -229,8 +229,8 @@ class LLM:
                 raise UserError(f"max_draft_len {k} exceeds the engine's max_draft_len {limits.max_draft_len}; "
                                 f"lower it or rebuild with --max_draft_len {k}")
             self.drafter = make_drafter(speculative_config.draft_config(), self.tokenizer)
-            if draft_length_policy == "cost":
-                step_costs = self.runner.step_costs(k + 1)
+            if draft_length_policy == "cost":  # a table wide enough for a full batch plus drafts
+                step_costs = self.runner.step_costs(k + limits.max_batch_size)
         elif isinstance(speculative_config, LookaheadDecodingConfig):  # pragma: no cover - lead's module
             from ..decoding import lookahead
 

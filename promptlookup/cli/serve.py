@@ -35,7 +35,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--ngram_dynamic_cache", default=None, help="saved when the server stops")
     p.add_argument("--draft_token_budget", type=int, default=None,
                    help="tokens one step may feed; drafts shrink as the batch grows (default: k + 1)")
-    p.add_argument("--draft_length_policy", choices=["cost", "full"], default="full")
+    p.add_argument("--draft_length_policy", choices=["cost", "full"], default="cost",
+                   help="cost (default): keep only the draft tokens expected to pay off for the live batch on this "
+                        "device (step costs measured at start-up); full: the whole budget, as TensorRT-LLM")
     p.add_argument("--kv_cache_enable_block_reuse", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--max_tokens_in_paged_kv_cache", type=int, default=None)
     p.add_argument("--device", default=None, help="auto (default), cpu, cuda or cuda:N")

@@ -39,7 +39,7 @@ from ..drafting.base import Drafter
 from ..errors import UserError
 from ..runtime.base import SamplingConfig
 from ..runtime.torch_runner import TorchRunner
-from .draft_budget import allot, default_token_budget
+from .draft_budget import allot, allot_by_cost, default_token_budget
 
 FINISH_STOP, FINISH_LENGTH, FINISH_CANCELLED, FINISH_ERROR = "stop", "length", "cancelled", "error"
 
@@ -317,7 +317,13 @@ class Scheduler:
 
     def _step(self, live: list[RequestHandle]) -> None:
         proposals = [h.state.drafts()[0] for h in live]  # type: ignore[union-attr]
-        granted = allot([len(p) for p in proposals], self.token_budget)
+        lengths = [len(p) for p in proposals]
+        if self.step_costs:  # the budget, then only what is expected to pay off on this device
+            rates = [(h.state.policies[0].first.value, h.state.policies[0].later.value)  # type: ignore[union-attr]
+                     for h in live]
+            granted = allot_by_cost(lengths, rates, self.step_costs, self.token_budget)
+        else:
+            granted = allot(lengths, self.token_budget)
         drafts = [p[:g] for p, g in zip(proposals, granted)]
         groups: dict[tuple[SamplingConfig, int], list[int]] = {}
         for j, h in enumerate(live):

@@ -105,3 +105,32 @@ def test_a_failed_step_fails_its_requests_and_the_loop_goes_on(scheduler, monkey
     tokens, reason = collect(scheduler.submit(GenerationRequest(prompt(4), 5, end_id=10**6)))
     assert reason == "length" and len(tokens) == 5
     assert scheduler.stats.requests_failed == 1
+
+
+def test_allot_by_cost_flat_costs_keep_the_budget_linear_costs_keep_nothing():
+    from promptlookup.serving.draft_budget import allot_by_cost
+
+    lengths, rates = [6, 6, 2], [(0.9, 0.8), (0.3, 0.5), (0.9, 0.9)]
+    flat = [0.0] + [1.0] * 20
+    assert allot_by_cost(lengths, rates, flat, 11) == allot(lengths, 11)
+    linear = [0.0] + [float(q) for q in range(1, 21)]
+    assert allot_by_cost(lengths, rates, linear, 11) == [0, 0, 0]
+    # between the two: only the likely tokens, each sequence's prefix, most valuable first
+    mild = [0.0] + [1.0 + 0.1 * q for q in range(1, 21)]
+    got = allot_by_cost(lengths, rates, mild, 11)
+    assert got[0] >= got[1] and all(g <= a for g, a in zip(got, allot(lengths, 11)))
+    assert allot_by_cost([4] * 5, [(1.0, 1.0)] * 5, [0.0, 1.0, 1.0, 1.0], 20) == [0] * 5  # beyond the table
+
+
+@pytest.mark.parametrize("costs,drafts", [([0.0] + [1.0] * 30, True), ([0.0] + [float(q) for q in range(1, 31)], False)])
+def test_cost_table_decides_whether_a_batch_drafts(runner, costs, drafts):
+    drafter = make_drafter(DraftConfig(prompt_lookup_num_tokens=6, max_matching_ngram_size=2))
+    s = Scheduler(runner, drafter, step_costs=costs)
+    try:
+        handles = [s.submit(GenerationRequest(prompt(i), 24, end_id=10**6, request_id=i)) for i in range(3)]
+        outs = [collect(h)[0] for h in handles]
+    finally:
+        s.close()
+    ref = generate(runner, [prompt(i) for i in range(3)], max_new_tokens=24, end_id=10**6)
+    assert outs == [r.output_ids for r in ref]
+    assert (s.stats.drafted_tokens > 0) == drafts
