@@ -93,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max_tokens", type=int, default=64)
     p.add_argument("--prompt_lookup_config", default="[10,2,[0]]")
     p.add_argument("--draft_token_budget", type=int, default=None)
+    p.add_argument("--draft_length_policy", choices=["cost", "full"], default="cost", help="as serve.py")
     p.add_argument("--time_limit", type=float, default=300.0, help="seconds per configuration")
     p.add_argument("--num_prompts", type=int, default=8)
     p.add_argument("--kv_cache_enable_block_reuse", action="store_true",
@@ -115,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         spec = NGramDecodingConfig(max_draft_len=k, max_matching_ngram_size=n) if mode == "lookup" else None
         kv = KvCacheConfig(enable_block_reuse=args.kv_cache_enable_block_reuse)
         with LLM(args.engine_dir, speculative_config=spec, draft_token_budget=args.draft_token_budget,
-                 kv_cache_config=kv) as llm:
+                 kv_cache_config=kv, draft_length_policy=args.draft_length_policy) as llm:
             if singles is None:  # reference: each prompt alone, plain greedy
                 singles = [llm.generate(q, SamplingParams(max_tokens=args.max_tokens)).outputs[0].text for q in prompts]
             server = ServerThread(OpenAIServer(llm, "m").app)
