@@ -13,3 +13,19 @@ Layout (one concept per sub-package):
 """
 
 __version__ = "0.1.0"
+
+_API = ("LLM", "SamplingParams", "NGramDecodingConfig", "LookaheadDecodingConfig", "KvCacheConfig",
+        "PromptLookupDecoder")
+
+
+def __getattr__(name: str):
+    """``promptlookup.LLM`` and friends, imported on first use (the package itself stays light)."""
+    if name in _API:
+        from . import api
+
+        return getattr(api, name)
+    if name == "hf":
+        import importlib
+
+        return importlib.import_module(".hf", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -152,6 +152,8 @@ def add_common_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    help="pool: draft the oldest candidate of a pattern rather than the newest")
     g.add_argument("--is_public_pool", action=argparse.BooleanOptionalAction, default=True,
                    help="pool: one pool shared by all requests rather than one per request")
+    g.add_argument("--prompt_lookup_min_ngram", type=int, default=1,
+                   help="draft only from matches of at least this many tokens (MLX's ngram_min; default 1: any)")
     g.add_argument("--prompt_lookup_candidates", type=int, default=1, metavar="G",
                    help="candidate continuations verified per step as one token tree (TensorRT-LLM's Lookahead "
                         "calls this the verification set size G); 1: one chain draft")
@@ -249,6 +251,7 @@ def draft_from_args(args: argparse.Namespace):
         dynamic_cache=args.ngram_dynamic_cache,
         max_candidates=candidates_from_args(args),
         pool_rules=args.pool_rules,
+        min_matching_ngram_size=args.prompt_lookup_min_ngram,
     )
 
 

@@ -126,6 +126,9 @@ def generate(
         lookup = getattr(runner, "generate_lookup", None)
         if lookup is None:
             raise UserError("this backend has no single-call (v2) prompt lookup; use --workflow v1")
+        if config is not None and config.min_matching_ngram_size > 1:
+            raise UserError("TensorRT-LLM's own (v2) n-gram drafter has no minimum match length; "
+                            "drop --prompt_lookup_min_ngram or use --workflow v1")
         kwargs.pop("step_costs", None)
         if sampling.stop_words:
             raise UserError("stop words need the orchestrator loop on this backend; use --workflow v1")

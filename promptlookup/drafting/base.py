@@ -52,6 +52,10 @@ class DraftConfig:
     # pool mode: "v1" (PLDPool of TensorRT-LLM's V1 workflow), "v2" (NGramPoolManager, V2),
     # "auto": the rules of the workflow the drafter is made for (see make_drafter)
     pool_rules: str = "auto"
+    # Minimum match length behind a draft (MLX's ngram_min, vLLM's prompt_lookup_min): a
+    # draft whose match is shorter (pool: n-gram size; longest: match length; caches:
+    # n-gram size) is dropped. 1 keeps every match.
+    min_matching_ngram_size: int = 1
 
 
 class RequestDrafter(Protocol):

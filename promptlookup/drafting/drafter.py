@@ -27,6 +27,11 @@ the order they are consulted by :meth:`NgramRequest.propose`:
    finished requests, llama.cpp's strict thresholds), then the static cache (built
    offline, lax thresholds), drafting token by token (:mod:`.cache_file`).
 
+A draft backed by a match shorter than ``min_matching_ngram_size`` is dropped; this filter
+sits here, above the C and Python pools and automata: both report the length of their
+longest hit, and no shorter hit is ever preferred, so filtering the result equals
+searching only the long enough matches.
+
 Every draft is cut to ``prompt_lookup_num_tokens`` and to ``max_seq_len - 1 - len(text)``;
 with ``adaptive`` it is cut further by :mod:`.adaptive`.
 
@@ -65,6 +70,12 @@ def validate_config(config: DraftConfig) -> None:
         raise UserError(f"prompt_lookup_num_tokens must be a positive integer, got {config.prompt_lookup_num_tokens!r}")
     if not isinstance(config.max_matching_ngram_size, int) or config.max_matching_ngram_size < 1:
         raise UserError(f"max_matching_ngram_size must be a positive integer, got {config.max_matching_ngram_size!r}")
+    m = config.min_matching_ngram_size
+    if not isinstance(m, int) or isinstance(m, bool) or m < 1:
+        raise UserError(f"min_matching_ngram_size (ngram_min) must be a positive integer, got {m!r}")
+    if config.mode == "pool" and m > config.max_matching_ngram_size:
+        raise UserError(f"min_matching_ngram_size {m} exceeds max_matching_ngram_size "
+                        f"{config.max_matching_ngram_size}; no pool match could ever be used")
     if not isinstance(config.max_match_len, int) or config.max_match_len < 1:
         raise UserError(f"max_match_len must be a positive integer, got {config.max_match_len!r}")
     if not isinstance(config.max_candidates, int) or not 1 <= config.max_candidates <= MAX_CANDIDATES:
@@ -264,8 +275,13 @@ class NgramRequest:
                 public_len, public_draft = self.public.continuation(budget)
                 if public_draft and (public_len > match_len or not draft):
                     draft, match_len, source = public_draft, public_len, "public"
+        min_len = self.config.min_matching_ngram_size
+        if match_len < min_len:  # too short a match (the pool's and automaton's longest hit)
+            draft = []
         if not draft and budget > 0 and self.has_caches and self.context is None:
             draft, match_len, ref, source = self._cache_draft(budget)
+            if match_len < min_len:
+                draft = []
         if draft and self.adaptive is not None:
             draft = draft[: self.adaptive.length(match_len, ref)]
         if not draft:

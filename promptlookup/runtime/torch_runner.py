@@ -57,7 +57,7 @@ class DecodeBatch:
 
     def __init__(self, runner: "TorchRunner", prompts: Sequence[Sequence[int]], requests: Sequence[int]) -> None:
         self.runner = runner
-        self.seqs: list[LiveSequence] = []
+        self.seqs: list[LiveSequence | None] = []  # None: a slot freed by remove()
         try:
             for prompt, request in zip(prompts, requests):
                 blocks, cached = runner.blocks.match_prefix(prompt)
@@ -156,10 +156,42 @@ class DecodeBatch:
             row += len(tree) + 1
         return out
 
+    def add(self, prompt: Sequence[int], request: int) -> int:
+        """Join a new sequence between steps (continuous batching); return its index.
+
+        The prompt is checked against the engine limits (``max_input_len``, vocabulary,
+        ``max_batch_size`` live sequences); its cached prefix is mapped as in ``open``.
+        Indices of the other sequences do not change; a freed slot is reused.
+        """
+        live = sum(s is not None for s in self.seqs)
+        validate_batch([prompt], self.runner.limits)
+        if live >= self.runner.limits.max_batch_size:
+            raise UserError(f"the batch already holds max_batch_size={self.runner.limits.max_batch_size} sequences")
+        blocks, cached = self.runner.blocks.match_prefix(prompt)
+        self.runner.stats.reused_tokens += cached
+        seq = LiveSequence(request, list(prompt), cached, blocks, len(prompt))
+        for i, s in enumerate(self.seqs):
+            if s is None:
+                self.seqs[i] = seq
+                return i
+        self.seqs.append(seq)
+        return len(self.seqs) - 1
+
+    def remove(self, index: int) -> LiveSequence:
+        """Leave the batch between steps: release the sequence's blocks (registered for
+        reuse) and free its slot. O(blocks)."""
+        s = self.seqs[index]
+        if s is None:
+            raise KeyError(f"sequence {index} is not in the batch")
+        self.seqs[index] = None
+        self.runner.blocks.release(s.blocks, s.tokens[: s.cached])
+        return s
+
     def close(self) -> None:
         """Release every sequence's blocks (registering them for reuse)."""
         for s in self.seqs:
-            self.runner.blocks.release(s.blocks, s.tokens[: s.cached])
+            if s is not None:
+                self.runner.blocks.release(s.blocks, s.tokens[: s.cached])
         self.seqs = []
 
 

@@ -1,0 +1,16 @@
+"""The LLM API (TensorRT-LLM's names): :class:`LLM`, :class:`SamplingParams`,
+:class:`NGramDecodingConfig`, :class:`LookaheadDecodingConfig`, :class:`KvCacheConfig`,
+and the MLX-style :class:`PromptLookupDecoder`."""
+from .configs import KvCacheConfig, LookaheadDecodingConfig, NGramDecodingConfig, SamplingParams
+from .llm import LLM, CompletionOutput, RequestOutput
+
+__all__ = ["LLM", "SamplingParams", "NGramDecodingConfig", "LookaheadDecodingConfig", "KvCacheConfig",
+           "RequestOutput", "CompletionOutput", "PromptLookupDecoder"]
+
+
+def __getattr__(name: str):
+    if name == "PromptLookupDecoder":
+        from .mlx_decoder import PromptLookupDecoder
+
+        return PromptLookupDecoder
+    raise AttributeError(name)

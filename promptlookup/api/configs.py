@@ -1,0 +1,146 @@
+"""The LLM API's configuration classes, with TensorRT-LLM's names.
+
+- :class:`NGramDecodingConfig`: prompt lookup (TensorRT-LLM's ``NGramDecodingConfig``),
+  plus ``min_matching_ngram_size`` (MLX's ``ngram_min``) and this project's drafter modes.
+- :class:`LookaheadDecodingConfig`: Jacobi lookahead decoding (window W, n-gram N,
+  verification set G), validated here; run by :mod:`promptlookup.decoding.lookahead`.
+- :class:`KvCacheConfig`: block reuse and the paged KV budget.
+- :class:`SamplingParams`: per-request generation settings.
+
+Every class validates itself on construction and raises :class:`UserError` naming the
+bad field and value.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..drafting.base import DraftConfig
+from ..errors import UserError
+from ..runtime.base import SamplingConfig
+
+
+def _int(name: str, value: object, minimum: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise UserError(f"{name} must be an integer >= {minimum}, got {value!r}")
+
+
+def _bool(name: str, value: object) -> None:
+    if not isinstance(value, bool):
+        raise UserError(f"{name} must be True or False, got {value!r}")
+
+
+@dataclass(frozen=True)
+class NGramDecodingConfig:
+    """Prompt lookup: drafts of up to ``max_draft_len`` tokens from n-gram matches of up to
+    ``max_matching_ngram_size`` tokens (TensorRT-LLM's pool semantics by default)."""
+
+    max_draft_len: int = 10
+    max_matching_ngram_size: int = 2
+    is_keep_all: bool = True
+    is_use_oldest: bool = True
+    is_public_pool: bool = True
+    min_matching_ngram_size: int = 1  # MLX's ngram_min
+    mode: str = "pool"  # "pool" (TensorRT-LLM) or "longest" (longest earlier match)
+    adaptive: bool = False
+    static_cache: str | None = None  # persisted n-gram cache built offline (read only)
+    dynamic_cache: str | None = None  # persisted n-gram cache that learns from finished requests
+
+    def __post_init__(self) -> None:
+        from ..drafting.drafter import validate_config
+
+        _int("max_draft_len", self.max_draft_len, 1)
+        for name in ("is_keep_all", "is_use_oldest", "is_public_pool", "adaptive"):
+            _bool(name, getattr(self, name))
+        validate_config(self.draft_config())  # the drafter's own rules (sizes, mode, min <= max)
+
+    def draft_config(self) -> DraftConfig:
+        return DraftConfig(
+            prompt_lookup_num_tokens=self.max_draft_len,
+            max_matching_ngram_size=self.max_matching_ngram_size,
+            mode=self.mode,
+            is_keep_all=self.is_keep_all,
+            is_use_oldest=self.is_use_oldest,
+            is_public_pool=self.is_public_pool,
+            adaptive=self.adaptive,
+            min_matching_ngram_size=self.min_matching_ngram_size,
+            static_cache=self.static_cache,
+            dynamic_cache=self.dynamic_cache,
+        )
+
+
+@dataclass(frozen=True)
+class LookaheadDecodingConfig:
+    """Lookahead decoding: window size W, n-gram size N, verification set size G
+    (TensorRT-LLM's ``LookaheadDecodingConfig`` names)."""
+
+    max_window_size: int = 4
+    max_ngram_size: int = 3
+    max_verification_set_size: int = 4
+
+    def __post_init__(self) -> None:
+        self.lookahead_config()  # validates, with one-line errors
+
+    def lookahead_config(self):
+        """The runtime's :class:`~promptlookup.decoding.lookahead.LookaheadConfig`."""
+        from ..decoding.lookahead import LookaheadConfig
+
+        return LookaheadConfig(self.max_window_size, self.max_ngram_size, self.max_verification_set_size)
+
+    @property
+    def max_draft_len(self) -> int:
+        """TensorRT-LLM's ``max_draft_len`` rule for this config: ``(N-2) + (W-1+G)*(N-1)``.
+        This project's engine needs :func:`~promptlookup.decoding.lookahead.step_tokens`."""
+        from ..decoding.lookahead import trtllm_draft_len
+
+        return trtllm_draft_len(self.lookahead_config())
+
+
+@dataclass(frozen=True)
+class KvCacheConfig:
+    """The paged KV cache: prefix block reuse across requests, and its size in tokens
+    (``None``: 2 x max_batch_size x max_seq_len)."""
+
+    enable_block_reuse: bool = True
+    max_tokens: int | None = None
+
+    def __post_init__(self) -> None:
+        _bool("enable_block_reuse", self.enable_block_reuse)
+        if self.max_tokens is not None:
+            _int("max_tokens", self.max_tokens, 1)
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """Per-request settings. ``temperature == 0`` (default) is greedy; sampling is exact
+    and reproducible from ``seed`` (see docs/sampling.md). ``end_id`` defaults to the
+    tokenizer's end-of-sequence token; generation also stops at the first of the ``stop``
+    strings, which is cut from the text."""
+
+    max_tokens: int = 32
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+    seed: int = 0
+    end_id: int | None = None
+    stop: tuple[str, ...] | list[str] | str | None = field(default=None)
+
+    def __post_init__(self) -> None:
+        _int("max_tokens", self.max_tokens, 1)
+        if isinstance(self.temperature, bool) or not isinstance(self.temperature, (int, float)) or self.temperature < 0:
+            raise UserError(f"temperature must be a number >= 0, got {self.temperature!r}")
+        _int("top_k", self.top_k, 0)
+        if isinstance(self.top_p, bool) or not isinstance(self.top_p, (int, float)) or not 0 < self.top_p <= 1:
+            raise UserError(f"top_p must be in (0, 1], got {self.top_p!r}")
+        _int("seed", self.seed, 0)
+        if self.end_id is not None:
+            _int("end_id", self.end_id, 0)
+        stop = self.stop
+        if isinstance(stop, str):
+            stop = (stop,)
+        if stop is not None:
+            if not all(isinstance(s, str) and s for s in stop):
+                raise UserError(f"stop must be a string or a list of non-empty strings, got {self.stop!r}")
+            object.__setattr__(self, "stop", tuple(stop))
+
+    def sampling_config(self) -> SamplingConfig:
+        return SamplingConfig(float(self.temperature), self.top_k, float(self.top_p), self.seed)

@@ -1,0 +1,355 @@
+"""``promptlookup.LLM``: TensorRT-LLM's LLM API over this project's runtime.
+
+    from promptlookup import LLM, NGramDecodingConfig, SamplingParams
+    llm = LLM("engine_dir", speculative_config=NGramDecodingConfig(max_draft_len=10, max_matching_ngram_size=2))
+    for out in llm.generate(["prompt one", "prompt two"], SamplingParams(max_tokens=64)):
+        print(out.outputs[0].text, out.outputs[0].accepted, out.outputs[0].tokens_per_step)
+
+Every request runs through one continuous-batching :class:`~promptlookup.serving.scheduler.Scheduler`
+(the live V2 batch), so ``generate`` of a list, ``generate_async`` calls from many tasks,
+and ``serve.py``'s clients all share one batch, one public n-gram pool and one KV cache.
+Outputs equal ``decoding.generate``'s for the same prompts (``generate`` numbers a
+list's requests 0..n-1, as ``decoding.generate`` does, so sampled outputs agree too).
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, AsyncIterator, Iterator, Sequence
+
+from ..errors import UserError
+from ..serving.scheduler import FINISH_ERROR, GenerationRequest, RequestHandle, Scheduler, TokenEvent
+from .configs import KvCacheConfig, LookaheadDecodingConfig, NGramDecodingConfig, SamplingParams
+from .model_cache import AutoBuild, resolve_engine
+
+REPLACEMENT = "\ufffd"
+
+
+
+
+@dataclass
+class CompletionOutput:
+    """One generated sequence: text, tokens and the speculative statistics so far."""
+
+    index: int = 0
+    text: str = ""
+    token_ids: list[int] = field(default_factory=list)
+    finish_reason: str | None = None  # "stop" (end_id or a stop string), "length", "cancelled"
+    stop_reason: str | None = None  # the stop string that ended it
+    steps: int = 0  # verification steps (target forward passes for this sequence)
+    drafted: int = 0  # draft tokens offered
+    accepted: int = 0  # draft tokens kept
+    draft_flags: list[bool] = field(default_factory=list)  # per token: came from an accepted draft
+    text_diff: str = ""  # text added by the latest update (streaming)
+    token_ids_diff: list[int] = field(default_factory=list)
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+    @property
+    def tokens_per_step(self) -> float:
+        return len(self.token_ids) / self.steps if self.steps else 0.0
+
+
+class RequestOutput:
+    """A request's output, updated as events arrive; iterate it (``for``/``async for``)
+    to stream, or call ``result()`` / ``await aresult()`` for the final state.
+
+    Stop strings: the text is cut before the first stop string found, ``token_ids`` keep
+    the shortest prefix whose text contains it, and the request is cancelled (its KV
+    blocks freed). While streaming, a trailing partial stop string or incomplete
+    character is held back until it resolves.
+    """
+
+    def __init__(self, llm: "LLM", handle: RequestHandle, prompt: str | None, prompt_token_ids: list[int],
+                 params: SamplingParams) -> None:
+        self.llm = llm
+        self.handle = handle
+        self.request_id = handle.id
+        self.prompt = prompt
+        self.prompt_token_ids = prompt_token_ids
+        self.params = params
+        self.outputs = [CompletionOutput()]
+        self.finished = False
+        self.error: str | None = None
+        self._ids: list[int] = []
+
+    # ------------------------------------------------------------------ events
+    def _apply(self, event: TokenEvent) -> bool:
+        """Fold one event in; True when the visible output changed (or it finished)."""
+        if self.finished:
+            return False
+        out = self.outputs[0]
+        before_text, before_ids = out.text, len(out.token_ids)
+        if event.tokens:
+            out.steps += 1
+            out.drafted += event.drafted
+            out.accepted += event.num_from_draft
+            self._ids.extend(event.tokens)
+            out.draft_flags.extend([True] * event.num_from_draft + [False] * (len(event.tokens) - event.num_from_draft))
+        if event.finish_reason is not None:
+            self.finished = True
+            out.finish_reason = event.finish_reason
+            if event.finish_reason == FINISH_ERROR:
+                self.error = event.error or "generation failed"
+        full = self.llm.decode(self._ids)
+        stops = self.params.stop or ()
+        hit = min(((full.find(s), s) for s in stops if s in full), default=None)
+        if hit is not None:
+            cut, stop = hit
+            keep = len(self._ids)
+            while keep > 1 and stop in self.llm.decode(self._ids[: keep - 1]):
+                keep -= 1
+            self._ids = self._ids[:keep]
+            del out.draft_flags[keep:]
+            out.text, out.stop_reason, out.finish_reason = full[:cut], stop, "stop"
+            out.accepted = sum(out.draft_flags)
+            self.finished = True
+            self.handle.cancel()
+        elif self.finished:
+            out.text = full
+        else:
+            text = full.rstrip(REPLACEMENT)
+            hold = max((n for s in stops for n in range(1, len(s)) if text.endswith(s[:n])), default=0)
+            out.text = text[: len(text) - hold] if hold else text
+        if not out.text.startswith(before_text):  # a decoder that rewrote shown text: resend all
+            before_text = ""
+        out.token_ids = list(self._ids)
+        out.text_diff = out.text[len(before_text):]
+        out.token_ids_diff = out.token_ids[before_ids:]
+        return self.finished or bool(out.text_diff) or bool(out.token_ids_diff)
+
+    def _check(self) -> "RequestOutput":
+        if self.error is not None:
+            raise RuntimeError(f"request {self.request_id} failed: {self.error}")
+        return self
+
+    # ------------------------------------------------------------------ sync
+    def __iter__(self) -> Iterator["RequestOutput"]:
+        if self.finished:
+            yield self._check()
+            return
+        for event in self.handle.events():
+            if self._apply(event):
+                yield self._check()
+            if self.finished:
+                return
+
+    def result(self) -> "RequestOutput":
+        for _ in self:
+            pass
+        return self._check()
+
+    # ------------------------------------------------------------------ async
+    async def __aiter__(self) -> AsyncIterator["RequestOutput"]:
+        if self.finished:
+            yield self._check()
+            return
+        async for event in self.handle.aevents():
+            if self._apply(event):
+                yield self._check()
+            if self.finished:
+                return
+
+    async def aresult(self) -> "RequestOutput":
+        async for _ in self:
+            pass
+        return self._check()
+
+    def abort(self) -> None:
+        """Cancel the request; it leaves the batch before the next step."""
+        self.handle.cancel()
+
+
+class LLM:
+    """A model ready to generate: an engine, its tokenizer, a drafter and the scheduler.
+
+    ``model``: an engine directory, or a Hugging Face Llama directory or GGUF file, which
+    is converted and built once into ``cache_dir`` (:mod:`.model_cache`). ``tokenizer``:
+    a directory (default: the engine's). ``speculative_config``: an
+    :class:`NGramDecodingConfig` (prompt lookup), a :class:`LookaheadDecodingConfig`, or
+    ``None`` (plain decoding). ``draft_token_budget``: see
+    :mod:`promptlookup.serving.draft_budget`. Close it (``shutdown()`` or ``with``) to stop
+    the scheduler thread.
+    """
+
+    def __init__(
+        self,
+        model: str | os.PathLike[str],
+        tokenizer: str | os.PathLike[str] | None = None,
+        *,
+        speculative_config: NGramDecodingConfig | LookaheadDecodingConfig | None = None,
+        kv_cache_config: KvCacheConfig | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
+        build: AutoBuild | None = None,
+        device: str | None = None,
+        draft_length_policy: str = "full",
+        draft_token_budget: int | None = None,
+    ) -> None:
+        from ..drafting import make_drafter
+        from ..runtime import load_runner, load_tokenizer
+        from ..runtime.torch_runner import TorchRunner
+
+        if speculative_config is not None and not isinstance(
+            speculative_config, (NGramDecodingConfig, LookaheadDecodingConfig)
+        ):
+            raise UserError(f"speculative_config must be an NGramDecodingConfig or LookaheadDecodingConfig, "
+                            f"got {type(speculative_config).__name__}")
+        if draft_length_policy not in ("cost", "full"):
+            raise UserError(f"unknown draft length policy {draft_length_policy!r}; choose cost or full")
+        kv = kv_cache_config or KvCacheConfig()
+        if not isinstance(kv, KvCacheConfig):
+            raise UserError(f"kv_cache_config must be a KvCacheConfig, got {type(kv).__name__}")
+        self.speculative_config = speculative_config
+        self.engine_dir: Path = resolve_engine(model, cache_dir=cache_dir, build=build or AutoBuild())
+        self.tokenizer = load_tokenizer(tokenizer or self.engine_dir)
+        self.runner = load_runner(self.engine_dir, kv_cache_enable_block_reuse=kv.enable_block_reuse,
+                                  max_tokens_in_paged_kv_cache=kv.max_tokens, device=device)
+        if not isinstance(self.runner, TorchRunner):
+            raise UserError(f"{self.engine_dir} is a TensorRT-LLM engine; the promptlookup LLM API runs PyTorch "
+                            "engines (use TensorRT-LLM's own LLM API for it)")
+        limits = self.runner.limits
+        self.drafter = None
+        step_costs = None
+        if isinstance(speculative_config, NGramDecodingConfig):
+            k = speculative_config.max_draft_len
+            if k > limits.max_draft_len:
+                raise UserError(f"max_draft_len {k} exceeds the engine's max_draft_len {limits.max_draft_len}; "
+                                f"lower it or rebuild with --max_draft_len {k}")
+            self.drafter = make_drafter(speculative_config.draft_config(), self.tokenizer)
+        lookahead = None
+        if isinstance(speculative_config, LookaheadDecodingConfig):
+            from ..decoding.lookahead import step_tokens
+
+            lookahead = speculative_config.lookahead_config()
+            need = step_tokens(lookahead)
+            if need > limits.max_draft_len:
+                raise UserError(f"LookaheadDecodingConfig{list(lookahead.triple)} feeds up to {need} draft tokens per "
+                                f"step, more than the engine's max_draft_len {limits.max_draft_len}; rebuild with "
+                                f"--max_draft_len {need} or use a smaller window")
+        if speculative_config is not None and draft_length_policy == "cost":
+            step_costs = self.runner.step_cost_table  # measured when the engine was built (None: full drafts)
+        self.scheduler = Scheduler(self.runner, self.drafter, token_budget=draft_token_budget, step_costs=step_costs,
+                                   lookahead=lookahead)
+
+    # ------------------------------------------------------------------ text
+    @property
+    def limits(self):
+        return self.runner.limits
+
+    @property
+    def default_end_id(self) -> int:
+        end = self.tokenizer.eos_token_id
+        if end is None:
+            raise UserError("the tokenizer defines no end-of-sequence token; pass SamplingParams(end_id=...)")
+        return int(end)
+
+    def decode(self, ids: Sequence[int]) -> str:
+        from ..cli.stream_output import decode_text
+
+        return decode_text(self.tokenizer, ids)
+
+    def encode(self, prompt: str | Sequence[int]) -> tuple[str | None, list[int]]:
+        """(text, token ids) of a prompt: text is tokenized as given (no chat template);
+        token ids are used exactly."""
+        from ..cli.inputs import encode_text
+
+        if isinstance(prompt, str):
+            return prompt, encode_text(self.tokenizer, prompt, use_chat_template=False)
+        if isinstance(prompt, Sequence) and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+            return None, list(prompt)
+        raise UserError(f"a prompt must be a string or a list of token ids, got {type(prompt).__name__}")
+
+    # ------------------------------------------------------------------ generation
+    def _submit(self, prompt: str | Sequence[int], params: SamplingParams, request_id: int,
+                loop: asyncio.AbstractEventLoop | None) -> RequestOutput:
+        if not isinstance(params, SamplingParams):
+            raise UserError(f"sampling_params must be a SamplingParams, got {type(params).__name__}")
+        text, ids = self.encode(prompt)
+        end_id = params.end_id if params.end_id is not None else self.default_end_id
+        request = GenerationRequest(ids, params.max_tokens, end_id, params.sampling_config(), request_id)
+        return RequestOutput(self, self.scheduler.submit(request, loop), text, ids, params)
+
+    def generate(
+        self,
+        inputs: str | Sequence[int] | Sequence[str | Sequence[int]],
+        sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
+    ) -> RequestOutput | list[RequestOutput]:
+        """Generate for one prompt (returns one output) or a list (returns a list).
+
+        All prompts join the live batch at once and run together; a list of
+        ``SamplingParams`` gives one per prompt.
+        """
+        single = isinstance(inputs, str) or (
+            isinstance(inputs, Sequence) and bool(inputs) and all(isinstance(t, int) for t in inputs)
+        )
+        prompts = [inputs] if single else list(inputs)
+        if not prompts:
+            return []
+        if sampling_params is None or isinstance(sampling_params, SamplingParams):
+            params = [sampling_params or SamplingParams()] * len(prompts)
+        else:
+            params = list(sampling_params)
+            if len(params) != len(prompts):
+                raise UserError(f"got {len(params)} SamplingParams for {len(prompts)} prompts")
+        outputs: list[RequestOutput] = []
+        try:
+            for i, (p, sp) in enumerate(zip(prompts, params)):
+                outputs.append(self._submit(p, sp, i, None))
+        except BaseException:
+            for o in outputs:
+                o.abort()
+            raise
+        results = [o.result() for o in outputs]
+        return results[0] if single else results
+
+    def generate_async(
+        self,
+        inputs: str | Sequence[int],
+        sampling_params: SamplingParams | None = None,
+        streaming: bool = False,
+    ) -> RequestOutput:
+        """Submit one prompt and return at once. In async code, ``async for`` the result to
+        stream (every update with ``streaming=True``, else only the final one) or
+        ``await out.aresult()``; in sync code, iterate it or call ``result()``."""
+        try:
+            loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        out = self._submit(inputs, sampling_params or SamplingParams(), 0, loop)
+        if not streaming:
+            return _FinalOnly(out)
+        return out
+
+    def shutdown(self) -> None:
+        """Cancel what is running, stop the scheduler thread (idempotent) and save the
+        dynamic n-gram cache, if one is configured."""
+        self.scheduler.close()
+        if self.drafter is not None:
+            self.drafter.save()
+
+    def __enter__(self) -> "LLM":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.shutdown()
+
+
+class _FinalOnly(RequestOutput):
+    """A non-streaming ``generate_async`` result: iteration yields only the final output."""
+
+    def __init__(self, inner: RequestOutput) -> None:
+        self.__dict__.update(inner.__dict__)
+
+    def __iter__(self) -> Iterator[RequestOutput]:
+        for _ in super().__iter__():
+            pass
+        yield self._check()
+
+    async def __aiter__(self) -> AsyncIterator[RequestOutput]:
+        async for _ in super().__aiter__():
+            pass
+        yield self._check()

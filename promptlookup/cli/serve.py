@@ -1,0 +1,84 @@
+"""``serve.py``: an OpenAI-compatible server with continuous batching (like ``trtllm-serve``).
+
+    python serve.py --engine_dir engine --prompt_lookup_config "[10,2,[0]]" --port 8000
+
+``--engine_dir`` also takes a Hugging Face Llama directory or a GGUF file (built once into
+the cache); without it, the bundled SmolLM2. See :mod:`promptlookup.serving.openai_server`
+for the endpoints and :mod:`promptlookup.serving.draft_budget` for ``--draft_token_budget``.
+"""
+from __future__ import annotations
+
+import argparse
+
+from ..drafting.base import DRAFT_MODES
+from ..errors import UserError
+from .args import ArgumentParser, parse_prompt_lookup_config
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = ArgumentParser(prog="serve.py", description="OpenAI-compatible server with prompt lookup.")
+    p.add_argument("--engine_dir", default=None,
+                   help="engine directory, Hugging Face Llama directory or GGUF file (default: the bundled SmolLM2)")
+    p.add_argument("--tokenizer_dir", default=None, help="default: the engine directory")
+    p.add_argument("--cache_dir", default=None, help="where converted models are built (default: ~/.cache/promptlookup)")
+    p.add_argument("--served_model_name", default=None, help="the model id clients send (default: the directory name)")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--prompt_lookup_config", default=None, help='"[k, n, [devices]]"; default: plain decoding')
+    p.add_argument("--prompt_lookup_min_ngram", type=int, default=1)
+    p.add_argument("--drafter_mode", choices=list(DRAFT_MODES), default="pool")
+    p.add_argument("--is_keep_all", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--is_use_oldest", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--is_public_pool", action=argparse.BooleanOptionalAction, default=True,
+                   help="one n-gram pool shared by all requests (default: on)")
+    p.add_argument("--ngram_static_cache", default=None)
+    p.add_argument("--ngram_dynamic_cache", default=None, help="saved when the server stops")
+    p.add_argument("--draft_token_budget", type=int, default=None,
+                   help="tokens one step may feed; drafts shrink as the batch grows (default: k + 1)")
+    p.add_argument("--draft_length_policy", choices=["cost", "full"], default="cost",
+                   help="cost (default): keep only the draft tokens expected to pay off for the live batch on this "
+                        "device (step costs measured at start-up); full: the whole budget, as TensorRT-LLM")
+    p.add_argument("--kv_cache_enable_block_reuse", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--max_tokens_in_paged_kv_cache", type=int, default=None)
+    p.add_argument("--device", default=None, help="auto (default), cpu, cuda or cuda:N")
+    return p.parse_args(argv)
+
+
+def build_llm(args: argparse.Namespace):
+    from ..api import LLM, KvCacheConfig, NGramDecodingConfig
+
+    spec = None
+    if args.prompt_lookup_config is not None:
+        k, n, _ = parse_prompt_lookup_config(args.prompt_lookup_config)
+        spec = NGramDecodingConfig(max_draft_len=k, max_matching_ngram_size=n,
+                                   min_matching_ngram_size=args.prompt_lookup_min_ngram, mode=args.drafter_mode,
+                                   is_keep_all=args.is_keep_all, is_use_oldest=args.is_use_oldest,
+                                   is_public_pool=args.is_public_pool, static_cache=args.ngram_static_cache,
+                                   dynamic_cache=args.ngram_dynamic_cache)
+    model = args.engine_dir
+    if model is None:
+        from ..checkpoint.bundled import smollm2_gguf_path
+
+        model = str(smollm2_gguf_path())
+    return LLM(model, args.tokenizer_dir, speculative_config=spec, cache_dir=args.cache_dir, device=args.device,
+               kv_cache_config=KvCacheConfig(args.kv_cache_enable_block_reuse, args.max_tokens_in_paged_kv_cache),
+               draft_length_policy=args.draft_length_policy, draft_token_budget=args.draft_token_budget)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if not 0 <= args.port < 65536:
+        raise UserError(f"--port must be in [0, 65535], got {args.port}")
+    import uvicorn
+
+    from ..serving.openai_server import OpenAIServer
+
+    llm = build_llm(args)
+    name = args.served_model_name or (args.engine_dir or "smollm2").rstrip("/").split("/")[-1]
+    try:
+        server = OpenAIServer(llm, name)
+        print(f"serving {name} on http://{args.host}:{args.port}/v1", flush=True)
+        uvicorn.run(server.app, host=args.host, port=args.port, log_level="info")
+    finally:
+        llm.shutdown()
+    return 0

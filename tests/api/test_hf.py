@@ -1,0 +1,88 @@
+"""promptlookup.hf.generate: the model's own weights through this runtime, greedy output
+token for token model.generate's, padded batches accepted."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from promptlookup import hf
+from promptlookup.errors import UserError
+from tests.tiny import tiny_llama
+
+
+@pytest.fixture(scope="module")
+def model():
+    return tiny_llama(seed=11, vocab_size=64)
+
+
+def repetitive(seed: int, length: int) -> list[int]:
+    g = torch.Generator().manual_seed(seed)
+    base = torch.randint(3, 64, (max(2, length // 3),), generator=g).tolist()
+    return (base * 4)[:length]
+
+
+@pytest.mark.parametrize("k,n", [(10, 2), (4, 3)])
+def test_greedy_equals_model_generate(model, k, n):
+    ids = torch.tensor([repetitive(1, 24)])
+    theirs = model.generate(ids, max_new_tokens=30, do_sample=False)
+    theirs_pld = model.generate(ids, max_new_tokens=30, do_sample=False, prompt_lookup_num_tokens=k,
+                                max_matching_ngram_size=n)
+    ours = hf.generate(model, ids, prompt_lookup_num_tokens=k, max_matching_ngram_size=n, max_new_tokens=30,
+                       do_sample=False)
+    assert ours.tolist() == theirs.tolist() == theirs_pld.tolist()
+    assert ours.dtype == ids.dtype
+
+
+def test_default_length_comes_from_generation_config(model):
+    ids = torch.tensor([repetitive(2, 9)])
+    assert hf.generate(model, ids).tolist() == model.generate(ids, do_sample=False).tolist()
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_padded_batch_rows_equal_single_row_runs(model, side):
+    prompts = [repetitive(3, 20), repetitive(4, 11), repetitive(5, 15)]
+    width = max(map(len, prompts))
+    pad = 0
+    rows, mask = [], []
+    for p in prompts:
+        fill = [pad] * (width - len(p))
+        rows.append(fill + p if side == "left" else p + fill)
+        mask.append([0] * len(fill) + [1] * len(p) if side == "left" else [1] * len(p) + [0] * len(fill))
+    ids, attn = torch.tensor(rows), torch.tensor(mask)
+    out = hf.generate(model, ids, attention_mask=attn, max_new_tokens=12, pad_token_id=pad, eos_token_id=2)
+    assert out.shape[0] == 3 and out[:, :width].tolist() == rows
+    for i, p in enumerate(prompts):
+        single = model.generate(torch.tensor([p]), max_new_tokens=12, do_sample=False, eos_token_id=2,
+                                pad_token_id=pad)[0, len(p):].tolist()
+        mine = out[i, width:].tolist()
+        assert mine[: len(single)] == single
+        assert all(t == pad for t in mine[len(single):])
+
+
+def test_sampling_is_seeded_and_within_limits(model):
+    ids = torch.tensor([repetitive(6, 12)])
+    a = hf.generate(model, ids, do_sample=True, temperature=0.9, top_k=10, max_new_tokens=10, seed=3)
+    b = hf.generate(model, ids, do_sample=True, temperature=0.9, top_k=10, max_new_tokens=10, seed=3)
+    assert a.tolist() == b.tolist() and a.shape[1] <= 22
+
+
+def test_bad_arguments(model):
+    with pytest.raises(UserError, match="2-D"):
+        hf.generate(model, torch.tensor([1, 2, 3]))
+    with pytest.raises(UserError, match="max_new_tokens"):
+        hf.generate(model, torch.tensor([[1, 2, 3]]), max_new_tokens=0)
+    with pytest.raises(UserError, match="no unmasked"):
+        hf.generate(model, torch.tensor([[1, 2]]), attention_mask=torch.tensor([[0, 0]]), max_new_tokens=2)
+
+
+def test_runner_is_cached_on_the_model_and_not_copied(model):
+    import copy
+
+    ids = torch.tensor([repetitive(7, 10)])
+    hf.generate(model, ids, max_new_tokens=4)
+    runner = model.__dict__["_promptlookup_runner"].runner
+    hf.generate(model, ids, max_new_tokens=4)
+    assert model.__dict__["_promptlookup_runner"].runner is runner  # reused
+    clone = copy.deepcopy(model)
+    assert clone.__dict__["_promptlookup_runner"].runner is None
+    assert hf.generate(clone, ids, max_new_tokens=6).tolist() == hf.generate(model, ids, max_new_tokens=6).tolist()

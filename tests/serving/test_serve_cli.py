@@ -1,0 +1,43 @@
+"""serve.py's flags: the LLM they build, and bad values as one-line errors."""
+from __future__ import annotations
+
+import pytest
+
+from promptlookup.cli.serve import build_llm, main, parse_args
+from promptlookup.errors import UserError
+
+
+def test_flags_build_the_configured_llm(tiny_engine_dir):
+    args = parse_args(["--engine_dir", str(tiny_engine_dir), "--prompt_lookup_config", "[6,3,[0]]",
+                       "--prompt_lookup_min_ngram", "2", "--no-is_public_pool", "--draft_token_budget", "9"])
+    llm = build_llm(args)
+    try:
+        cfg = llm.drafter.config
+        assert (cfg.prompt_lookup_num_tokens, cfg.max_matching_ngram_size, cfg.min_matching_ngram_size) == (6, 3, 2)
+        assert not cfg.is_public_pool and llm.scheduler.token_budget == 9
+    finally:
+        llm.shutdown()
+
+
+def test_plain_decoding_without_prompt_lookup_config(tiny_engine_dir):
+    llm = build_llm(parse_args(["--engine_dir", str(tiny_engine_dir)]))
+    try:
+        assert llm.drafter is None and llm.scheduler.token_budget == 1
+    finally:
+        llm.shutdown()
+
+
+@pytest.mark.parametrize("argv,match", [
+    (["--prompt_lookup_config", "[0,2,[0]]"], "prompt_lookup_config"),
+    (["--port", "70000"], "port"),
+    (["--engine_dir", "/nonexistent/engine"], "does not exist"),
+])
+def test_bad_values_are_user_errors(argv, match):
+    with pytest.raises(UserError, match=match):
+        main(argv)
+
+
+def test_unknown_flag_exits_2():
+    with pytest.raises(SystemExit) as exc:
+        parse_args(["--bogus"])
+    assert exc.value.code == 2
