@@ -131,11 +131,11 @@ def test_lookahead_config_validation():
 
 def test_lookahead_through_the_llm_api_equals_plain(tiny_engine_dir):
     with LLM(str(tiny_engine_dir)) as plain_llm:
-        plain = [o.token_ids for o in plain_llm.generate(PROMPTS[:3], SamplingParams(max_tokens=12))]
+        plain = [o.outputs[0].token_ids for o in plain_llm.generate(PROMPTS[:3], SamplingParams(max_tokens=12))]
     spec = LookaheadDecodingConfig(max_window_size=2, max_ngram_size=3, max_verification_set_size=2)
     with LLM(str(tiny_engine_dir), speculative_config=spec) as model:
         outs = model.generate(PROMPTS[:3], SamplingParams(max_tokens=12))
-    assert [o.token_ids for o in outs] == plain
+    assert [o.outputs[0].token_ids for o in outs] == plain
 
 
 def test_lookahead_too_wide_for_the_engine_is_refused(tiny_engine_dir):

@@ -29,9 +29,11 @@ def test_output_equals_plain_greedy(decoder):
 
 
 def test_ngram_min_above_every_match_drafts_nothing(decoder):
-    decoder.prompt_lookup(PROMPT, max_tokens=12, n_draft=6, ngram_max=3, ngram_min=1, stream=io.StringIO())
+    # Drafting starts after the first generated token (as MLX's demo, and TensorRT-LLM V2):
+    # single-token matches over 40 tokens are sure to occur.
+    decoder.prompt_lookup(PROMPT, max_tokens=40, n_draft=6, ngram_max=1, ngram_min=1, stream=io.StringIO())
     some = decoder.last_result.drafted
-    decoder.prompt_lookup(PROMPT, max_tokens=12, n_draft=6, ngram_max=40, ngram_min=40, stream=io.StringIO())
+    decoder.prompt_lookup(PROMPT, max_tokens=40, n_draft=6, ngram_max=40, ngram_min=40, stream=io.StringIO())
     assert some > 0 and decoder.last_result.drafted == 0
 
 

@@ -89,7 +89,7 @@ def test_draft_budget(lengths, budget, expected):
 
 
 def test_a_failed_step_fails_its_requests_and_the_loop_goes_on(scheduler, monkeypatch):
-    real = scheduler._batch.step
+    real = scheduler._batch.step_trees
     calls = {"n": 0}
 
     def flaky(*args, **kwargs):
@@ -98,7 +98,7 @@ def test_a_failed_step_fails_its_requests_and_the_loop_goes_on(scheduler, monkey
             raise RuntimeError("boom")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(scheduler._batch, "step", flaky)
+    monkeypatch.setattr(scheduler._batch, "step_trees", flaky)
     failed = scheduler.submit(GenerationRequest(prompt(4), 5, end_id=10**6))
     events = list(failed.events(timeout=120))
     assert events[-1].finish_reason == "error" and events[-1].error == "boom"
