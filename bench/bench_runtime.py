@@ -60,6 +60,22 @@ def machine(device: str) -> str:
     return f"{cpu}, torch {torch.__version__}, {threads}"
 
 
+def setup(args) -> tuple:
+    """Threads, engine config, tokenizer, device, the engine's model there, and the prompts
+    (``(kind, token ids)``: ``--num_code`` code edits, ``--num_summary`` summaries when
+    ``--dataset`` exists), as every SmolLM2 benchmark here needs them."""
+    threads = configure_threads(args.num_threads)
+    cfg = read_engine_config(args.engine_dir)
+    tok = load_tokenizer(args.engine_dir)
+    device = resolve_device(args.device)
+    model = load_checkpoint(args.engine_dir).to(device)
+    prompts = [("code", t) for t in code_edit_prompts(args.num_code)]
+    if Path(args.dataset).is_file() and args.num_summary:
+        prompts += [("summary", t) for t in summary_prompts(Path(args.dataset), args.num_summary)]
+    encoded = [(kind, encode_text(tok, text, use_chat_template=True)) for kind, text in prompts]
+    return threads, cfg, tok, device, model, encoded
+
+
 def build_parser() -> ArgumentParser:
     p = ArgumentParser(prog="bench/bench_runtime.py", description=__doc__.splitlines()[0])
     p.add_argument("--engine_dir", default=str(ROOT / "artifacts/smollm2/engine"), help="the SmolLM2 engine")
@@ -79,17 +95,8 @@ def build_parser() -> ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    args.num_threads = configure_threads(args.num_threads)
-
-    cfg = read_engine_config(args.engine_dir)
-    tok = load_tokenizer(args.engine_dir)
-    device = resolve_device(args.device)
-    model = load_checkpoint(args.engine_dir).to(device)
+    args.num_threads, cfg, tok, device, model, encoded = setup(args)
     end_id = tok.eos_token_id
-    prompts = [("code", t) for t in code_edit_prompts(args.num_code)]
-    if Path(args.dataset).is_file() and args.num_summary:
-        prompts += [("summary", t) for t in summary_prompts(Path(args.dataset), args.num_summary)]
-    encoded = [(kind, encode_text(tok, text, use_chat_template=True)) for kind, text in prompts]
 
     def runner(reuse: bool) -> TorchRunner:
         return TorchRunner(model, cfg.limits, tokens_per_block=cfg.tokens_per_block, kv_cache_enable_block_reuse=reuse,

@@ -35,22 +35,15 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from promptlookup.cli.args import ArgumentParser, add_num_threads_argument  # noqa: E402  (before torch)
 
-from bench_runtime import SHARED, machine  # noqa: E402
+from bench_runtime import SHARED, machine, setup  # noqa: E402
 
-from promptlookup.checkpoint.load import load_checkpoint  # noqa: E402
-from promptlookup.cli.inputs import encode_text  # noqa: E402
 from promptlookup.decoding import generate  # noqa: E402
 from promptlookup.decoding.lookahead import parse_lookahead_config  # noqa: E402
 from promptlookup.drafting.base import DraftConfig  # noqa: E402
-from promptlookup.engine.config import read_engine_config  # noqa: E402
 from promptlookup.engine.step_costs import costs_for, measure_step_costs  # noqa: E402
-from promptlookup.evaluation.grounded_prompts import code_edit_prompts, summary_prompts  # noqa: E402
 from promptlookup.evaluation.hf_baseline import hf_generate  # noqa: E402
 from promptlookup.fsutil import atomic_write_json  # noqa: E402
-from promptlookup.runtime import load_tokenizer  # noqa: E402
-from promptlookup.runtime.device import resolve_device  # noqa: E402
 from promptlookup.runtime.torch_runner import TorchRunner  # noqa: E402
-from promptlookup.threads import configure_threads  # noqa: E402
 
 
 def build_parser() -> ArgumentParser:
@@ -75,16 +68,8 @@ def main(argv: list[str] | None = None) -> int:
     import ast
 
     args = build_parser().parse_args(argv)
-    args.num_threads = configure_threads(args.num_threads)
-    cfg = read_engine_config(args.engine_dir)
-    tok = load_tokenizer(args.engine_dir)
-    device = resolve_device(args.device)
-    model = load_checkpoint(args.engine_dir).to(device)
+    args.num_threads, cfg, tok, device, model, encoded = setup(args)
     end_id = tok.eos_token_id
-    prompts = [("code", t) for t in code_edit_prompts(args.num_code)]
-    if Path(args.dataset).is_file() and args.num_summary:
-        prompts += [("summary", t) for t in summary_prompts(Path(args.dataset), args.num_summary)]
-    encoded = [(kind, encode_text(tok, text, use_chat_template=True)) for kind, text in prompts]
 
     costs = costs_for(cfg.step_costs, device.split(":")[0])
     probe = TorchRunner(model, cfg.limits, tokens_per_block=cfg.tokens_per_block)

@@ -7,6 +7,7 @@ import sys
 from typing import Any, Collection, NoReturn, Sequence
 
 from ..errors import UserError
+from ..literals import parse_list_literal
 
 
 class HelpFormatter(argparse.HelpFormatter):
@@ -78,15 +79,8 @@ def parse_prompt_lookup_config(text: str) -> tuple[int, int, list[int]]:
     ``k`` is prompt_lookup_num_tokens (>= 1), ``n`` max_matching_ngram_size (>= 1), the
     device list names the GPUs of the target engine (non-negative, no repeats).
     """
-    import ast
-
     hint = 'expected "[k, n, [devices]]", e.g. "[10,2,[0]]"'
-    try:
-        value = ast.literal_eval(text.strip())
-    except (ValueError, SyntaxError, MemoryError, RecursionError):
-        raise UserError(f"--prompt_lookup_config {text!r} is malformed; {hint}") from None
-    if not (isinstance(value, (list, tuple)) and len(value) == 3):
-        raise UserError(f"--prompt_lookup_config {text!r} must have 3 items; {hint}")
+    value = parse_list_literal(text, "--prompt_lookup_config", hint, items=3)
     k, n, devices = value
     for name, v in (("k (prompt_lookup_num_tokens)", k), ("n (max_matching_ngram_size)", n)):
         if not isinstance(v, int) or isinstance(v, bool) or v < 1:

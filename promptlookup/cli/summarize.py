@@ -249,17 +249,13 @@ if __name__ == "__main__":  # pragma: no cover
 
 def parse_lookahead_list(text: str) -> list:
     """``"[[4,3,4],[8,4,4]]"`` -> LookaheadConfigs (empty text: none); bad input is one line."""
-    import ast
-
     from ..decoding.lookahead import LookaheadConfig
+    from ..literals import parse_list_literal
 
     if not text.strip():
         return []
     hint = 'expected a list of [W,N,G], e.g. "[[4,3,4],[8,4,4]]"'
-    try:
-        value = ast.literal_eval(text.strip())
-    except (ValueError, SyntaxError, MemoryError, RecursionError):
-        raise UserError(f"--sweep_lookahead {text!r} is malformed; {hint}") from None
-    if not isinstance(value, (list, tuple)) or not all(isinstance(v, (list, tuple)) and len(v) == 3 for v in value):
+    value = parse_list_literal(text, "--sweep_lookahead", hint)
+    if not all(isinstance(v, (list, tuple)) and len(v) == 3 for v in value):
         raise UserError(f"--sweep_lookahead {text!r}: {hint}")
     return [LookaheadConfig(*v) for v in value]

@@ -56,6 +56,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from ..errors import UserError
+from ..literals import parse_list_literal
 from ..runtime.tree import DraftTree, merge_chains
 
 WINDOW, PROMPT, LOOKUP = "window", "prompt", "lookup"  # where a candidate came from
@@ -102,15 +103,8 @@ def trtllm_draft_len(config: LookaheadConfig) -> int:
 
 def parse_lookahead_config(text: str) -> LookaheadConfig:
     """Parse ``"[W, N, G]"`` (TensorRT-LLM's ``--lookahead_config``); bad input is one line."""
-    import ast
-
     hint = 'expected "[W,N,G]", e.g. "[4,3,4]"'
-    try:
-        value = ast.literal_eval(text.strip())
-    except (ValueError, SyntaxError, MemoryError, RecursionError):
-        raise UserError(f"--lookahead_config {text!r} is malformed; {hint}") from None
-    if not (isinstance(value, (list, tuple)) and len(value) == 3):
-        raise UserError(f"--lookahead_config {text!r} must have 3 items; {hint}")
+    value = parse_list_literal(text, "--lookahead_config", hint, items=3)
     return LookaheadConfig(*value)
 
 
