@@ -75,19 +75,20 @@ def summarize_stats(results: list[Any]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    begun = time.perf_counter()  # set-up time (loading included) is reported apart from generation
     parser = build_parser()
     args = parser.parse_args(argv)
     held = configure_logging(args.log_level)
     ok = False
     try:
-        code = _run(args, parser.given)
+        code = _run(args, parser.given, begun)
         ok = True
         return code
     finally:
         release_logs(held, ok)
 
 
-def _run(args: Any, given: Any) -> int:
+def _run(args: Any, given: Any, begun: float) -> int:
     require_lookup_config(args, given)
     check_run_flags(args)
     for flag, path in (("--output_csv", args.output_csv), ("--output_npy", args.output_npy)):
@@ -224,6 +225,7 @@ def _run(args: Any, given: Any) -> int:
                     "drafter_implementation": drafter.classes.implementation if drafter else None,
                 },
                 "wall_time_s": wall,
+                "setup_time_s": start - begun,
                 "tokens_per_s": stats["generated_tokens"] / wall if wall > 0 else 0.0,
                 "stats": stats,
                 "sequences": [
