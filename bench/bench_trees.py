@@ -56,6 +56,7 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--n", type=int, default=2, help="max_matching_ngram_size")
     p.add_argument("--lookahead", default="[[3,3,3],[5,4,4]]", help='Lookahead configs "[[W,N,G],...]"')
     p.add_argument("--combined", default="[3,3,3]", help='the Lookahead config run together with prompt lookup')
+    p.add_argument("--methods", default="", help="comma-separated subset of the methods (default: all)")
     p.add_argument("--policy", choices=["cost", "full"], default="cost", help="draft length policy for every method")
     add_num_threads_argument(p, None)
     p.add_argument("--device", default="auto", help="auto (the GPU when one is visible), cpu, cuda or cuda:N")
@@ -93,6 +94,9 @@ def main(argv: list[str] | None = None) -> int:
     la = parse_lookahead_config(args.combined)
     methods["la_{}_{}_{}+pl".format(*la.triple)] = (DraftConfig(prompt_lookup_num_tokens=min(k, 6),
                                                                 max_matching_ngram_size=n), la)
+    if args.methods:
+        keep = {m.strip() for m in args.methods.split(",")} | {"plain"}
+        methods = {m: v for m, v in methods.items() if m in keep}
     names = ["hf_plain", "hf_pld", *methods]
 
     warm = encoded[0][1][:64]

@@ -95,11 +95,14 @@ class DraftLengthPolicy:
     def choose_candidates(self, candidates: Sequence[Sequence[int]], max_nodes: int) -> list[list[int]]:
         """The candidates to verify as one tree, each cut (best first), within ``max_nodes``.
 
-        The first candidate gets the length :meth:`choose` picks. Candidate ``j >= 1`` is
-        expected to add ``(1 - p0) * alt * 2**(1 - j) * E_run(len)`` tokens (``alt``: how
-        often another candidate starts right when the first does not; halved for each
-        further one), and joins while the expected tokens per unit of cost rise. Shared
-        prefixes cost nothing extra. Cost: O(total tokens * candidates).
+        The first candidate gets the length :meth:`choose` picks. A further candidate that
+        shares its first ``b`` tokens with the tree so far is worth something only if the
+        target follows those ``b`` tokens and then leaves the tree: probability ``1 - p0``
+        for ``b = 0``, else ``p0 * p1**(b-1) * (1 - p1)``; it is then right with the
+        probability ``alt`` (how often another candidate starts right when the first does
+        not), divided by the number of candidates already branching there, and its ``m``
+        new tokens bring ``1 + p1 + ... + p1**(m-1)`` tokens. It joins while the expected
+        tokens per unit of step cost rise. Cost: O(total tokens * candidates).
         """
         if not candidates:
             return []
@@ -111,16 +114,23 @@ class DraftLengthPolicy:
         p0, p1, alt = self.first.value, self.later.value, self.alt.value
         expected = 1.0 + sum(p0 * p1**i for i in range(d))
         nodes = d
-        for j, cand in enumerate(candidates[1:], start=1):
+        branching: dict[int, int] = {}  # depth -> candidates already branching there
+        for cand in candidates[1:]:
             cut = list(cand[:d])
-            new = sum(1 for i in range(1, len(cut) + 1) if tuple(cut[:i]) not in prefixes)
+            shared = 0
+            while shared < len(cut) and tuple(cut[: shared + 1]) in prefixes:
+                shared += 1
+            new = len(cut) - shared
             if new == 0 or nodes + new > max_nodes or nodes + new + 1 >= len(self.costs):
                 continue
-            gain = (1 - p0) * alt * 2.0 ** (1 - j) * (1 + sum(p1**i for i in range(1, len(cut))))
+            leave = (1 - p0) if shared == 0 else p0 * p1 ** (shared - 1) * (1 - p1)
+            rivals = branching.get(shared, 1)
+            gain = leave * alt / rivals * (1 + sum(p1**i for i in range(1, new)))
             if (expected + gain) / self.costs[nodes + new + 1] <= expected / self.costs[nodes + 1]:
-                break
+                continue
             chosen.append(cut)
             prefixes.update(tuple(cut[:i]) for i in range(1, len(cut) + 1))
+            branching[shared] = rivals + 1
             expected += gain
             nodes += new
         return chosen
