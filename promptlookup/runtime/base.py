@@ -107,8 +107,33 @@ class RunnerStats:
     extra: dict[str, int] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class RunnerCapabilities:
+    """What a runner can do beyond :meth:`Runner.generate`'s chain verification. Each runner
+    declares its own; the decoding loops and the scripts read only this, never the class.
+
+    - ``live_batch``: ``open()`` gives a live :class:`~.torch_runner.DecodeBatch` (the V2
+      single-call loop and continuous batching run inside this project);
+    - ``token_trees``: verifies draft trees (``generate(draft_trees=...)``, ``step_trees``):
+      several candidates per step and Lookahead;
+    - ``logits_processors``: penalties and bad words at every verified position;
+    - ``own_speculation``: ``generate_lookup()`` runs the backend's own single-call
+      speculation (TensorRT-LLM's LLM API: NGram drafting or Lookahead).
+    """
+
+    live_batch: bool = False
+    token_trees: bool = False
+    logits_processors: bool = False
+    own_speculation: bool = False
+
+
 class Runner(Protocol):
     limits: EngineLimits
+    capabilities: RunnerCapabilities
+    step_cost_table: list[float] | None  # relative step cost by tokens fed (None: none stored)
+
+    def validate_lookup(self, k: int, device_ids: Sequence[int] | None = None) -> None:
+        """Refuse (one line) prompt lookup with drafts of up to ``k`` tokens on these devices."""
 
     def generate(
         self,

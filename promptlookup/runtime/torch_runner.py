@@ -24,7 +24,7 @@ from typing import Sequence
 import torch
 
 from ..errors import UserError
-from .base import EngineLimits, GenerationOutput, RunnerStats, SamplingConfig, validate_batch
+from .base import EngineLimits, GenerationOutput, RunnerCapabilities, RunnerStats, SamplingConfig, validate_batch
 from .cuda_graphs import CudaGraphs
 from .kv_cache import BlockManager, KVPool, SequenceBlocks
 from .logits_processors import apply_logits_processors, row_prefixes
@@ -198,6 +198,8 @@ class DecodeBatch:
 class TorchRunner:
     """Runs a ``LlamaForCausalLM`` with the paged KV cache; implements ``Runner``."""
 
+    capabilities = RunnerCapabilities(live_batch=True, token_trees=True, logits_processors=True)
+
     def __init__(
         self,
         hf_model: torch.nn.Module,
@@ -258,6 +260,12 @@ class TorchRunner:
             return graphs.run(new_tokens, contexts, tables, n_logits, parents)
         layout = build_layout(new_tokens, contexts, tables, n_logits, self.pool.block_size, self.model.device, parents)
         return self.model(layout, self.pool)
+
+    def validate_lookup(self, k: int, device_ids: Sequence[int] | None = None) -> None:
+        """Drafts of up to ``k`` tokens fit this engine (one device: the list was checked on load)."""
+        if k > self.limits.max_draft_len:
+            raise UserError(f"prompt_lookup_num_tokens {k} exceeds the engine's max_draft_len {self.limits.max_draft_len}; "
+                            f"lower k or rebuild with --max_draft_len {k}")
 
     def open(
         self,

@@ -35,7 +35,7 @@ from typing import Any, AsyncIterator, Callable, Iterator, Sequence
 
 from ..decoding.lookahead import LookaheadConfig, step_tokens
 from ..decoding.loop_state import LoopState
-from ..decoding.result import SequenceResult
+from ..runtime.results import SequenceResult
 from ..drafting.base import Drafter
 from ..errors import UserError
 from ..runtime.base import SamplingConfig

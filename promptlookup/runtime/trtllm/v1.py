@@ -12,11 +12,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 
-from ...decoding.result import SequenceResult, StepCallback
+from ..results import SequenceResult, StepCallback
 from ...drafting.base import DraftConfig
 from ...errors import UserError
-from ..base import EngineLimits, GenerationOutput, RunnerStats, SamplingConfig
-from .config import is_draft_tokens_external, read_trtllm_engine_config
+from ..base import EngineLimits, GenerationOutput, RunnerCapabilities, RunnerStats, SamplingConfig
+from .config import TrtllmEngineConfig, is_draft_tokens_external
 from .env import lazy, require_trtllm
 from .v2 import TrtllmLookupGenerator
 
@@ -66,9 +66,12 @@ class TrtllmRunner:
     ``reused_tokens`` stay 0 because the executor does not report them per call.
     """
 
+    capabilities = RunnerCapabilities(own_speculation=True)
+    step_cost_table = None  # TensorRT-LLM sizes its own steps
+
     def __init__(
         self,
-        engine_dir: str | Path,
+        config: TrtllmEngineConfig,
         *,
         device_ids: Sequence[int] | None = None,
         kv_cache_enable_block_reuse: bool = True,
@@ -83,8 +86,8 @@ class TrtllmRunner:
         if model_runner_cls is None:
             require_trtllm()
             model_runner_cls = lazy("tensorrt_llm.runtime", "ModelRunnerCpp")
-        self.engine_dir = Path(engine_dir)
-        self.config = read_trtllm_engine_config(self.engine_dir)
+        self.engine_dir = config.directory
+        self.config = config
         self.limits: EngineLimits = self.config.limits
         self.device_ids = list(device_ids) if device_ids is not None else list(range(self.config.world_size))
         self.kv_cache_enable_block_reuse = kv_cache_enable_block_reuse
