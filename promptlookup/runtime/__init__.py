@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..errors import UserError
+from ..errors import UserError, one_line
 from .base import EngineLimits, GenerationOutput, Runner, SamplingConfig
 
 __all__ = ["load_tokenizer", "Runner", "SamplingConfig", "EngineLimits", "GenerationOutput"]
@@ -24,5 +24,4 @@ def load_tokenizer(path: str | os.PathLike[str]):
     try:
         return AutoTokenizer.from_pretrained(str(p))
     except (OSError, ValueError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else exc.__class__.__name__
-        raise UserError(f"cannot load a tokenizer from {p} ({first}); pass --tokenizer_dir") from None
+        raise UserError(f"cannot load a tokenizer from {p} ({one_line(exc)}); pass --tokenizer_dir") from None

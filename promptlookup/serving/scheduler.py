@@ -37,7 +37,7 @@ from ..decoding.lookahead import LookaheadConfig, step_tokens
 from ..decoding.loop_state import LoopState
 from ..runtime.results import SequenceResult
 from ..drafting.base import Drafter
-from ..errors import UserError
+from ..errors import UserError, one_line
 from ..runtime.base import SamplingConfig
 from ..runtime.torch_runner import TorchRunner
 from ..runtime.tree import DraftTree
@@ -256,7 +256,7 @@ class Scheduler:
                     try:
                         self._step(live)
                     except Exception as exc:  # a failed step fails its requests, not the server
-                        message = " ".join(str(exc).split()) or exc.__class__.__name__
+                        message = one_line(exc, None)
                         with self._lock:
                             for h in live:
                                 if h in self._live:
@@ -297,7 +297,7 @@ class Scheduler:
             except Exception as exc:  # fails this request only; the loop goes on
                 self.stats.requests_failed += 1
                 h.finish_reason = FINISH_ERROR
-                h._emit(TokenEvent([], 0, FINISH_ERROR, " ".join(str(exc).split()) or exc.__class__.__name__))
+                h._emit(TokenEvent([], 0, FINISH_ERROR, one_line(exc, None)))
                 continue
             h.state = LoopState([r.prompt], self.drafter, r.max_new_tokens, limits.max_seq_len, r.end_id,
                                 None, self.step_costs, max_candidates=self.max_candidates, lookahead=self.lookahead,

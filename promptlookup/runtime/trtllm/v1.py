@@ -15,6 +15,7 @@ from typing import Any, Sequence
 from ..results import SequenceResult, StepCallback
 from ...drafting.base import DraftConfig
 from ...errors import UserError
+from ...drafting.tree import common_prefix_len
 from ..base import EngineLimits, GenerationOutput, RunnerCapabilities, RunnerStats, SamplingConfig
 from .config import TrtllmEngineConfig, is_draft_tokens_external
 from .env import lazy, require_trtllm
@@ -37,13 +38,6 @@ def _sampling_kwargs(sampling: SamplingConfig) -> dict[str, Any]:
     )
 
 
-def _agreeing_prefix(draft: Sequence[int], new: Sequence[int]) -> int:
-    n = 0
-    for d, t in zip(draft, new):
-        if d != t:
-            break
-        n += 1
-    return n
 
 
 class TrtllmRunner:
@@ -288,7 +282,7 @@ class TrtllmRunner:
                 GenerationOutput(
                     output_ids=new,
                     num_draft_tokens=len(draft),
-                    num_accepted_draft_tokens=_agreeing_prefix(draft, new),
+                    num_accepted_draft_tokens=common_prefix_len(draft, new),
                     finished=finished,
                 )
             )
