@@ -65,13 +65,7 @@ def generate(
     if max_new_tokens < 1:
         raise UserError(f"max_output_len must be at least 1, got {max_new_tokens}")
     limits = runner.limits
-    validate_batch(prompts, limits)
-    for i, p in enumerate(prompts):
-        if len(p) + max_new_tokens > limits.max_seq_len:
-            raise UserError(
-                f"prompt {i} ({len(p)} tokens) plus max_output_len {max_new_tokens} exceeds the engine's "
-                f"max_seq_len {limits.max_seq_len}; lower --max_output_len or rebuild with a larger --max_seq_len"
-            )
+    validate_batch(prompts, limits, max_new_tokens=max_new_tokens)
     caps = runner.capabilities
     if drafter is None and draft is not None and not (workflow == "v2" and caps.own_speculation):
         from ..drafting import make_drafter

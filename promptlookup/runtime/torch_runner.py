@@ -272,11 +272,12 @@ class TorchRunner:
         prompts: Sequence[Sequence[int]],
         requests: Sequence[int] | None = None,
         *,
-        max_len: int | None = None,
+        max_new_tokens: int | None = None,
+        resubmitted: bool = False,
     ) -> DecodeBatch:
         """Start a batch of sequences, validated against the engine limits
-        (``max_len``: see :func:`validate_batch`)."""
-        validate_batch(prompts, self.limits, max_len=max_len)
+        (``max_new_tokens``, ``resubmitted``: see :func:`validate_batch`)."""
+        validate_batch(prompts, self.limits, max_new_tokens=max_new_tokens, resubmitted=resubmitted)
         return DecodeBatch(self, prompts, requests if requests is not None else range(len(prompts)))
 
     def generate(
@@ -303,7 +304,7 @@ class TorchRunner:
         if max_new_tokens < 1:
             raise UserError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
         # Whole sequences are re-submitted (prompt plus output so far): bounded by max_seq_len.
-        batch = self.open(batch_input_ids, request_ids, max_len=self.limits.max_seq_len - 1)
+        batch = self.open(batch_input_ids, request_ids, max_new_tokens=1, resubmitted=True)
         try:
             live = list(range(len(batch_input_ids)))
             if draft_trees is not None:

@@ -188,14 +188,9 @@ class Scheduler:
         limits = self.runner.limits
         from ..runtime.base import validate_batch
 
-        validate_batch([request.prompt], limits)
         if request.max_new_tokens < 1:
             raise UserError(f"max_tokens must be at least 1, got {request.max_new_tokens}")
-        if len(request.prompt) + request.max_new_tokens > limits.max_seq_len:
-            raise UserError(
-                f"prompt ({len(request.prompt)} tokens) plus max_tokens {request.max_new_tokens} exceeds the "
-                f"engine's max_seq_len {limits.max_seq_len}; lower max_tokens"
-            )
+        validate_batch([request.prompt], limits, max_new_tokens=request.max_new_tokens)
         need = self._blocks_needed(request)
         if need > self._capacity:
             raise UserError(f"the request needs {need} KV blocks but the cache has {self._capacity}; "

@@ -16,7 +16,7 @@ from ..results import SequenceResult, StepCallback
 from ...drafting.base import DraftConfig
 from ...errors import UserError
 from ...drafting.tree import common_prefix_len
-from ..base import EngineLimits, GenerationOutput, RunnerCapabilities, RunnerStats, SamplingConfig
+from ..base import EngineLimits, GenerationOutput, RunnerCapabilities, RunnerStats, SamplingConfig, validate_batch
 from .config import TrtllmEngineConfig, is_draft_tokens_external
 from .env import lazy, require_trtllm
 from .v2 import TrtllmLookupGenerator
@@ -176,16 +176,7 @@ class TrtllmRunner:
             return []
         if max_new_tokens < 1:
             raise UserError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
-        if len(batch) > self.limits.max_batch_size:
-            raise UserError(
-                f"batch of {len(batch)} exceeds the engine's max_batch_size {self.limits.max_batch_size}"
-            )
-        longest = max(len(ids) for ids in batch)
-        if longest + max_new_tokens > self.limits.max_seq_len:
-            raise UserError(
-                f"sequence of {longest} tokens plus {max_new_tokens} new tokens exceeds the engine's "
-                f"max_seq_len {self.limits.max_seq_len}"
-            )
+        validate_batch(batch, self.limits, max_new_tokens=max_new_tokens, resubmitted=True)
         drafts: list[list[int]] | None = None
         if draft_tokens_list is not None:
             drafts = [list(map(int, d)) for d in draft_tokens_list]
