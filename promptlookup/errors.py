@@ -21,6 +21,13 @@ class UserError(Exception):
     """Bad input or an unusable environment, explained in one line for the user."""
 
 
+def one_line(exc: BaseException | str, limit: int | None = 300) -> str:
+    """An exception (or text) as one line, whitespace runs folded, cut to ``limit`` characters
+    (``None``: whole); the exception's class name when it has no message."""
+    text = " ".join(str(exc).split()) or (type(exc).__name__ if isinstance(exc, BaseException) else "")
+    return text if limit is None or len(text) <= limit else text[: limit - 3] + "..."
+
+
 def fail(message: str) -> NoReturn:
     """Raise a :class:`UserError` with ``message`` (a convenience for guard clauses)."""
     raise UserError(message)
@@ -60,7 +67,7 @@ def run_cli(main: Callable[[list[str] | None], int | None], argv: list[str] | No
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGINT, _interrupted_late)
     except UserError as exc:
-        message = " ".join(str(exc).split())  # always exactly one line
+        message = one_line(exc, limit=None)  # always exactly one line
         print(f"error: {message}", file=sys.stderr)
         sys.exit(EXIT_USAGE)
     except KeyboardInterrupt:

@@ -190,7 +190,8 @@ class LLM:
         draft_token_budget: int | None = None,
     ) -> None:
         from ..drafting import make_drafter
-        from ..runtime import load_runner, load_tokenizer
+        from ..engine.load import load_runner
+        from ..runtime import load_tokenizer
         from ..runtime.torch_runner import TorchRunner
 
         if speculative_config is not None and not isinstance(

@@ -18,7 +18,7 @@ import os
 import sys
 from typing import TextIO
 
-from ..decoding.result import SequenceResult
+from ..runtime.results import SequenceResult
 from ..errors import UserError
 
 
@@ -27,7 +27,8 @@ class PromptLookupDecoder:
 
     def __init__(self, path: str | os.PathLike[str], *, cache_dir: str | os.PathLike[str] | None = None,
                  device: str | None = None) -> None:
-        from ..runtime import load_runner, load_tokenizer
+        from ..engine.load import load_runner
+        from ..runtime import load_tokenizer
         from .model_cache import resolve_engine
 
         self.engine_dir = resolve_engine(path, cache_dir=cache_dir)

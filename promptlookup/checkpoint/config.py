@@ -13,18 +13,12 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
-from ..errors import UserError
+from ..errors import UserError, one_line
 from .layout import Layout
 
 if TYPE_CHECKING:  # torch and transformers are imported lazily: the CLI validates without them
     import torch
     from transformers import LlamaConfig, PretrainedConfig
-
-
-def one_line(exc: BaseException) -> str:
-    """An exception as one short line, for UserError messages."""
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    return text if len(text) <= 300 else text[:297] + "..."
 
 
 def read_json_object(path: Path) -> dict:

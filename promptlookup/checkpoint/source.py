@@ -13,8 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import UserError
-from .config import DTYPE_CHOICES, one_line, read_json_object, torch_dtype
+from ..errors import UserError, one_line
+from .config import DTYPE_CHOICES, read_json_object, torch_dtype
 
 if TYPE_CHECKING:  # heavy imports happen only when a model is actually loaded
     import torch

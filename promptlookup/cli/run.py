@@ -107,7 +107,8 @@ def _run(args: Any, given: Any, begun: float) -> int:
 
     from ..decoding import generate
     from ..engine.config import read_engine_config
-    from ..runtime import load_runner, load_tokenizer
+    from ..engine.load import load_runner
+    from ..runtime import load_tokenizer
 
     read_engine_config(args.engine_dir)  # a missing or incomplete engine is reported first
 
@@ -125,7 +126,7 @@ def _run(args: Any, given: Any, begun: float) -> int:
     )
     log.info("loaded %s (%s engine, %s)", args.engine_dir, type(runner).__name__,
              getattr(getattr(runner, "model", None), "device", "TensorRT-LLM"))
-    if draft is not None and hasattr(runner, "validate_lookup"):
+    if draft is not None:
         runner.validate_lookup(draft.prompt_lookup_num_tokens, device_ids)
     vocab = runner.limits.vocab_size
     if len(tokenizer) > vocab:
@@ -145,7 +146,7 @@ def _run(args: Any, given: Any, begun: float) -> int:
     printer = StreamPrinter(tokenizer, sys.stdout, color=use_color, num_sequences=len(prompts)) if args.streaming else None
 
     drafter = None
-    if draft is not None and not (args.workflow == "v2" and hasattr(runner, "generate_lookup")):
+    if draft is not None and not (args.workflow == "v2" and runner.capabilities.own_speculation):
         from ..drafting import make_drafter
 
         drafter = make_drafter(draft, tokenizer, workflow=args.workflow, end_id=end_id)
@@ -166,7 +167,7 @@ def _run(args: Any, given: Any, begun: float) -> int:
     )
     wall = time.perf_counter() - start
     if (draft is not None or lookahead is not None) and args.draft_length_policy == "cost" \
-            and hasattr(runner, "step_cost_table") and runner.step_cost_table is None:
+            and runner.capabilities.live_batch and runner.step_cost_table is None:
         print("note: this engine stores no step-cost table for this device, so every draft is verified in full; "
               "rebuild it with build.sh to measure one", file=sys.stderr)
     if drafter is not None and draft.dynamic_cache:
@@ -217,7 +218,7 @@ def _run(args: Any, given: Any, begun: float) -> int:
                     "kv_cache_enable_block_reuse": args.kv_cache_enable_block_reuse,
                     "draft_length_policy": args.draft_length_policy,
                     "lookahead_config": list(lookahead.triple) if lookahead else None,
-                    "step_cost_table": getattr(runner, "step_cost_table", None),
+                    "step_cost_table": runner.step_cost_table,
                     "batch_size": len(prompts),
                     "num_threads": num_threads,
                     "device": str(getattr(getattr(runner, "model", None), "device", "trtllm")),

@@ -32,7 +32,7 @@ import argparse
 import os
 from typing import Protocol, Sequence, TextIO
 
-from ..decoding.result import StepEvent
+from ..runtime.results import StepEvent
 from ..errors import UserError
 
 DRAFT_COLOR = "\x1b[32m"  # green: text the target accepted from a draft

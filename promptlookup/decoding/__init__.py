@@ -8,7 +8,7 @@ from ..errors import UserError
 from ..runtime.base import Runner, SamplingConfig, validate_batch
 from .lookahead import LookaheadConfig, step_tokens
 from .orchestrator import run_orchestrator
-from .result import SequenceResult, StepCallback, StepEvent
+from ..runtime.results import SequenceResult, StepCallback, StepEvent
 
 WORKFLOWS = ("v1", "v2")
 DRAFT_LENGTH_POLICIES = ("cost", "full")
@@ -65,28 +65,25 @@ def generate(
     if max_new_tokens < 1:
         raise UserError(f"max_output_len must be at least 1, got {max_new_tokens}")
     limits = runner.limits
-    validate_batch(prompts, limits)
-    for i, p in enumerate(prompts):
-        if len(p) + max_new_tokens > limits.max_seq_len:
-            raise UserError(
-                f"prompt {i} ({len(p)} tokens) plus max_output_len {max_new_tokens} exceeds the engine's "
-                f"max_seq_len {limits.max_seq_len}; lower --max_output_len or rebuild with a larger --max_seq_len"
-            )
-    if drafter is None and draft is not None:
+    validate_batch(prompts, limits, max_new_tokens=max_new_tokens)
+    caps = runner.capabilities
+    if drafter is None and draft is not None and not (workflow == "v2" and caps.own_speculation):
         from ..drafting import make_drafter
 
         drafter = make_drafter(draft, workflow=workflow, end_id=end_id)
     _check_drafter_workflow(drafter, workflow)
-    config = getattr(drafter, "config", None) or draft
-    if drafter is not None and config is not None:
+    if drafter is not None and not isinstance(getattr(drafter, "config", None), DraftConfig):
+        raise TypeError(f"drafter must be a Drafter (make_drafter), got {type(drafter).__name__}")
+    config = drafter.config if drafter is not None else draft
+    if config is not None:
         k = config.prompt_lookup_num_tokens
         if k > limits.max_draft_len:
             raise UserError(
                 f"prompt_lookup_num_tokens {k} exceeds the engine's max_draft_len {limits.max_draft_len}; "
                 f"lower k or rebuild with --max_draft_len {k}"
             )
-    if lookahead is not None:
-        need = step_tokens(lookahead, config.prompt_lookup_num_tokens if drafter is not None and config else 0)
+    if lookahead is not None and caps.token_trees:  # this project's engine rule (TensorRT-LLM checks its own)
+        need = step_tokens(lookahead, config.prompt_lookup_num_tokens if config is not None else 0)
         if need > limits.max_draft_len:
             w, n, g = lookahead.triple
             raise UserError(
@@ -94,37 +91,29 @@ def generate(
                 f"max_draft_len {limits.max_draft_len}; rebuild with --max_draft_len {need} or use a smaller [W,N,G]"
             )
 
-    from ..runtime.torch_runner import TorchRunner
-
     max_candidates = config.max_candidates if drafter is not None and config is not None else 1
     tree_mode = lookahead is not None or (max_candidates > 1 and drafter is not None)
-    if lookahead is not None and not isinstance(runner, TorchRunner) and workflow == "v2":
-        lookup = getattr(runner, "generate_lookup", None)
-        if lookup is None:
-            raise UserError("this backend has no Lookahead decoding; use a PyTorch engine")
-        return lookup(prompts, draft=config if drafter is not None else None, lookahead=lookahead,
-                      max_new_tokens=max_new_tokens, end_id=end_id, sampling=sampling, on_step=on_step)
-    if tree_mode and not isinstance(runner, TorchRunner):
+    if lookahead is not None and not caps.token_trees and workflow == "v2" and caps.own_speculation:
+        return runner.generate_lookup(prompts, draft=config, lookahead=lookahead,
+                                      max_new_tokens=max_new_tokens, end_id=end_id, sampling=sampling,
+                                      on_step=on_step)
+    if tree_mode and not caps.token_trees:
         what = "--lookahead_config" if lookahead is not None else "several draft candidates"
         raise UserError(f"{what} on this backend needs --workflow v2 (TensorRT-LLM's own Lookahead) "
                         "or a PyTorch engine, whose runtime verifies token trees")
     kwargs = dict(max_new_tokens=max_new_tokens, end_id=end_id, sampling=sampling, on_step=on_step)
     if (drafter is not None or lookahead is not None) and draft_length_policy == "cost":
-        kwargs["step_costs"] = getattr(runner, "step_cost_table", None)
-    if not isinstance(runner, TorchRunner) and sampling.has_logits_processors:
+        kwargs["step_costs"] = runner.step_cost_table
+    if sampling.has_logits_processors and not caps.logits_processors:
         raise UserError("repetition/presence/frequency penalties and bad words are applied at every verified position "
                         "by the PyTorch runtime only; drop them or use a PyTorch engine")
-    if isinstance(runner, TorchRunner):
-        if workflow == "v2" or (drafter is None and lookahead is None):
-            from .single_call import run_single_call
+    if caps.live_batch and (workflow == "v2" or (drafter is None and lookahead is None)):
+        from .single_call import run_single_call
 
-            return run_single_call(runner, prompts, drafter=drafter, max_candidates=max_candidates,
-                                   lookahead=lookahead, **kwargs)
-        return run_orchestrator(runner, prompts, drafter=drafter, max_candidates=max_candidates,
-                                lookahead=lookahead, trees=tree_mode, **kwargs)
-    if workflow == "v2" and drafter is not None:
-        lookup = getattr(runner, "generate_lookup", None)
-        if lookup is None:
+        return run_single_call(runner, prompts, drafter=drafter, max_candidates=max_candidates,
+                               lookahead=lookahead, **kwargs)
+    if workflow == "v2" and config is not None:
+        if not caps.own_speculation:
             raise UserError("this backend has no single-call (v2) prompt lookup; use --workflow v1")
         if config is not None and config.min_matching_ngram_size > 1:
             raise UserError("TensorRT-LLM's own (v2) n-gram drafter has no minimum match length; "
@@ -132,5 +121,6 @@ def generate(
         kwargs.pop("step_costs", None)
         if sampling.stop_words:
             raise UserError("stop words need the orchestrator loop on this backend; use --workflow v1")
-        return lookup(prompts, draft=config, **kwargs)
-    return run_orchestrator(runner, prompts, drafter=drafter, **kwargs)
+        return runner.generate_lookup(prompts, draft=config, **kwargs)
+    return run_orchestrator(runner, prompts, drafter=drafter, max_candidates=max_candidates,
+                            lookahead=lookahead, trees=tree_mode, **kwargs)

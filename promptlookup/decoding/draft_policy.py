@@ -24,6 +24,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from ..drafting.tree import common_prefix_len
+
 DECAY = 0.9  # weight of older observations per new one
 PRIOR = (1.0, 1.0)  # Beta(successes, failures) prior for both estimates
 
@@ -80,11 +82,7 @@ class DraftLengthPolicy:
         if not proposal or not produced:
             return
         # How far the proposal agrees with what was produced (known up to len(produced)).
-        agree = 0
-        for a, b in zip(proposal, produced):
-            if a != b:
-                break
-            agree += 1
+        agree = common_prefix_len(proposal, produced)
         known = min(len(produced), len(proposal))  # positions whose outcome we saw
         self.first.add(1.0 if agree >= 1 else 0.0, 0.0 if agree >= 1 else 1.0)
         if agree >= 1:

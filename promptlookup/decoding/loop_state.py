@@ -14,7 +14,7 @@ from ..runtime.tree import DraftTree
 from .draft_policy import DraftLengthPolicy
 from .lookahead import LookaheadConfig
 from .proposers import CandidateProposer, ChainProposer, LookaheadProposer, NoDraft, Proposer
-from .result import SequenceResult, StepCallback, StepEvent
+from ..runtime.results import SequenceResult, StepCallback, StepEvent
 
 
 def stop_cut(history: Sequence[int], tokens: Sequence[int], stop_words: Sequence[Sequence[int]]) -> int | None:

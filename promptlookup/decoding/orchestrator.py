@@ -15,7 +15,7 @@ from ..drafting.base import Drafter
 from ..runtime.base import Runner, SamplingConfig
 from .lookahead import LookaheadConfig
 from .loop_state import LoopState
-from .result import SequenceResult, StepCallback
+from ..runtime.results import SequenceResult, StepCallback
 
 
 def run_orchestrator(

@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import Protocol, Sequence
 
 from ..drafting.base import RequestDrafter
+from ..drafting.tree import common_prefix_len
 from ..runtime.tree import DraftTree, merge_chains
 from .draft_policy import DECAY, DraftLengthPolicy
 from .lookahead import LOOKUP, WINDOW, LookaheadConfig, LookaheadRequest
@@ -170,9 +171,8 @@ class LookaheadProposer:
             self.window_weight = self.window_weight * DECAY + 1
         st.observe(choices, tokens)
         if self.drafter is not None:
-            agree = 0  # how much of the prompt-lookup draft was accepted (a shared path may go further)
-            while agree < min(accepted, len(self.proposal)) and self.proposal[agree] == tokens[agree]:
-                agree += 1
+            # how much of the prompt-lookup draft was accepted (a shared path may go further)
+            agree = common_prefix_len(self.proposal[:accepted], tokens)
             self.drafter.record(len(self.proposal), agree)
             self.drafter.extend(tokens)
 

@@ -14,7 +14,7 @@ from ..runtime.base import SamplingConfig
 from ..runtime.torch_runner import TorchRunner
 from .lookahead import LookaheadConfig
 from .loop_state import LoopState
-from .result import SequenceResult, StepCallback
+from ..runtime.results import SequenceResult, StepCallback
 
 
 def run_single_call(

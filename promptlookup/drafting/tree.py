@@ -67,3 +67,13 @@ def is_covered(draft: Sequence[int], chosen: Sequence[Sequence[int]]) -> bool:
         if len(other) >= n and list(other[:n]) == draft:
             return True
     return False
+
+
+def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many leading tokens ``a`` and ``b`` share. O(that length)."""
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n

@@ -15,8 +15,8 @@ from typing import Any
 from ..errors import UserError
 from ..fsutil import atomic_output_dir
 from .config import ENGINE_FORMAT_VERSION, ENGINE_KIND
+from .load import BACKENDS
 
-BACKENDS = ("auto", "torch", "trtllm")
 SPECULATIVE_MODES = ("draft_tokens_external", "lookahead_decoding")
 # trtllm-build --gemm_plugin values (TensorRT-LLM 1.0 PluginConfig); the PyTorch backend records the choice only.
 GEMM_PLUGINS = ("auto", "float16", "float32", "bfloat16", "int32", "fp8", "nvfp4", "disable")

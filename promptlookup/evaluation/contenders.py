@@ -99,7 +99,7 @@ class EngineBackend:
         self._idle_runner: Any = None  # loaded but not yet used by any contender
 
     def _load(self) -> Any:
-        from ..runtime import load_runner
+        from ..engine.load import load_runner
 
         return load_runner(self.engine_dir, kv_cache_enable_block_reuse=self.kv_cache_enable_block_reuse,
                            device_ids=self.device_ids, max_tokens_in_paged_kv_cache=self.max_tokens_in_paged_kv_cache,

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
-from ..errors import UserError
+from ..errors import UserError, one_line
 
 HUB_DATASET = "abisee/cnn_dailymail"  # the hub's canonical home of "cnn_dailymail"
 HUB_CONFIG = "3.0.0"
@@ -110,7 +110,7 @@ def _load_local(path: str):
     except Exception as exc:  # datasets wraps parse errors in several exception types
         if "no data" in str(exc):  # a header-only CSV, an empty JSON list, ...
             raise UserError(f"dataset {path} has no rows; pass a file with at least one article") from None
-        reason = " ".join(str(exc).split())[:200] or type(exc).__name__
+        reason = one_line(exc, 200)
         raise UserError(f"cannot read dataset {path} as {fmt}: {reason}") from None
 
 
@@ -152,6 +152,6 @@ def _load_hub():
         return datasets.load_dataset(HUB_DATASET, HUB_CONFIG, split=HUB_SPLIT)
     except Exception as exc:
         why = "offline mode is on (HF_HUB_OFFLINE/HF_DATASETS_OFFLINE) and it is not cached" if offline else (
-            " ".join(str(exc).split())[:160]
+            one_line(exc, 160)
         )
         raise UserError(f"cannot load {HUB_DATASET} {HUB_CONFIG} from the Hugging Face hub: {why}; {hint}") from None

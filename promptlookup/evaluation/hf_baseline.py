@@ -3,7 +3,7 @@
 :func:`hf_generate` runs one prompt at a time (HF's prompt-lookup candidate generator does
 not batch, and one-at-a-time also keeps padding out of the comparison) and returns only
 the new tokens of each prompt, ending with ``end_id`` when generation stopped on it, which
-is the same convention as :class:`promptlookup.decoding.result.SequenceResult`.
+is the same convention as :class:`promptlookup.runtime.results.SequenceResult`.
 
 It does no work besides ``model.generate`` per prompt, so wall-clock timing around a
 call measures HF's decoding. :func:`count_forward_calls` counts target forward passes,

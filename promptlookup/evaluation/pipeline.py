@@ -229,7 +229,7 @@ def evaluate(
     if s.test_engine or s.sweep:
         from ..engine.config import read_engine_config
 
-        from ..runtime import check_backend
+        from ..engine.load import check_backend
 
         engine_cfg = read_engine_config(s.engine_dir)
         check_backend(s.backend, engine_cfg.backend, s.engine_dir)

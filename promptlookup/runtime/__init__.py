@@ -1,105 +1,17 @@
-"""Runners for built engines: PyTorch (paged KV cache with reuse) or TensorRT-LLM."""
+"""Runners for built engines: PyTorch (paged KV cache with reuse) or TensorRT-LLM.
+
+Loading an engine directory into a runner is the engine layer's job
+(:func:`promptlookup.engine.load.load_runner`): this package never imports ``engine``.
+"""
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Sequence
 
-from ..errors import UserError
+from ..errors import UserError, one_line
 from .base import EngineLimits, GenerationOutput, Runner, SamplingConfig
 
-__all__ = ["load_runner", "load_tokenizer", "check_backend", "BACKENDS", "Runner", "SamplingConfig", "EngineLimits",
-           "GenerationOutput"]
-
-
-def load_runner(
-    engine_dir: str | os.PathLike[str],
-    *,
-    kv_cache_enable_block_reuse: bool = True,
-    device_ids: Sequence[int] | None = None,
-    max_tokens_in_paged_kv_cache: int | None = None,
-    hf_model_dir: str | os.PathLike[str] | None = None,
-    device: str | None = None,
-    cuda_graph_mode: bool | None = None,
-    backend: str = "auto",
-) -> Runner:
-    """Load the engine in ``engine_dir`` on the backend it was built for.
-
-    ``device`` places a PyTorch engine (``None``/``"auto"``: the GPU when one is visible,
-    else the CPU; or ``cpu``, ``cuda``, ``cuda:N``). TensorRT-LLM engines run on the GPUs
-    of ``device_ids`` and refuse any other ``device``. ``cuda_graph_mode`` (PyTorch engines
-    on a GPU; ``None``: on there) replays captured CUDA graphs for decoding steps.
-
-    ``hf_model_dir`` is used by the TensorRT-LLM backend's single-call (v2) workflow only,
-    whose LLM API loads a Hugging Face checkpoint.
-
-    ``backend`` (``--backend``): ``auto`` runs the engine on the backend it was built
-    for; ``torch`` or ``trtllm`` insist on that backend and refuse an engine built for
-    the other one (an engine is built for one backend and cannot switch).
-    """
-    from ..engine.config import read_engine_config
-
-    cfg = read_engine_config(engine_dir)
-    check_backend(backend, cfg.backend, engine_dir)
-    if cfg.backend == "trtllm":
-        if device not in (None, "auto"):
-            raise UserError(f"--device {device} applies to PyTorch engines; a TensorRT-LLM engine runs on the "
-                            f"GPUs of --prompt_lookup_config's device list (or all ranks); drop --device")
-        if cuda_graph_mode is not None:
-            raise UserError("--cuda_graph_mode/--no-cuda_graph_mode apply to PyTorch engines here; "
-                            "drop the flag for a TensorRT-LLM engine")
-        from .trtllm import TrtllmRunner, trtllm_unavailable_reason
-
-        reason = trtllm_unavailable_reason()
-        if reason is not None:
-            raise UserError(f"{engine_dir} is a TensorRT-LLM engine, but {reason}")
-        return TrtllmRunner(
-            str(engine_dir),
-            device_ids=list(device_ids) if device_ids is not None else list(range(cfg.world_size)),
-            kv_cache_enable_block_reuse=kv_cache_enable_block_reuse,
-            hf_model_dir=hf_model_dir,
-        )
-    if device_ids is not None and list(device_ids) not in ([], [0]):
-        raise UserError(
-            f"device list {list(device_ids)} needs the TensorRT-LLM backend; the PyTorch engine runs on one device, use [0]"
-        )
-    from ..checkpoint.load import load_checkpoint
-    from .device import resolve_device
-    from .torch_runner import TorchRunner
-
-    from ..engine.step_costs import costs_for
-
-    target = resolve_device(device)
-    model = load_checkpoint(cfg.directory).to(target)  # loaded on the CPU; a no-op there
-    return TorchRunner(
-        model,
-        cfg.limits,
-        tokens_per_block=cfg.tokens_per_block,
-        max_tokens_in_paged_kv_cache=max_tokens_in_paged_kv_cache,
-        kv_cache_enable_block_reuse=kv_cache_enable_block_reuse,
-        cuda_graph_mode=cuda_graph_mode,
-        step_cost_table=costs_for(cfg.step_costs, target.split(":")[0]),
-    )
-
-
-BACKENDS = ("auto", "torch", "trtllm")
-
-
-def check_backend(requested: str, built_for: str, engine_dir: str | os.PathLike[str]) -> None:
-    """Refuse (one line) a ``--backend`` that the engine was not built for, or TensorRT-LLM
-    where it is not installed."""
-    if requested not in BACKENDS:
-        raise UserError(f"--backend {requested!r} is not a backend; choose auto, torch or trtllm")
-    if requested == "trtllm":  # the TensorRT-LLM engine itself is checked again when loaded
-        from .trtllm_runner import trtllm_unavailable_reason
-
-        reason = trtllm_unavailable_reason()
-        if reason is not None:
-            raise UserError(f"--backend trtllm: {reason}")
-    if requested != "auto" and requested != built_for:
-        names = {"torch": "a PyTorch", "trtllm": "a TensorRT-LLM"}
-        raise UserError(f"--backend {requested}: {engine_dir} is {names.get(built_for, built_for)} engine; "
-                        f"rebuild it with build.sh --backend {requested}, or pass --backend auto")
+__all__ = ["load_tokenizer", "Runner", "SamplingConfig", "EngineLimits", "GenerationOutput"]
 
 
 def load_tokenizer(path: str | os.PathLike[str]):
@@ -112,5 +24,4 @@ def load_tokenizer(path: str | os.PathLike[str]):
     try:
         return AutoTokenizer.from_pretrained(str(p))
     except (OSError, ValueError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else exc.__class__.__name__
-        raise UserError(f"cannot load a tokenizer from {p} ({first}); pass --tokenizer_dir") from None
+        raise UserError(f"cannot load a tokenizer from {p} ({one_line(exc)}); pass --tokenizer_dir") from None

@@ -68,11 +68,20 @@ class EngineLimits:
     vocab_size: int
 
 
-def validate_batch(prompts: Sequence[Sequence[int]], limits: EngineLimits, *, max_len: int | None = None) -> None:
+def validate_batch(
+    prompts: Sequence[Sequence[int]],
+    limits: EngineLimits,
+    *,
+    max_new_tokens: int | None = None,
+    resubmitted: bool = False,
+) -> None:
     """Check a batch against the engine limits; bad input is a one-line UserError.
 
-    ``max_len`` bounds each sequence's length; by default it is ``max_input_len`` (fresh
-    prompts). A V1 re-submission of whole sequences passes ``max_seq_len - 1``.
+    The one place the batch limits are checked (the loops, both runners and the server call
+    it): at most ``max_batch_size`` sequences, none empty, every token in the vocabulary;
+    fresh prompts within ``max_input_len`` (``resubmitted``: whole sequences, prompt plus
+    output so far, as V1 sends them, which only ``max_seq_len`` bounds); with
+    ``max_new_tokens``, room for that many more tokens within ``max_seq_len``.
     """
     if len(prompts) > limits.max_batch_size:
         raise UserError(
@@ -82,15 +91,16 @@ def validate_batch(prompts: Sequence[Sequence[int]], limits: EngineLimits, *, ma
     for i, p in enumerate(prompts):
         if len(p) == 0:
             raise UserError(f"prompt {i} is empty; give at least one token")
-        if max_len is None and len(p) > limits.max_input_len:
+        if not resubmitted and len(p) > limits.max_input_len:
             raise UserError(
                 f"prompt {i} has {len(p)} tokens, more than the engine's max_input_len {limits.max_input_len}; "
                 "shorten it or rebuild with a larger --max_input_len"
             )
-        if max_len is not None and len(p) > max_len:
+        if max_new_tokens is not None and len(p) + max_new_tokens > limits.max_seq_len:
+            what = "sequence" if resubmitted else "prompt"
             raise UserError(
-                f"sequence {i} has {len(p)} tokens, more than {max_len} (the engine's max_seq_len - 1); "
-                "lower --max_output_len or rebuild with a larger --max_seq_len"
+                f"{what} {i} ({len(p)} tokens) plus {max_new_tokens} new tokens exceeds the engine's max_seq_len "
+                f"{limits.max_seq_len}; lower --max_output_len (max_tokens) or rebuild with a larger --max_seq_len"
             )
         bad = [t for t in p if not 0 <= t < limits.vocab_size]
         if bad:
@@ -107,8 +117,33 @@ class RunnerStats:
     extra: dict[str, int] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class RunnerCapabilities:
+    """What a runner can do beyond :meth:`Runner.generate`'s chain verification. Each runner
+    declares its own; the decoding loops and the scripts read only this, never the class.
+
+    - ``live_batch``: ``open()`` gives a live :class:`~.torch_runner.DecodeBatch` (the V2
+      single-call loop and continuous batching run inside this project);
+    - ``token_trees``: verifies draft trees (``generate(draft_trees=...)``, ``step_trees``):
+      several candidates per step and Lookahead;
+    - ``logits_processors``: penalties and bad words at every verified position;
+    - ``own_speculation``: ``generate_lookup()`` runs the backend's own single-call
+      speculation (TensorRT-LLM's LLM API: NGram drafting or Lookahead).
+    """
+
+    live_batch: bool = False
+    token_trees: bool = False
+    logits_processors: bool = False
+    own_speculation: bool = False
+
+
 class Runner(Protocol):
     limits: EngineLimits
+    capabilities: RunnerCapabilities
+    step_cost_table: list[float] | None  # relative step cost by tokens fed (None: none stored)
+
+    def validate_lookup(self, k: int, device_ids: Sequence[int] | None = None) -> None:
+        """Refuse (one line) prompt lookup with drafts of up to ``k`` tokens on these devices."""
 
     def generate(
         self,

@@ -38,6 +38,7 @@ from typing import Sequence
 
 import torch
 
+from ..drafting.tree import common_prefix_len
 from ..errors import UserError
 
 SCRATCH_BLOCK = 0
@@ -217,11 +218,7 @@ class BlockManager:
         rest = tokens[matched:limit]
         for block in self.children.get(parent, ()):
             cand = self.reg[block].tokens
-            n = 0
-            for a, b in zip(cand, rest):
-                if a != b:
-                    break
-                n += 1
+            n = common_prefix_len(cand, rest)
             if n > best_len:
                 best, best_len = block, n
         if best_len:

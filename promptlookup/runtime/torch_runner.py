@@ -24,7 +24,7 @@ from typing import Sequence
 import torch
 
 from ..errors import UserError
-from .base import EngineLimits, GenerationOutput, RunnerStats, SamplingConfig, validate_batch
+from .base import EngineLimits, GenerationOutput, RunnerCapabilities, RunnerStats, SamplingConfig, validate_batch
 from .cuda_graphs import CudaGraphs
 from .kv_cache import BlockManager, KVPool, SequenceBlocks
 from .logits_processors import apply_logits_processors, row_prefixes
@@ -198,6 +198,8 @@ class DecodeBatch:
 class TorchRunner:
     """Runs a ``LlamaForCausalLM`` with the paged KV cache; implements ``Runner``."""
 
+    capabilities = RunnerCapabilities(live_batch=True, token_trees=True, logits_processors=True)
+
     def __init__(
         self,
         hf_model: torch.nn.Module,
@@ -259,16 +261,23 @@ class TorchRunner:
         layout = build_layout(new_tokens, contexts, tables, n_logits, self.pool.block_size, self.model.device, parents)
         return self.model(layout, self.pool)
 
+    def validate_lookup(self, k: int, device_ids: Sequence[int] | None = None) -> None:
+        """Drafts of up to ``k`` tokens fit this engine (one device: the list was checked on load)."""
+        if k > self.limits.max_draft_len:
+            raise UserError(f"prompt_lookup_num_tokens {k} exceeds the engine's max_draft_len {self.limits.max_draft_len}; "
+                            f"lower k or rebuild with --max_draft_len {k}")
+
     def open(
         self,
         prompts: Sequence[Sequence[int]],
         requests: Sequence[int] | None = None,
         *,
-        max_len: int | None = None,
+        max_new_tokens: int | None = None,
+        resubmitted: bool = False,
     ) -> DecodeBatch:
         """Start a batch of sequences, validated against the engine limits
-        (``max_len``: see :func:`validate_batch`)."""
-        validate_batch(prompts, self.limits, max_len=max_len)
+        (``max_new_tokens``, ``resubmitted``: see :func:`validate_batch`)."""
+        validate_batch(prompts, self.limits, max_new_tokens=max_new_tokens, resubmitted=resubmitted)
         return DecodeBatch(self, prompts, requests if requests is not None else range(len(prompts)))
 
     def generate(
@@ -295,7 +304,7 @@ class TorchRunner:
         if max_new_tokens < 1:
             raise UserError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
         # Whole sequences are re-submitted (prompt plus output so far): bounded by max_seq_len.
-        batch = self.open(batch_input_ids, request_ids, max_len=self.limits.max_seq_len - 1)
+        batch = self.open(batch_input_ids, request_ids, max_new_tokens=1, resubmitted=True)
         try:
             live = list(range(len(batch_input_ids)))
             if draft_trees is not None:

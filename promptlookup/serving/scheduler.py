@@ -35,9 +35,9 @@ from typing import Any, AsyncIterator, Callable, Iterator, Sequence
 
 from ..decoding.lookahead import LookaheadConfig, step_tokens
 from ..decoding.loop_state import LoopState
-from ..decoding.result import SequenceResult
+from ..runtime.results import SequenceResult
 from ..drafting.base import Drafter
-from ..errors import UserError
+from ..errors import UserError, one_line
 from ..runtime.base import SamplingConfig
 from ..runtime.torch_runner import TorchRunner
 from ..runtime.tree import DraftTree
@@ -188,14 +188,9 @@ class Scheduler:
         limits = self.runner.limits
         from ..runtime.base import validate_batch
 
-        validate_batch([request.prompt], limits)
         if request.max_new_tokens < 1:
             raise UserError(f"max_tokens must be at least 1, got {request.max_new_tokens}")
-        if len(request.prompt) + request.max_new_tokens > limits.max_seq_len:
-            raise UserError(
-                f"prompt ({len(request.prompt)} tokens) plus max_tokens {request.max_new_tokens} exceeds the "
-                f"engine's max_seq_len {limits.max_seq_len}; lower max_tokens"
-            )
+        validate_batch([request.prompt], limits, max_new_tokens=request.max_new_tokens)
         need = self._blocks_needed(request)
         if need > self._capacity:
             raise UserError(f"the request needs {need} KV blocks but the cache has {self._capacity}; "
@@ -256,7 +251,7 @@ class Scheduler:
                     try:
                         self._step(live)
                     except Exception as exc:  # a failed step fails its requests, not the server
-                        message = " ".join(str(exc).split()) or exc.__class__.__name__
+                        message = one_line(exc, None)
                         with self._lock:
                             for h in live:
                                 if h in self._live:
@@ -297,7 +292,7 @@ class Scheduler:
             except Exception as exc:  # fails this request only; the loop goes on
                 self.stats.requests_failed += 1
                 h.finish_reason = FINISH_ERROR
-                h._emit(TokenEvent([], 0, FINISH_ERROR, " ".join(str(exc).split()) or exc.__class__.__name__))
+                h._emit(TokenEvent([], 0, FINISH_ERROR, one_line(exc, None)))
                 continue
             h.state = LoopState([r.prompt], self.drafter, r.max_new_tokens, limits.max_seq_len, r.end_id,
                                 None, self.step_costs, max_candidates=self.max_candidates, lookahead=self.lookahead,

@@ -48,7 +48,7 @@ def test_builds_a_torch_engine_with_the_limits(checkpoint, tmp_path):
     assert cfg["pretrained_config"]["mapping"]["tp_size"] == 2
     assert sorted(p.name for p in out.glob("rank*.safetensors")) == ["rank0.safetensors", "rank1.safetensors"]
 
-    from promptlookup.runtime import load_runner
+    from promptlookup.engine.load import load_runner
 
     runner = load_runner(out)
     assert runner.limits.max_draft_len == 10

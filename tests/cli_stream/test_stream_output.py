@@ -19,7 +19,7 @@ from promptlookup.cli.stream_output import (
     decode_text,
     draft_segments,
 )
-from promptlookup.decoding.result import StepEvent
+from promptlookup.runtime.results import StepEvent
 from promptlookup.errors import UserError
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")

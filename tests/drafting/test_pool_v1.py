@@ -125,10 +125,12 @@ def test_pool_rules_flag_and_a_drafter_made_for_the_other_workflow():
     with pytest.raises(UserError, match="unknown pool rules"):
         make_drafter(DraftConfig(pool_rules="v3"))
 
-    from promptlookup.runtime.base import EngineLimits
+    from promptlookup.runtime.base import EngineLimits, RunnerCapabilities
 
     class NoRunner:  # the check comes before the runner is used
         limits = EngineLimits(max_batch_size=1, max_input_len=8, max_seq_len=16, max_draft_len=16, vocab_size=16)
+        capabilities = RunnerCapabilities()
+        step_cost_table = None
 
     with pytest.raises(UserError, match="made for workflow v2 but generation uses v1"):
         generate(NoRunner(), [[1, 2]], max_new_tokens=1, end_id=2, drafter=make_drafter(DraftConfig()), workflow="v1")

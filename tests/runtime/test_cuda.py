@@ -105,7 +105,7 @@ def test_gpu_lookup_is_token_identical(gpu_model_and_reference, workflow, draft)
 
 @cuda
 def test_load_runner_places_the_engine_on_the_gpu(tiny_engine_dir):
-    from promptlookup.runtime import load_runner
+    from promptlookup.engine.load import load_runner
 
     runner = load_runner(tiny_engine_dir, device="cuda")
     assert runner.model.device.type == "cuda"

@@ -14,7 +14,8 @@ MAX_NEW = 40
 
 @pytest.fixture(scope="module")
 def smollm2(smollm2_engine_dir):
-    from promptlookup.runtime import load_runner, load_tokenizer
+    from promptlookup.engine.load import load_runner
+    from promptlookup.runtime import load_tokenizer
 
     threads = torch.get_num_threads()
     torch.set_num_threads(2)

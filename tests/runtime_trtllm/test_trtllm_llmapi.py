@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from promptlookup.decoding.result import StepEvent
+from promptlookup.runtime.results import StepEvent
 from promptlookup.drafting.base import DraftConfig
 from promptlookup.errors import UserError
 from promptlookup.runtime.base import SamplingConfig
@@ -182,7 +182,6 @@ def test_v2_through_the_engine_runner_and_decoding_generate(tmp_path, hf_dir, ll
     from .fakes import FakeModelRunnerCpp
 
     engine = write_engine(tmp_path / "engine", tp=2, max_seq_len=100, max_batch_size=3)
-    unused = object()  # V2 on TensorRT-LLM drafts inside TensorRT-LLM; no project drafter is needed
     factory = partial(
         TrtllmLookupGenerator,
         llm_cls=llm_cls,
@@ -190,12 +189,15 @@ def test_v2_through_the_engine_runner_and_decoding_generate(tmp_path, hf_dir, ll
         kv_cache_config_cls=FakeKvCacheConfig,
         sampling_params_cls=FakeSamplingParams,
     )
-    no_hf = TrtllmRunner(engine, model_runner_cls=FakeModelRunnerCpp)
+    from promptlookup.engine.trtllm_config import read_trtllm_engine_config
+
+    no_hf = TrtllmRunner(read_trtllm_engine_config(engine), model_runner_cls=FakeModelRunnerCpp)
     with pytest.raises(UserError, match="--hf_model_dir"):
-        generate(no_hf, [[1, 2]], max_new_tokens=4, end_id=END, draft=DraftConfig(), workflow="v2", drafter=unused)
-    runner = TrtllmRunner(engine, model_runner_cls=FakeModelRunnerCpp, hf_model_dir=hf_dir, lookup_generator_cls=factory)
+        generate(no_hf, [[1, 2]], max_new_tokens=4, end_id=END, draft=DraftConfig(), workflow="v2")
+    runner = TrtllmRunner(read_trtllm_engine_config(engine), model_runner_cls=FakeModelRunnerCpp, hf_model_dir=hf_dir,
+                          lookup_generator_cls=factory)
     (r,) = generate(
-        runner, [[1, 2]], max_new_tokens=12, end_id=END, draft=DraftConfig(), workflow="v2", drafter=unused
+        runner, [[1, 2]], max_new_tokens=12, end_id=END, draft=DraftConfig(), workflow="v2"
     )
     assert r.output_ids == greedy(llm_cls.target, [1, 2], 12, END)
     (llm,) = FakeLLM.instances

@@ -13,7 +13,8 @@ from promptlookup.drafting.base import DraftConfig
 from promptlookup.errors import UserError
 from promptlookup.runtime.base import SamplingConfig
 from promptlookup.runtime.trtllm import env
-from promptlookup.runtime.trtllm import TrtllmRunner, read_trtllm_engine_config, trtllm_unavailable_reason
+from promptlookup.engine.trtllm_config import read_trtllm_engine_config
+from promptlookup.runtime.trtllm import TrtllmRunner, trtllm_unavailable_reason
 
 from .conftest import simulate_gpus
 from .fakes import FakeModelRunnerCpp, cycle_target, greedy, write_engine
@@ -37,7 +38,7 @@ def fake_cls():
 
 
 def make(engine: Path, fake_cls, **kw) -> TrtllmRunner:
-    return TrtllmRunner(engine, model_runner_cls=fake_cls, **kw)
+    return TrtllmRunner(read_trtllm_engine_config(engine), model_runner_cls=fake_cls, **kw)
 
 
 # --------------------------------------------------------------------------- from_dir
@@ -265,7 +266,7 @@ def test_unavailable_without_tensorrt_llm_with_one_line_reason(no_tensorrt_llm):
 
 def test_real_classes_are_not_used_without_tensorrt_llm(engine, no_tensorrt_llm):
     with pytest.raises(UserError, match="tensorrt_llm is not installed"):
-        TrtllmRunner(engine)
+        TrtllmRunner(read_trtllm_engine_config(engine))
 
 
 def test_broken_tensorrt_llm_install_is_one_line(monkeypatch, importable_tensorrt_llm):

@@ -17,7 +17,7 @@ pytest.importorskip("uvicorn")
 
 from promptlookup import LLM, NGramDecodingConfig  # noqa: E402
 from promptlookup.decoding import generate  # noqa: E402
-from promptlookup.runtime import load_runner  # noqa: E402
+from promptlookup.engine.load import load_runner  # noqa: E402
 from promptlookup.serving.openai_server import OpenAIServer, ServerThread  # noqa: E402
 
 PROMPTS = ["one two three four one two three four one two three", "a b a b a b a b", "hello world",

@@ -7,7 +7,7 @@ import pytest
 from promptlookup.decoding import generate
 from promptlookup.drafting import DraftConfig, make_drafter
 from promptlookup.errors import UserError
-from promptlookup.runtime import load_runner
+from promptlookup.engine.load import load_runner
 from promptlookup.serving.draft_budget import allot
 from promptlookup.serving.scheduler import GenerationRequest, Scheduler
 

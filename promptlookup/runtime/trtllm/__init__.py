@@ -8,7 +8,8 @@ releases the V1 example was ``examples/prompt_lookup/run_dtm_pld.py`` with
 One module per job:
 
 - :mod:`.env`: can TensorRT-LLM run here (:func:`trtllm_unavailable_reason`).
-- :mod:`.config`: the runner's view of an engine directory (:func:`read_trtllm_engine_config`).
+- :mod:`.config`: the runner's view of an engine directory (read by
+  :func:`promptlookup.engine.trtllm_config.read_trtllm_engine_config`).
 - :mod:`.v1`: **V1** (:class:`TrtllmRunner`), ``ModelRunnerCpp`` in orchestrator mode with
   external drafts; implements :class:`promptlookup.runtime.base.Runner`.
 - :mod:`.llmapi_checks`: what the LLM API's NGram decoding accepts (:func:`check_llmapi_draft`).
@@ -23,7 +24,7 @@ against a real GPU in CI**.
 """
 from __future__ import annotations
 
-from .config import TrtllmEngineConfig, read_trtllm_engine_config
+from .config import TrtllmEngineConfig
 from .env import TARGET_VERSION, trtllm_unavailable_reason
 from .llmapi_checks import check_llmapi_draft
 from .v1 import TrtllmRunner
@@ -35,6 +36,5 @@ __all__ = [
     "TrtllmLookupGenerator",
     "TrtllmRunner",
     "check_llmapi_draft",
-    "read_trtllm_engine_config",
     "trtllm_unavailable_reason",
 ]

@@ -12,11 +12,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 
-from ...decoding.result import SequenceResult, StepCallback
+from ..results import SequenceResult, StepCallback
 from ...drafting.base import DraftConfig
 from ...errors import UserError
-from ..base import EngineLimits, GenerationOutput, RunnerStats, SamplingConfig
-from .config import is_draft_tokens_external, read_trtllm_engine_config
+from ...drafting.tree import common_prefix_len
+from ..base import EngineLimits, GenerationOutput, RunnerCapabilities, RunnerStats, SamplingConfig, validate_batch
+from .config import TrtllmEngineConfig, is_draft_tokens_external
 from .env import lazy, require_trtllm
 from .v2 import TrtllmLookupGenerator
 
@@ -37,13 +38,6 @@ def _sampling_kwargs(sampling: SamplingConfig) -> dict[str, Any]:
     )
 
 
-def _agreeing_prefix(draft: Sequence[int], new: Sequence[int]) -> int:
-    n = 0
-    for d, t in zip(draft, new):
-        if d != t:
-            break
-        n += 1
-    return n
 
 
 class TrtllmRunner:
@@ -66,9 +60,12 @@ class TrtllmRunner:
     ``reused_tokens`` stay 0 because the executor does not report them per call.
     """
 
+    capabilities = RunnerCapabilities(own_speculation=True)
+    step_cost_table = None  # TensorRT-LLM sizes its own steps
+
     def __init__(
         self,
-        engine_dir: str | Path,
+        config: TrtllmEngineConfig,
         *,
         device_ids: Sequence[int] | None = None,
         kv_cache_enable_block_reuse: bool = True,
@@ -83,8 +80,8 @@ class TrtllmRunner:
         if model_runner_cls is None:
             require_trtllm()
             model_runner_cls = lazy("tensorrt_llm.runtime", "ModelRunnerCpp")
-        self.engine_dir = Path(engine_dir)
-        self.config = read_trtllm_engine_config(self.engine_dir)
+        self.engine_dir = config.directory
+        self.config = config
         self.limits: EngineLimits = self.config.limits
         self.device_ids = list(device_ids) if device_ids is not None else list(range(self.config.world_size))
         self.kv_cache_enable_block_reuse = kv_cache_enable_block_reuse
@@ -179,16 +176,7 @@ class TrtllmRunner:
             return []
         if max_new_tokens < 1:
             raise UserError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
-        if len(batch) > self.limits.max_batch_size:
-            raise UserError(
-                f"batch of {len(batch)} exceeds the engine's max_batch_size {self.limits.max_batch_size}"
-            )
-        longest = max(len(ids) for ids in batch)
-        if longest + max_new_tokens > self.limits.max_seq_len:
-            raise UserError(
-                f"sequence of {longest} tokens plus {max_new_tokens} new tokens exceeds the engine's "
-                f"max_seq_len {self.limits.max_seq_len}"
-            )
+        validate_batch(batch, self.limits, max_new_tokens=max_new_tokens, resubmitted=True)
         drafts: list[list[int]] | None = None
         if draft_tokens_list is not None:
             drafts = [list(map(int, d)) for d in draft_tokens_list]
@@ -285,7 +273,7 @@ class TrtllmRunner:
                 GenerationOutput(
                     output_ids=new,
                     num_draft_tokens=len(draft),
-                    num_accepted_draft_tokens=_agreeing_prefix(draft, new),
+                    num_accepted_draft_tokens=common_prefix_len(draft, new),
                     finished=finished,
                 )
             )

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 
-from ...decoding.result import SequenceResult, StepCallback, StepEvent
+from ..results import SequenceResult, StepCallback, StepEvent
 from ...drafting.base import DraftConfig
 from ...errors import UserError
 from ..base import SamplingConfig
