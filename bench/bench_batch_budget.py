@@ -18,7 +18,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    from promptlookup.cli.args import ArgumentParser  # one-line errors, no abbreviations
+
+    p = ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--engine_dir", required=True)
     p.add_argument("--num_prompts", type=int, default=8)
     p.add_argument("--max_tokens", type=int, default=48)

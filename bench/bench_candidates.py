@@ -60,7 +60,9 @@ def time_steps(config: DraftConfig, stream: list[int], length: int, steps: int, 
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    from promptlookup.cli.args import ArgumentParser  # one-line errors, no abbreviations
+
+    p = ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--lengths", default="8192", help="context lengths, comma separated")
     p.add_argument("--steps", type=int, default=2000)
     p.add_argument("--extend", type=int, default=3, help="tokens appended after each proposal")

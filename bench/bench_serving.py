@@ -86,7 +86,9 @@ def run_clients(url: str, prompts: list[str], n_clients: int, requests: int, max
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    from promptlookup.cli.args import ArgumentParser  # one-line errors, no abbreviations
+
+    p = ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--engine_dir", required=True)
     p.add_argument("--clients", default="1,4,16")
     p.add_argument("--requests", type=int, default=2, help="requests per client")

@@ -31,6 +31,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))  # bench_runtime's set-up, also when loaded from elsewhere
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from promptlookup.cli.args import ArgumentParser, add_num_threads_argument  # noqa: E402  (before torch)

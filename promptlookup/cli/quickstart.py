@@ -20,31 +20,40 @@ DEFAULT_PROMPTS = [
 ALGORITHMS = ("NGRAM", "LOOKAHEAD", "NONE")
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
+def build_parser() -> ArgumentParser:
     p = ArgumentParser(prog="quickstart_advanced.py", description="Generate with the promptlookup LLM API.")
     p.add_argument("--model_dir", default=None,
                    help="engine directory, Hugging Face Llama directory or GGUF file (default: the bundled SmolLM2)")
     p.add_argument("--cache_dir", default=None, help="where converted models are built (default: ~/.cache/promptlookup)")
     p.add_argument("--prompt", action="append", default=None, help="a prompt; repeat for several")
-    p.add_argument("--max_tokens", type=int, default=64)
-    p.add_argument("--spec_decode_algo", type=str.upper, choices=ALGORITHMS, default="NGRAM")
+    p.add_argument("--max_tokens", type=int, default=64, help="new tokens per prompt at most")
+    p.add_argument("--spec_decode_algo", type=str.upper, choices=ALGORITHMS, default="NGRAM",
+                   help="NGRAM: prompt lookup; LOOKAHEAD: Lookahead decoding; NONE: plain decoding")
     p.add_argument("--spec_decode_max_draft_len", type=int, default=None, help="draft length (default: --spec_decode_nextn)")
     p.add_argument("--spec_decode_nextn", type=int, default=4, help="draft length when --spec_decode_max_draft_len is not given")
-    p.add_argument("--max_matching_ngram_size", type=int, default=2)
-    p.add_argument("--min_matching_ngram_size", type=int, default=1)
-    p.add_argument("--is_keep_all", action=argparse.BooleanOptionalAction, default=True)
-    p.add_argument("--is_use_oldest", action=argparse.BooleanOptionalAction, default=True)
-    p.add_argument("--is_public_pool", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--max_matching_ngram_size", type=int, default=2, help="NGRAM: longest n-gram matched")
+    p.add_argument("--min_matching_ngram_size", type=int, default=1, help="NGRAM: shortest match that may draft")
+    p.add_argument("--is_keep_all", action=argparse.BooleanOptionalAction, default=True,
+                   help="NGRAM: keep every continuation of a pattern")
+    p.add_argument("--is_use_oldest", action=argparse.BooleanOptionalAction, default=True,
+                   help="NGRAM: draft a pattern's oldest continuation")
+    p.add_argument("--is_public_pool", action=argparse.BooleanOptionalAction, default=True,
+                   help="NGRAM: one pool shared by all requests")
     p.add_argument("--max_window_size", type=int, default=4, help="LOOKAHEAD: window size W")
     p.add_argument("--max_ngram_size", type=int, default=3, help="LOOKAHEAD: n-gram size N")
     p.add_argument("--max_verification_set_size", type=int, default=4, help="LOOKAHEAD: verification set size G")
-    p.add_argument("--kv_cache_enable_block_reuse", action=argparse.BooleanOptionalAction, default=True)
-    p.add_argument("--temperature", type=float, default=0.0)
-    p.add_argument("--top_k", type=int, default=0)
-    p.add_argument("--top_p", type=float, default=1.0)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--kv_cache_enable_block_reuse", action=argparse.BooleanOptionalAction, default=True,
+                   help="reuse cached KV blocks across requests")
+    p.add_argument("--temperature", type=float, default=0.0, help="0: greedy")
+    p.add_argument("--top_k", type=int, default=0, help="0: no top-k filter")
+    p.add_argument("--top_p", type=float, default=1.0, help="1.0: no nucleus filter")
+    p.add_argument("--seed", type=int, default=0, help="sampling seed")
     p.add_argument("--device", default=None, help="auto (default), cpu, cuda or cuda:N")
-    return p.parse_args(argv)
+    return p
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    return build_parser().parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,39 +15,56 @@ from ..errors import UserError
 from .args import ArgumentParser, parse_prompt_lookup_config
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
+def build_parser() -> ArgumentParser:
     p = ArgumentParser(prog="serve.py", description="OpenAI-compatible server with prompt lookup.")
     p.add_argument("--engine_dir", default=None,
                    help="engine directory, Hugging Face Llama directory or GGUF file (default: the bundled SmolLM2)")
     p.add_argument("--tokenizer_dir", default=None, help="default: the engine directory")
     p.add_argument("--cache_dir", default=None, help="where converted models are built (default: ~/.cache/promptlookup)")
     p.add_argument("--served_model_name", default=None, help="the model id clients send (default: the directory name)")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    p.add_argument("--port", type=int, default=8000, help="port to listen on (0: any free port)")
     p.add_argument("--prompt_lookup_config", default=None, help='"[k, n, [devices]]"; default: plain decoding')
-    p.add_argument("--prompt_lookup_min_ngram", type=int, default=1)
-    p.add_argument("--drafter_mode", choices=list(DRAFT_MODES), default="pool")
-    p.add_argument("--is_keep_all", action=argparse.BooleanOptionalAction, default=True)
-    p.add_argument("--is_use_oldest", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--lookahead_config", default=None,
+                   help='Lookahead decoding "[W,N,G]" for every request (instead of --prompt_lookup_config)')
+    p.add_argument("--prompt_lookup_min_ngram", type=int, default=1, help="shortest match that may draft")
+    p.add_argument("--drafter_mode", choices=list(DRAFT_MODES), default="pool", help="see run.py --drafter_mode")
+    p.add_argument("--is_keep_all", action=argparse.BooleanOptionalAction, default=True,
+                   help="pool: keep every continuation of a pattern")
+    p.add_argument("--is_use_oldest", action=argparse.BooleanOptionalAction, default=True,
+                   help="pool: draft a pattern's oldest continuation")
     p.add_argument("--is_public_pool", action=argparse.BooleanOptionalAction, default=True,
                    help="one n-gram pool shared by all requests (default: on)")
-    p.add_argument("--ngram_static_cache", default=None)
+    p.add_argument("--ngram_static_cache", default=None, help="persisted n-gram cache built offline (read only)")
     p.add_argument("--ngram_dynamic_cache", default=None, help="saved when the server stops")
     p.add_argument("--draft_token_budget", type=int, default=None,
                    help="tokens one step may feed; drafts shrink as the batch grows (default: k + 1)")
     p.add_argument("--draft_length_policy", choices=["cost", "full"], default="cost",
                    help="cost (default): keep only the draft tokens expected to pay off for the live batch on this "
-                        "device (step costs measured at start-up); full: the whole budget, as TensorRT-LLM")
-    p.add_argument("--kv_cache_enable_block_reuse", action=argparse.BooleanOptionalAction, default=True)
-    p.add_argument("--max_tokens_in_paged_kv_cache", type=int, default=None)
+                        "device (the step-cost table stored in the engine); full: the whole budget, as TensorRT-LLM")
+    p.add_argument("--kv_cache_enable_block_reuse", action=argparse.BooleanOptionalAction, default=True,
+                   help="reuse cached KV blocks across requests")
+    p.add_argument("--max_tokens_in_paged_kv_cache", type=int, default=None,
+                   help="KV cache budget in tokens (default: 2 x max_batch_size x max_seq_len)")
     p.add_argument("--device", default=None, help="auto (default), cpu, cuda or cuda:N")
-    return p.parse_args(argv)
+    return p
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    return build_parser().parse_args(argv)
 
 
 def build_llm(args: argparse.Namespace):
-    from ..api import LLM, KvCacheConfig, NGramDecodingConfig
+    from ..api import LLM, KvCacheConfig, LookaheadDecodingConfig, NGramDecodingConfig
 
     spec = None
+    if args.lookahead_config is not None:
+        if args.prompt_lookup_config is not None:
+            raise UserError("give --lookahead_config or --prompt_lookup_config, not both (the LLM API takes one "
+                            "speculative config)")
+        from ..decoding.lookahead import parse_lookahead_config
+
+        spec = LookaheadDecodingConfig(*parse_lookahead_config(args.lookahead_config).triple)
     if args.prompt_lookup_config is not None:
         k, n, _ = parse_prompt_lookup_config(args.prompt_lookup_config)
         spec = NGramDecodingConfig(max_draft_len=k, max_matching_ngram_size=n,

@@ -19,7 +19,7 @@ def _bench(name: str):
 
 
 def _parsers() -> dict[str, argparse.ArgumentParser]:
-    from promptlookup.cli import build, convert, ngram_cache, run, summarize
+    from promptlookup.cli import build, convert, ngram_cache, quickstart, run, serve, summarize
     from promptlookup.drafting.native import build as native_build
     from promptlookup.evaluation import grounded_prompts
 
@@ -31,10 +31,13 @@ def _parsers() -> dict[str, argparse.ArgumentParser]:
         "ngram_cache": ngram_cache.build_parser(),
         "native.build": native_build.build_parser(),
         "grounded_prompts": grounded_prompts.build_parser(),
+        "serve.py": serve.build_parser(),
+        "quickstart_advanced.py": quickstart.build_parser(),
         "bench_drafting": _bench("bench_drafting"),
     }
     if importlib.util.find_spec("torch") is not None:
         parsers["bench_runtime"] = _bench("bench_runtime")
+        parsers["bench_trees"] = _bench("bench_trees")
     for action in list(parsers["ngram_cache"]._actions):  # the subcommands' own parsers
         if isinstance(action, argparse._SubParsersAction):
             for name, sub in action.choices.items():
