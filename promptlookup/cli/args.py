@@ -97,6 +97,17 @@ def parse_prompt_lookup_config(text: str) -> tuple[int, int, list[int]]:
     return k, n, list(devices)
 
 
+def add_pool_options(group: Any) -> None:
+    """TensorRT-LLM's three n-gram pool switches (``--is_keep_all``, ``--is_use_oldest``,
+    ``--is_public_pool`` and their ``--no-`` forms), on by default as there."""
+    group.add_argument("--is_keep_all", action=argparse.BooleanOptionalAction, default=True,
+                       help="pool: keep every candidate continuation of a pattern, not only the latest")
+    group.add_argument("--is_use_oldest", action=argparse.BooleanOptionalAction, default=True,
+                       help="pool: draft the oldest candidate of a pattern rather than the newest")
+    group.add_argument("--is_public_pool", action=argparse.BooleanOptionalAction, default=True,
+                       help="pool: one pool shared by all requests rather than one per request")
+
+
 def add_common_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Flags shared by run.py and summarize.py (TensorRT-LLM's names where they exist)."""
     from ..drafting.base import DRAFT_MODES, POOL_RULES
@@ -140,12 +151,7 @@ def add_common_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         "full: always the whole draft, as TensorRT-LLM",
     )
     g.add_argument("--adaptive_draft", action="store_true", help="size drafts from match length and acceptance")
-    g.add_argument("--is_keep_all", action=argparse.BooleanOptionalAction, default=True,
-                   help="pool: keep every candidate continuation of a pattern, not only the latest")
-    g.add_argument("--is_use_oldest", action=argparse.BooleanOptionalAction, default=True,
-                   help="pool: draft the oldest candidate of a pattern rather than the newest")
-    g.add_argument("--is_public_pool", action=argparse.BooleanOptionalAction, default=True,
-                   help="pool: one pool shared by all requests rather than one per request")
+    add_pool_options(g)
     g.add_argument("--prompt_lookup_min_ngram", type=int, default=1,
                    help="draft only from matches of at least this many tokens (MLX's ngram_min; default 1: any)")
     g.add_argument("--prompt_lookup_candidates", type=int, default=1, metavar="G",

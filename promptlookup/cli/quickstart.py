@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 
 from ..errors import UserError
-from .args import ArgumentParser
+from .args import ArgumentParser, add_pool_options
 
 DEFAULT_PROMPTS = [
     "Hello, my name is",
@@ -33,12 +33,7 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--spec_decode_nextn", type=int, default=4, help="draft length when --spec_decode_max_draft_len is not given")
     p.add_argument("--max_matching_ngram_size", type=int, default=2, help="NGRAM: longest n-gram matched")
     p.add_argument("--min_matching_ngram_size", type=int, default=1, help="NGRAM: shortest match that may draft")
-    p.add_argument("--is_keep_all", action=argparse.BooleanOptionalAction, default=True,
-                   help="NGRAM: keep every continuation of a pattern")
-    p.add_argument("--is_use_oldest", action=argparse.BooleanOptionalAction, default=True,
-                   help="NGRAM: draft a pattern's oldest continuation")
-    p.add_argument("--is_public_pool", action=argparse.BooleanOptionalAction, default=True,
-                   help="NGRAM: one pool shared by all requests")
+    add_pool_options(p)
     p.add_argument("--max_window_size", type=int, default=4, help="LOOKAHEAD: window size W")
     p.add_argument("--max_ngram_size", type=int, default=3, help="LOOKAHEAD: n-gram size N")
     p.add_argument("--max_verification_set_size", type=int, default=4, help="LOOKAHEAD: verification set size G")

@@ -12,7 +12,7 @@ import argparse
 
 from ..drafting.base import DRAFT_MODES
 from ..errors import UserError
-from .args import ArgumentParser, parse_prompt_lookup_config
+from .args import ArgumentParser, add_pool_options, parse_prompt_lookup_config
 
 
 def build_parser() -> ArgumentParser:
@@ -29,12 +29,7 @@ def build_parser() -> ArgumentParser:
                    help='Lookahead decoding "[W,N,G]" for every request (instead of --prompt_lookup_config)')
     p.add_argument("--prompt_lookup_min_ngram", type=int, default=1, help="shortest match that may draft")
     p.add_argument("--drafter_mode", choices=list(DRAFT_MODES), default="pool", help="see run.py --drafter_mode")
-    p.add_argument("--is_keep_all", action=argparse.BooleanOptionalAction, default=True,
-                   help="pool: keep every continuation of a pattern")
-    p.add_argument("--is_use_oldest", action=argparse.BooleanOptionalAction, default=True,
-                   help="pool: draft a pattern's oldest continuation")
-    p.add_argument("--is_public_pool", action=argparse.BooleanOptionalAction, default=True,
-                   help="one n-gram pool shared by all requests (default: on)")
+    add_pool_options(p)
     p.add_argument("--ngram_static_cache", default=None, help="persisted n-gram cache built offline (read only)")
     p.add_argument("--ngram_dynamic_cache", default=None, help="saved when the server stops")
     p.add_argument("--draft_token_budget", type=int, default=None,
