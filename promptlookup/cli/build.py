@@ -8,7 +8,7 @@ from ..checkpoint.load import read_checkpoint_config
 from ..engine.build import BACKENDS, GEMM_PLUGINS, SPECULATIVE_MODES, build_config, build_torch_engine, resolve_backend
 from ..engine.config import ENGINE_KIND
 from ..fsutil import check_output_dir
-from .args import ArgumentParser
+from .args import ArgumentParser, add_num_threads_argument
 
 
 def build_parser() -> ArgumentParser:
@@ -37,6 +37,7 @@ def build_parser() -> ArgumentParser:
                         "it for run.py's cost-aware draft policy (none: run.py verifies full drafts)")
     p.add_argument("--device", default="auto",
                    help="PyTorch engines: where to measure step costs (auto: the GPU when one is visible, else the CPU)")
+    add_num_threads_argument(p)  # step costs are measured with run.py's default thread count
     return p
 
 
@@ -47,6 +48,10 @@ def parse_args(argv: list[str] | None):
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     backend = resolve_backend(args.backend)
+    if backend == "torch" and args.step_costs == "measure":
+        from ..threads import configure_threads
+
+        configure_threads(args.num_threads)
     ckpt = Path(args.checkpoint_dir)
     check_output_dir(args.output_dir, ENGINE_KIND, inputs=[("--checkpoint_dir", ckpt)])
     pretrained = read_checkpoint_config(ckpt)
