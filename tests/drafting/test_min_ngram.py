@@ -72,9 +72,12 @@ def test_pool_min_equal_to_max_uses_only_full_size_ngrams():
     # text ... 7 8 9 | ... 8 9: the 2-gram (8, 9) matches, the 3-gram (x, 8, 9) does not.
     drafter = make_drafter(DraftConfig(prompt_lookup_num_tokens=3, max_matching_ngram_size=3,
                                        min_matching_ngram_size=3, is_public_pool=False))
-    req = drafter.new_request([7, 8, 9, 1, 2, 3, 5, 8, 9], 100)
+    # (V2 pool rules draft from the first generated token on, so the last token is extended)
+    req = drafter.new_request([7, 8, 9, 1, 2, 3, 5, 8], 100)
+    req.extend([9])
     assert req.propose() == []
-    req2 = drafter.new_request([7, 8, 9, 1, 2, 3, 7, 8, 9], 100)
+    req2 = drafter.new_request([7, 8, 9, 1, 2, 3, 7, 8], 100)
+    req2.extend([9])
     assert req2.propose() == [1, 2, 3]
 
 

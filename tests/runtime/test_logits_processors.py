@@ -166,10 +166,12 @@ def test_stop_words_cut_after_the_first_completion(model, plain_outputs, workflo
 
 def test_non_torch_runner_refuses_penalties():
     from promptlookup.errors import UserError
-    from promptlookup.runtime.base import EngineLimits
+    from promptlookup.runtime.base import EngineLimits, RunnerCapabilities
 
     class Fake:
         limits = EngineLimits(8, 64, 128, 4, 32)
+        capabilities = RunnerCapabilities()  # no logits processors
+        step_cost_table = None
 
         def generate(self, *a, **k):  # pragma: no cover - never reached
             raise AssertionError
