@@ -120,13 +120,20 @@ def test_token_id_prompts_get_no_chat_template(tiny_engine_dir, tmp_path):
         (["--prompt_lookup_config", "[4,2,[0]]", "--prompt_lookup_candidates", "0"], "must be in 1..64"),
     ],
 )
-def test_bad_lookup_config_exits_2_with_one_line(tiny_engine_dir, tmp_path, extra, message):
+def test_bad_lookup_config_exits_2_with_one_line(tiny_engine_dir, tmp_path, extra, message, capsys):
+    """In-process through the scripts' own entry (``run_cli``), which the subprocess tests
+    above cover end to end; the exit code and the single stderr line are the same."""
+    from promptlookup.errors import run_cli as script_entry
+
     out = tmp_path / "out.json"
-    r = run_cli("--engine_dir", str(tiny_engine_dir), "--input_text", TEXT, "--output_json", str(out), *extra)
-    assert r.returncode == 2, r.stderr
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error:") and message in lines[0], r.stderr
-    assert "Traceback" not in r.stderr
+    with pytest.raises(SystemExit) as exit_info:
+        script_entry(main, ["--engine_dir", str(tiny_engine_dir), "--input_text", TEXT, "--output_json", str(out),
+                            *extra])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:") and message in lines[0], err
+    assert "Traceback" not in err and not out.exists()
     assert not out.exists()
 
 
