@@ -60,11 +60,13 @@ def allot_by_cost(
     and that a later one is given all before it were (``decoding.draft_policy``'s
     estimates); draft token j (1-based) of sequence i is thus worth ``p0 * p1**(j-1)``
     expected tokens. ``costs[q]`` is the relative cost of a step feeding q tokens
-    (``TorchRunner.step_costs``). Of the tokens :func:`allot` grants, the most valuable
-    ``d`` are kept, ``d`` maximising ``(n + value of the d tokens) / costs[n + d]``, the
+    (the engine's step-cost table). Of the tokens :func:`allot` grants, the most valuable
+    ``d`` are kept, ``d`` maximising ``(n + value of the d tokens) / step cost``, the
     expected tokens per unit of step cost; ``d = 0`` is plain decoding, so the choice is
-    never expected to be slower than plain decoding on the same batch. Steps the table
-    does not cover (``n + d >= len(costs)``) are not taken. Cost O(T log T), T the tokens
+    never expected to be slower than plain decoding on the same batch. A step computes
+    every sequence padded to the longest draft, so it costs ``costs[n * (1 + longest)]``,
+    not ``costs[n + d]``: one long draft in a full batch is priced as what it costs. Steps
+    the table does not cover are not taken. Cost O(T log T), T the tokens
     granted by the budget rule.
     """
     n = len(proposal_lengths)
@@ -80,11 +82,16 @@ def allot_by_cost(
             value *= p1
     candidates.sort(key=lambda c: -c[0])  # stable: each sequence's tokens stay in order
     best_d, best_rate, gain = 0, n / costs[n], float(n)
-    for d, (value, _) in enumerate(candidates, 1):
-        if n + d > top:
+    counts = [0] * n
+    longest = 0
+    for d, (value, i) in enumerate(candidates, 1):
+        counts[i] += 1
+        longest = max(longest, counts[i])
+        rows = n * (1 + longest)  # the step pads every sequence to the longest draft
+        if rows > top:
             break
         gain += value
-        rate = gain / costs[n + d]
+        rate = gain / costs[rows]
         if rate > best_rate:
             best_d, best_rate = d, rate
     out = [0] * n

@@ -134,3 +134,16 @@ def test_cost_table_decides_whether_a_batch_drafts(runner, costs, drafts):
     ref = generate(runner, [prompt(i) for i in range(3)], max_new_tokens=24, end_id=10**6)
     assert outs == [r.output_ids for r in ref]
     assert (s.stats.drafted_tokens > 0) == drafts
+
+
+def test_allot_by_cost_prices_the_padding_of_a_batch():
+    """Every sequence is padded to the longest draft: with 8 live sequences, one long draft
+    costs 8 times its length, so a mildly rising table keeps drafts short and even."""
+    from promptlookup.serving.draft_budget import allot_by_cost
+
+    mild = [0.0] + [1.0 + 0.05 * q for q in range(1, 80)]
+    sure = [(0.95, 0.95)] + [(0.05, 0.05)] * 7  # one sequence drafts well, seven do not
+    got = allot_by_cost([10] + [10] * 7, sure, mild, 80)
+    assert max(got) <= 2  # one 10-token draft would pad the step to 88 rows
+    alone = allot_by_cost([10], [(0.95, 0.95)], mild, 11)
+    assert alone[0] >= 5  # the same draft alone is cheap
