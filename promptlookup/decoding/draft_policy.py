@@ -1,9 +1,10 @@
 """Cost-aware draft length: verify only as much of a draft as is expected to pay off.
 
 A verification step that feeds ``q`` tokens costs ``cost[q]`` (relative to a plain
-one-token step; measured on the runner, see :meth:`TorchRunner.step_costs`). On a GPU
-the table is nearly flat and full drafts are free; on a CPU a 16-token step costs 2-3x a
-one-token step, so a weak draft slows decoding down. For each sequence this policy keeps
+one-token step; measured once when the engine is built, see
+:mod:`promptlookup.engine.step_costs`). On a GPU the table is nearly flat and full drafts
+are free; on a CPU a wide step costs a multiple of a one-token step (docs/benchmarks.md),
+so a weak draft slows decoding down. For each sequence this policy keeps
 two acceptance estimates and picks the draft length ``d`` (a prefix of the drafter's
 proposal) that maximises expected tokens per unit of cost::
 
