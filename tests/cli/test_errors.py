@@ -129,6 +129,9 @@ LATE_INTERRUPT = textwrap.dedent("""
     import os, signal, threading
     from promptlookup.errors import run_cli
 
+    # A shell may start background jobs with SIGINT ignored; a terminal's Ctrl-C is not.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
     def interrupt_once_done():
         # Wait until run_cli has taken over SIGINT (main has returned), then press Ctrl-C.
         while signal.getsignal(signal.SIGINT) is signal.default_int_handler:
@@ -164,9 +167,15 @@ def test_interrupt_during_the_final_rename_is_delivered_after_it(tmp_path, monke
         real_rename(src, dst)
 
     monkeypatch.setattr(fsutil.os, "rename", rename_interrupted)
-    with pytest.raises(KeyboardInterrupt):
-        with fsutil.atomic_output_dir(tmp_path / "out", "test") as tmp:
-            (tmp / "data").write_text("x")
+    # Ctrl-C as in a terminal, whatever SIGINT disposition the test runner was started with
+    # (a shell may start background jobs with SIGINT ignored).
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with fsutil.atomic_output_dir(tmp_path / "out", "test") as tmp:
+                (tmp / "data").write_text("x")
+    finally:
+        signal.signal(signal.SIGINT, previous)
     monkeypatch.undo()
     assert (tmp_path / "out" / "data").read_text() == "x"  # the replacement completed first
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
