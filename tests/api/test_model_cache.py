@@ -64,6 +64,13 @@ def test_quickstart_on_an_engine(tiny_engine_dir, capsys):
     assert "tokens/step" in out and "accepted" in out
 
 
+def test_quickstart_lookahead_on_an_engine(tiny_engine_dir, capsys):
+    assert quickstart(["--model_dir", str(tiny_engine_dir), "--prompt", "a b a b a b", "--max_tokens", "8",
+                       "--spec_decode_algo", "LOOKAHEAD", "--max_window_size", "2", "--max_ngram_size", "3",
+                       "--max_verification_set_size", "2"]) == 0
+    assert "[0] Prompt: 'a b a b a b', Generated text:" in capsys.readouterr().out
+
+
 def test_quickstart_bad_flags_exit_2(tiny_engine_dir):
     with pytest.raises(SystemExit) as exc:
         quickstart(["--spec_decode_algo", "MEDUSA"])

@@ -41,3 +41,16 @@ def test_unknown_flag_exits_2():
     with pytest.raises(SystemExit) as exc:
         parse_args(["--bogus"])
     assert exc.value.code == 2
+
+
+def test_lookahead_config_builds_a_lookahead_llm(tiny_engine_dir):
+    llm = build_llm(parse_args(["--engine_dir", str(tiny_engine_dir), "--lookahead_config", "[2,3,2]"]))
+    try:
+        assert llm.scheduler.lookahead is not None and llm.scheduler.lookahead.triple == (2, 3, 2)
+        out = llm.generate([1, 2, 3, 1, 2, 3, 1, 2])
+        assert out.outputs[0].token_ids
+    finally:
+        llm.shutdown()
+    with pytest.raises(UserError, match="not both"):
+        build_llm(parse_args(["--engine_dir", str(tiny_engine_dir), "--lookahead_config", "[2,3,2]",
+                              "--prompt_lookup_config", "[4,2,[0]]"]))
