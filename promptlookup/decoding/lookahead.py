@@ -152,7 +152,6 @@ class LookaheadRequest:
         if seed_pool_from_text:
             self.pool.add_ngrams(self.tokens, n, PROMPT)
         self.window_nodes: list[list[int]] = []  # node index per (level, column) in the last tree
-        self.window_steps = 0
 
     @property
     def warming_up(self) -> bool:
@@ -176,22 +175,18 @@ class LookaheadRequest:
             self.window_nodes.append(ids)
         return tokens, parents
 
-    def candidates(self, root: int, limit: int) -> tuple[list[list[int]], list[str]]:
-        """Up to ``limit`` pool continuations of ``root`` (none while warming up)."""
+    def candidates(self, root: int, limit: int) -> list[tuple[list[int], str]]:
+        """Up to ``limit`` (continuation, source) pairs from the pool for ``root``, most
+        recent first (none while warming up)."""
         if self.warming_up or limit <= 0:
-            return [], []
-        found = self.pool.candidates(root)[:limit]
-        return [list(c) for c, _ in found], [src for _, src in found]
+            return []
+        return [(list(c), src) for c, src in self.pool.candidates(root)[:limit]]
 
-    def build_tree(self, root: int, *, window: bool, extra: Sequence[tuple[list[int], str]] = (),
-                   max_candidates: int | None = None) -> DraftTree:
-        """The step's tree: the window (when ``window``), then the merged candidates
-        (``extra``: more (chain, source) branches, e.g. a prompt-lookup draft, put first)."""
-        g = self.config.max_verification_set_size if max_candidates is None else max_candidates
-        chains, sources = self.candidates(root, g)
-        chains = [c for c, _ in extra] + chains
-        sources = [s for _, s in extra] + sources
-        merged = merge_chains(chains, sources)
+    def build_tree(self, branches: Sequence[tuple[list[int], str]], *, window: bool) -> DraftTree:
+        """The step's tree: the window (when ``window``), then ``branches`` ((chain, source)
+        pairs hanging from the root: pool candidates, a prompt-lookup draft) merged as one
+        prefix tree."""
+        merged = merge_chains([c for c, _ in branches], [src for _, src in branches])
         if window:
             wt, wp = self.window_tree()
         else:
@@ -207,7 +202,6 @@ class LookaheadRequest:
         """Update the window and the pool after a step (``choices`` as returned by the
         runtime for the tree last built; ``produced``: the tokens the step appended)."""
         if self.window_nodes and choices:
-            self.window_steps += 1
             top = [choices[1 + j] for j in self.window_nodes[-1]]
             if self.warming_up:
                 self.levels.append(top)

@@ -69,10 +69,11 @@ class LoopState:
         self.end_id = end_id
         self.on_step = on_step
         self.results = [SequenceResult() for _ in prompts]
-        self.lengths = [len(p) for p in prompts]
         self.proposers: list[Proposer] = [
             self._proposer(i, p, drafter, step_costs, max_candidates, lookahead) for i, p in enumerate(prompts)
         ]
+        for r, proposer in zip(self.results, self.proposers):
+            r.accepted_by_source = proposer.accepted_by_source  # the proposer keeps it up to date
         self.active = list(range(len(prompts)))
         self.last_trees: dict[int, DraftTree] = {}
 
@@ -92,7 +93,7 @@ class LoopState:
         out = []
         for i in self.active:
             room = self.max_new_tokens - len(self.results[i].output_ids) - 1
-            space = self.max_seq_len - self.lengths[i] - len(self.results[i].output_ids)
+            space = self.max_seq_len - len(self.prompts[i]) - len(self.results[i].output_ids)
             if self.max_tree_nodes is not None:
                 space = min(space, self.max_tree_nodes)
             tree = self.proposers[i].tree(max(0, room), max(0, space))
@@ -131,9 +132,6 @@ class LoopState:
             tree = DraftTree([], [])
         r.tree_tokens += len(tree)
         self.proposers[i].observe(tree, tokens, accepted, choices)
-        by_source = getattr(self.proposers[i], "accepted_by_source", None)
-        if by_source is not None:
-            r.accepted_by_source = dict(by_source)
         if self.on_step is not None:
             self.on_step(StepEvent(i, tokens, accepted))
 

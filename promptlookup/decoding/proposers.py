@@ -29,6 +29,8 @@ PROBE_EVERY = 8  # a skipped Lookahead window still runs every this many steps, 
 
 
 class Proposer(Protocol):
+    accepted_by_source: dict[str, int]  # accepted draft tokens by where they came from (Lookahead)
+
     def tree(self, room: int, space: int) -> DraftTree:
         """The step's tree: walkable depth <= ``room``, at most ``space`` nodes."""
 
@@ -42,6 +44,9 @@ class Proposer(Protocol):
 
 class NoDraft:
     """Plain decoding."""
+
+    def __init__(self) -> None:
+        self.accepted_by_source: dict[str, int] = {}
 
     def tree(self, room: int, space: int) -> DraftTree:
         return DraftTree([], [])
@@ -60,6 +65,7 @@ class ChainProposer:
         self.drafter = drafter
         self.policy = policy
         self.proposal: list[int] = []
+        self.accepted_by_source: dict[str, int] = {}
 
     def tree(self, room: int, space: int) -> DraftTree:
         proposal = self.drafter.propose()[: max(0, min(room, space))]
@@ -146,8 +152,9 @@ class LookaheadProposer:
             self.proposal = self.drafter.propose()[: max(0, min(room, space))]
             if self.proposal:
                 branches.append((self.proposal, LOOKUP))
-        chains, sources = st.candidates(st.tokens[-1], st.config.max_verification_set_size)
-        branches += [(c[: max(0, room)], s) for c, s in zip(chains, sources) if c[: max(0, room)]]
+        limit = max(0, room)
+        pool = st.candidates(st.tokens[-1], st.config.max_verification_set_size)
+        branches += [(c[:limit], src) for c, src in pool if c[:limit]]
         rest = len(merge_chains([c for c, _ in branches]))
         window_nodes = sum(len(row) for row in st.levels)
         run_window = window_nodes + rest <= space and (
@@ -157,7 +164,7 @@ class LookaheadProposer:
         if not run_window:  # the verification branch alone, within the space left
             kept = _within([c for c, _ in branches], space)
             branches = branches[: len(kept)]
-        return st.build_tree(st.tokens[-1], window=run_window, extra=branches, max_candidates=0)
+        return st.build_tree(branches, window=run_window)
 
     def observe(self, tree: DraftTree, tokens: Sequence[int], accepted: int, choices: Sequence[int]) -> None:
         st = self.state

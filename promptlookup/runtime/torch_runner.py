@@ -60,12 +60,16 @@ class DecodeBatch:
         self.seqs: list[LiveSequence | None] = []  # None: a slot freed by remove()
         try:
             for prompt, request in zip(prompts, requests):
-                blocks, cached = runner.blocks.match_prefix(prompt)
-                self.seqs.append(LiveSequence(request, list(prompt), cached, blocks, len(prompt)))
-                runner.stats.reused_tokens += cached
+                self.seqs.append(self._join(prompt, request))
         except BaseException:
             self.close()
             raise
+
+    def _join(self, prompt: Sequence[int], request: int) -> LiveSequence:
+        """A new live sequence with its longest cached prefix mapped onto blocks."""
+        blocks, cached = self.runner.blocks.match_prefix(prompt)
+        self.runner.stats.reused_tokens += cached
+        return LiveSequence(request, list(prompt), cached, blocks, len(prompt))
 
     def step(
         self,
@@ -167,9 +171,7 @@ class DecodeBatch:
         validate_batch([prompt], self.runner.limits)
         if live >= self.runner.limits.max_batch_size:
             raise UserError(f"the batch already holds max_batch_size={self.runner.limits.max_batch_size} sequences")
-        blocks, cached = self.runner.blocks.match_prefix(prompt)
-        self.runner.stats.reused_tokens += cached
-        seq = LiveSequence(request, list(prompt), cached, blocks, len(prompt))
+        seq = self._join(prompt, request)
         for i, s in enumerate(self.seqs):
             if s is None:
                 self.seqs[i] = seq
@@ -262,10 +264,8 @@ class TorchRunner:
         return self.model(layout, self.pool)
 
     def validate_lookup(self, k: int, device_ids: Sequence[int] | None = None) -> None:
-        """Drafts of up to ``k`` tokens fit this engine (one device: the list was checked on load)."""
-        if k > self.limits.max_draft_len:
-            raise UserError(f"prompt_lookup_num_tokens {k} exceeds the engine's max_draft_len {self.limits.max_draft_len}; "
-                            f"lower k or rebuild with --max_draft_len {k}")
+        """Nothing beyond what every run checks: ``decoding.generate`` holds ``k`` to
+        ``max_draft_len`` for any runner, and the device list was checked on load."""
 
     def open(
         self,

@@ -30,7 +30,7 @@ def warmed(config: LookaheadConfig, seed: int = 0) -> LookaheadRequest:
     prompt = [rng.randrange(3, 40) for _ in range(30)]
     req = LookaheadRequest(config, prompt, seed=seed)
     while req.warming_up:
-        req.build_tree(req.tokens[-1], window=True)
+        req.build_tree([], window=True)
         nodes = sum(len(r) for r in req.levels)
         req.observe([rng.randrange(3, 40) for _ in range(nodes + 1)], [rng.randrange(3, 40)])
     for _ in range(config.max_verification_set_size + 1):
@@ -50,7 +50,7 @@ def test_tree_mask_and_positions_match_the_papers_rule(w, n, g):
     config = LookaheadConfig(w, n, g)
     req = warmed(config)
     assert [len(r) for r in req.levels] == [w] * (n - 1)
-    tree = req.build_tree(req.tokens[-1], window=True)
+    tree = req.build_tree(req.candidates(req.tokens[-1], g), window=True)
     seen = visible_sets(tree.parents)
     depth = tree.depths()
     index = {}
@@ -89,13 +89,13 @@ def test_window_update_makes_w_ngrams_and_moves_forward():
     config = LookaheadConfig(3, 3, 8)
     req = LookaheadRequest(config, [10, 11, 12, 13], seed=1)
     assert len(req.levels) == 1 and len(req.levels[0]) == 3 + 3 - 2
-    tree = req.build_tree(13, window=True)
+    tree = req.build_tree(req.candidates(13, 8), window=True)
     assert not any(tree.walkable)  # warm-up verifies nothing
     req.observe([0, 21, 22, 23, 24, 25], [30])
     assert req.levels[1] == [22, 23, 24]  # choices at level 0, first column dropped
     assert len(req.levels[0]) == 3 and not req.warming_up
     levels = [list(r) for r in req.levels]
-    req.build_tree(30, window=True)
+    req.build_tree(req.candidates(30, 8), window=True)
     choices = [0] + [0] * 3 + [41, 42, 43]  # root, level 0 (3), level 1 (3)
     req.observe(choices, [31])
     for i in range(3):  # column i + the top's choice: key level0[i], continuation level1[i], choice
