@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 import torch
-from transformers import LlamaForCausalLM
+from transformers import LlamaConfig, LlamaForCausalLM
 
 from ..errors import UserError
 from . import layout as L
@@ -28,7 +28,7 @@ from .config import (
     validate_checkpoint_config,
 )
 
-__all__ = ["llama_config_from_checkpoint", "load_checkpoint", "read_checkpoint_config"]
+__all__ = ["llama_config_from_checkpoint", "load_checkpoint", "load_checkpoint_state", "read_checkpoint_config"]
 
 
 def read_checkpoint_config(directory: str | os.PathLike[str]) -> dict:
@@ -105,14 +105,21 @@ def _empty_model(config) -> LlamaForCausalLM:
         return LlamaForCausalLM(config)
 
 
-def load_checkpoint(
-    directory: str | os.PathLike[str], config: Mapping[str, Any] | None = None, dtype: str | None = None
-) -> LlamaForCausalLM:
-    """Load a checkpoint/engine directory as an eval-mode ``LlamaForCausalLM`` on CPU.
+def load_checkpoint_state(
+    directory: str | os.PathLike[str],
+    config: Mapping[str, Any] | None = None,
+    dtype: str | None = None,
+    device: str = "cpu",
+) -> tuple[LlamaConfig, dict[str, torch.Tensor]]:
+    """A checkpoint/engine directory's merged weights (Hugging Face names) and config.
 
     ``config``: the (checkpoint or engine) config dict if the caller already read it.
     ``dtype``: ``None`` -> float32; ``"auto"`` -> the checkpoint's storage dtype.
-    Raises :class:`UserError` for a missing, incomplete or inconsistent directory.
+    ``device``: where the tensors end up (moved one at a time, so a GPU load never holds
+    a second copy of the whole model on the host). With tied
+    embeddings ``lm_head.weight`` is the embedding tensor itself. The caller owns the
+    tensors: nothing else references them. Raises :class:`UserError` for a missing,
+    incomplete or inconsistent directory.
     """
     directory = Path(directory)
     cfg = unwrap_config(config) if config is not None else read_checkpoint_config(directory)
@@ -121,11 +128,31 @@ def load_checkpoint(
     layout = validate_checkpoint_config(cfg)
     target = torch_dtype(cfg["dtype"] if dtype == "auto" else dtype or "float32")
     llama_config = llama_config_from_checkpoint(cfg)
+    llama_config.dtype = target
     ranks = [_read_rank(directory, layout, rank) for rank in range(layout.world_size)]
     state = merge_ranks(ranks, layout, llama_config.tie_word_embeddings)
     del ranks
+    # The rank files are memory-mapped: a tensor kept as read would keep the whole file's
+    # mapping (and every page touched while loading) resident, so each tensor gets its own
+    # storage here, one at a time. A tied tensor stays one tensor.
+    moved: dict[int, torch.Tensor] = {}
+    for name, tensor in state.items():
+        if id(tensor) not in moved:
+            out = tensor.to(device=device, dtype=target)
+            moved[id(tensor)] = out.clone() if out.untyped_storage().data_ptr() == tensor.untyped_storage().data_ptr() else out
+        state[name] = moved[id(tensor)]
+    del moved
+    return llama_config, state
+
+
+def load_checkpoint(
+    directory: str | os.PathLike[str], config: Mapping[str, Any] | None = None, dtype: str | None = None
+) -> LlamaForCausalLM:
+    """Load a checkpoint/engine directory as an eval-mode ``LlamaForCausalLM`` on CPU
+    (arguments and errors as :func:`load_checkpoint_state`)."""
+    llama_config, state = load_checkpoint_state(directory, config, dtype)
+    target = llama_config.dtype
     # Adopt the merged tensors as the parameters (no copy when the dtype already matches).
-    state = {name: tensor.to(target) for name, tensor in state.items()}
     model = _empty_model(llama_config)
     model.load_state_dict(state, strict=True, assign=True)
     if llama_config.tie_word_embeddings:

@@ -61,16 +61,17 @@ def load_runner(
         raise UserError(
             f"device list {list(device_ids)} needs the TensorRT-LLM backend; the PyTorch engine runs on one device, use [0]"
         )
-    from ..checkpoint.load import load_checkpoint
+    from ..checkpoint.load import load_checkpoint_state
     from ..runtime.device import resolve_device
+    from ..runtime.paged_llama import PagedLlama
     from ..runtime.torch_runner import TorchRunner
 
     from .step_costs import costs_for
 
     target = resolve_device(device)
-    model = load_checkpoint(cfg.directory).to(target)  # loaded on the CPU; a no-op there
+    config, state = load_checkpoint_state(cfg.directory, device=target)  # owned by us alone
     return TorchRunner(
-        model,
+        PagedLlama(config, state),  # consumes the state dict: the weights are held once
         cfg.limits,
         tokens_per_block=cfg.tokens_per_block,
         max_tokens_in_paged_kv_cache=max_tokens_in_paged_kv_cache,

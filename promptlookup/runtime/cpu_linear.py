@@ -1,26 +1,25 @@
-"""``y = x @ W.T`` for the few rows of a decode or verification step, on CPU.
+"""``y = x @ W.T`` for the few rows of a decode or verification step, on CPU, from one copy of ``W``.
 
 A decode step multiplies every weight matrix by one row; a verification step by
 ``1 + draft length`` rows (2 to ~33). PyTorch's default route for these (MKL's sgemm
-through ``F.linear``) is tuned for large matrices, so this module picks, per call, the
-faster of two kernels by row count:
+through ``F.linear``) is tuned for large matrices: its cost grows steeply with the row
+count, which would eat most of what verifying a long draft saves. This module runs the
+product through oneDNN (``torch.ops.mkldnn._linear_pointwise``) on a copy of the weight
+reordered once, at load time, into oneDNN's blocked layout, and then **drops the
+row-major original**, so the weights live in memory once. oneDNN's JIT kernels use the
+widest vector instructions the CPU has, and their cost is nearly flat from 1 to ~16
+rows.
 
-- **1-2 rows: MKL as ``W @ x.T``.** At this size the matmul only streams the weights from
-  memory; this operand order streams them fastest. One row (a matrix-vector product) is
-  padded to two, which MKL runs faster.
-- **3+ rows: oneDNN** (``torch.ops.mkldnn._linear_pointwise``) on a copy of the weight
-  reordered once, at load time, into oneDNN's blocked layout. Its JIT kernels use the
-  widest vector instructions the CPU has, and their cost grows far more slowly with the
-  row count than MKL's.
-
-One-token steps, in turn, run slower through oneDNN than through MKL (hence the split).
-The flatter cost curve over the row count is what makes verifying long drafts pay off on
-a CPU; docs/benchmarks.md has the measured step costs with and without this module.
+One exception keeps a row-major tensor on purpose: a layer whose weight is already held
+elsewhere (the LM head of a model with tied embeddings shares the embedding table) is
+given that tensor as ``small_rows_weight``, and runs its 1-2 row products through MKL as
+``W @ x.T``, which streams a large matrix fastest; it costs no memory, since the table is
+resident anyway. docs/benchmarks.md has the measured kernel costs and the memory figure.
 
 Both kernels compute the same fp32 product; only the summation order differs, exactly as
-between two MKL calls with different row counts. The reordered copy doubles the memory of
-the linear weights. When oneDNN is missing or refuses the weight's dtype, every row count
-uses the MKL route (``CpuLinear.kernel`` says which is in use).
+between two MKL calls with different row counts. When oneDNN is missing or refuses the
+weight's dtype, the layer keeps its row-major weight and every row count uses MKL
+(``CpuLinear.kernel`` says which route is in use).
 
 Invariant: outputs are contiguous ``[rows, out_features]`` (row-major), so that the
 elementwise ops and the attention kernel downstream see dense rows; a column-major
@@ -30,9 +29,8 @@ reference path and the next matmul to a slow MKL route.
 from __future__ import annotations
 
 import torch
-from torch import nn
 
-ONEDNN_MIN_ROWS = 3
+MKL_MAX_ROWS = 2  # with a shared row-major weight, products of this many rows or fewer use MKL
 
 
 def _pack_for_onednn(weight: torch.Tensor) -> torch.Tensor | None:
@@ -41,37 +39,64 @@ def _pack_for_onednn(weight: torch.Tensor) -> torch.Tensor | None:
         return None
     try:
         packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), 16)
-        probe = torch.zeros(ONEDNN_MIN_ROWS, weight.shape[1], dtype=weight.dtype)
+        probe = torch.zeros(MKL_MAX_ROWS + 1, weight.shape[1], dtype=weight.dtype)
         torch.ops.mkldnn._linear_pointwise(probe, packed, None, "none", [], "")
     except (RuntimeError, AttributeError, NotImplementedError):
         return None
     return packed
 
 
-class CpuLinear:
-    """A frozen ``nn.Linear``'s product on CPU, by the faster kernel for each row count.
+def _mkl(weight: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """``x @ weight.T`` as ``weight @ x.T`` (streams ``weight`` fastest); one row is padded to two."""
+    rows = x.shape[0]
+    if rows == 1:  # a matrix-vector product: two rows run about twice as fast
+        x = torch.cat([x, x.new_zeros(1, x.shape[1])])
+    return torch.mm(weight, x.t()).t()[:rows].contiguous()
 
-    Cost per call: one GEMM of ``rows x in x out``; rows 1-2 stream the weight at memory
-    bandwidth, 3+ rows run oneDNN's blocked kernel.
+
+class CpuLinear:
+    """A frozen linear layer's product on CPU, holding its weight once.
+
+    ``weight`` ``[out, in]`` is reordered for oneDNN and the row-major tensor is not kept
+    (unless oneDNN cannot take it). ``small_rows_weight``, when given, must equal ``weight``
+    and is held by someone else anyway; products of at most :data:`MKL_MAX_ROWS` rows then
+    stream it through MKL. Cost per call: one GEMM of ``rows x in x out``, bound by
+    reading the weight for the row counts of decoding.
     """
 
-    __slots__ = ("weight", "bias", "packed")
+    __slots__ = ("packed", "plain", "small_rows_weight", "bias", "out_features")
 
-    def __init__(self, layer: nn.Linear) -> None:
-        self.weight = layer.weight.detach()
-        self.bias = None if layer.bias is None else layer.bias.detach()
-        self.packed = _pack_for_onednn(self.weight)
+    def __init__(
+        self,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None = None,
+        *,
+        small_rows_weight: torch.Tensor | None = None,
+    ) -> None:
+        weight = weight.detach()
+        self.out_features = weight.shape[0]
+        self.bias = None if bias is None else bias.detach()
+        self.packed = _pack_for_onednn(weight)
+        self.plain = weight if self.packed is None else None  # the fallback route keeps it
+        self.small_rows_weight = None if small_rows_weight is None else small_rows_weight.detach()
 
     @property
     def kernel(self) -> str:
-        return "mkl+onednn" if self.packed is not None else "mkl"
+        """``onednn`` (every row count), ``mkl+onednn`` (few rows on the shared weight) or ``mkl``."""
+        if self.packed is None:
+            return "mkl"
+        return "mkl+onednn" if self.small_rows_weight is not None else "onednn"
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.shape[0]
         x = x.contiguous()
-        if self.packed is not None and rows >= ONEDNN_MIN_ROWS:
+        if self.packed is not None and (self.small_rows_weight is None or rows > MKL_MAX_ROWS):
             return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
-        if rows == 1:  # a matrix-vector product: two rows run about twice as fast
-            x = torch.cat([x, x.new_zeros(1, x.shape[1])])
-        y = torch.mm(self.weight, x.t()).t()[:rows].contiguous()
+        y = _mkl(self.plain if self.plain is not None else self.small_rows_weight, x)
         return y if self.bias is None else y + self.bias
+
+    def resident_bytes(self) -> int:
+        """Bytes of weight this layer alone keeps alive (the shared ``small_rows_weight`` excluded)."""
+        held = self.packed if self.packed is not None else self.plain
+        n = 0 if held is None else held.numel() * held.element_size()
+        return n + (0 if self.bias is None else self.bias.numel() * self.bias.element_size())

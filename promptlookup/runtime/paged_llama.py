@@ -1,9 +1,11 @@
-"""A Llama forward pass over a paged KV cache, using Hugging Face's Llama modules.
+"""A Llama forward pass over a paged KV cache.
 
-The weights, RMSNorm, MLP activation and rotary embedding come from a
-``transformers.LlamaForCausalLM``; this module supplies only the attention plumbing that
-the paged cache needs (gpt-fast style): Q/K/V and gate/up projections are fused into one
-matmul each, new K/V are scattered into their cache slots, and attention runs through
+The weights come as a state dict with Hugging Face's names (from an engine, or from a
+``transformers.LlamaForCausalLM`` in memory); RMSNorm, the MLP activation and the rotary
+embedding are Hugging Face's own modules, so the arithmetic is theirs. This module
+supplies the layout the paged cache needs (gpt-fast style): Q/K/V and gate/up
+projections are fused into one matmul each at load time and the parts dropped, new K/V
+are scattered into their cache slots, and attention runs through
 ``scaled_dot_product_attention`` with native grouped-query attention (no K/V copies per
 head).
 
@@ -12,8 +14,8 @@ One call processes a batch of sequences, each contributing ``q_len[b]`` new toke
 ctx[b] - 1`` of its block table and attend to the slots before them and, among
 themselves, causally (a chain) or along a token tree (:class:`SequenceRows`). Cost per call: the model's FLOPs for ``sum(q_len)`` tokens, plus a gather
 of ``max(ctx)`` K/V rows per layer (skipped when a single sequence's blocks are contiguous).
-On CPU the projections run through :class:`~.cpu_linear.CpuLinear`, which picks the faster
-GEMM kernel for the step's row count.
+On CPU the projections run through :class:`~.cpu_linear.CpuLinear` (oneDNN on weights
+reordered once; the row-major originals are not kept).
 """
 from __future__ import annotations
 
@@ -23,13 +25,15 @@ from typing import Callable, Sequence
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers import LlamaForCausalLM
-from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+from transformers import LlamaConfig, LlamaForCausalLM
+from transformers.activations import ACT2FN
+from transformers.models.llama.modeling_llama import LlamaRMSNorm, LlamaRotaryEmbedding, apply_rotary_pos_emb
 
+from ..checkpoint.layout import HF_EMBEDDING, HF_FINAL_NORM, HF_LM_HEAD
 from .cpu_linear import CpuLinear
 from .kv_cache import SCRATCH_BLOCK, KVPool
 
-Projection = Callable[[torch.Tensor], torch.Tensor]  # nn.Linear, or CpuLinear on CPU
+Projection = Callable[[torch.Tensor], torch.Tensor]  # DenseLinear, or CpuLinear on CPU
 
 
 @dataclass
@@ -163,57 +167,126 @@ def build_layout(
     )
 
 
+class DenseLinear:
+    """``F.linear`` on a held weight (the GPU route; on CPU :class:`~.cpu_linear.CpuLinear`)."""
+
+    __slots__ = ("weight", "bias")
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None) -> None:
+        self.weight, self.bias = weight, bias
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.weight, self.bias)
+
+    def resident_bytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in (self.weight, self.bias) if t is not None)
+
+
 class PagedLlama(nn.Module):
-    """Runs a Hugging Face ``LlamaForCausalLM``'s weights over a :class:`KVPool`."""
+    """A Llama model's weights, laid out for the paged forward pass, held once.
 
-    def __init__(self, hf_model: LlamaForCausalLM) -> None:
+    Built from a state dict with Hugging Face names (:meth:`from_hf` takes them from a
+    ``LlamaForCausalLM`` without changing it). The constructor *consumes* the dict: Q/K/V
+    and gate/up are fused into one matrix each (gpt-fast's load-time fusion) and the
+    parts are dropped from it; on CPU each projection keeps only its oneDNN-reordered copy
+    (:class:`~.cpu_linear.CpuLinear`). So when the caller holds no other reference, the
+    resident weights are one copy: the engine's tensors (which store the LM head even when
+    it is tied to the embeddings) and nothing more. Cost: one pass over the weights.
+    """
+
+    def __init__(self, config: LlamaConfig, state: dict[str, torch.Tensor]) -> None:
         super().__init__()
-        cfg = hf_model.config
-        self.config = cfg
-        self.num_heads = cfg.num_attention_heads
-        self.num_kv_heads = cfg.num_key_value_heads
-        self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-        inner = hf_model.model
-        self.embed_tokens = inner.embed_tokens
-        self.rotary_emb = inner.rotary_emb
-        self.norm = inner.norm
-        on_cpu = self.embed_tokens.weight.device.type == "cpu"
+        self.config = config
+        self.num_heads = config.num_attention_heads
+        self.num_kv_heads = config.num_key_value_heads
+        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        self.scaling = self.head_dim**-0.5  # as Hugging Face's LlamaAttention
+        self.embed_weight = state.pop(HF_EMBEDDING).detach()
+        on_cpu = self.embed_weight.device.type == "cpu"
 
-        def proj(layer: nn.Linear) -> Projection:
-            return CpuLinear(layer) if on_cpu else layer
+        def proj(weight: torch.Tensor, bias: torch.Tensor | None = None, **kw) -> Projection:
+            return CpuLinear(weight, bias, **kw) if on_cpu else DenseLinear(weight, bias)
 
-        self.lm_head = proj(hf_model.lm_head)
+        def take(name: str) -> torch.Tensor | None:
+            t = state.pop(name, None)
+            return None if t is None else t.detach()
+
+        def fused(names: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor | None]:
+            weights = [take(f"{n}.weight") for n in names]
+            biases = [take(f"{n}.bias") for n in names]
+            bias = torch.cat(biases) if all(b is not None for b in biases) else None
+            return torch.cat(weights), bias
+
+        lm_head = take(HF_LM_HEAD)
+        tied = lm_head is None or _same_tensor(lm_head, self.embed_weight)
+        if tied:  # the product for few rows can stream the embedding table, resident anyway
+            self.lm_head = proj(self.embed_weight, small_rows_weight=self.embed_weight if on_cpu else None)
+        else:
+            self.lm_head = proj(lm_head)
+        self.norm = _rms_norm(take(HF_FINAL_NORM), config.rms_norm_eps)
+        self.rotary_emb = LlamaRotaryEmbedding(config).to(self.embed_weight.device)
+        self.act = ACT2FN[config.hidden_act]
         self.layers = nn.ModuleList()
-        for layer in inner.layers:
-            attn, mlp = layer.self_attn, layer.mlp
+        for i in range(config.num_hidden_layers):
+            pre = f"model.layers.{i}."
             block = nn.Module()
-            block.input_layernorm = layer.input_layernorm
-            block.post_attention_layernorm = layer.post_attention_layernorm
-            block.qkv = proj(_fused_linear(attn.q_proj, attn.k_proj, attn.v_proj))
-            block.o_proj = proj(attn.o_proj)
-            block.gate_up = proj(_fused_linear(mlp.gate_proj, mlp.up_proj))
-            block.down_proj = proj(mlp.down_proj)
-            block.act = mlp.act_fn
-            block.scaling = attn.scaling
+            block.input_layernorm = _rms_norm(take(pre + "input_layernorm.weight"), config.rms_norm_eps)
+            block.post_attention_layernorm = _rms_norm(take(pre + "post_attention_layernorm.weight"), config.rms_norm_eps)
+            block.qkv = proj(*fused([pre + "self_attn." + n for n in ("q_proj", "k_proj", "v_proj")]))
+            block.o_proj = proj(take(pre + "self_attn.o_proj.weight"), take(pre + "self_attn.o_proj.bias"))
+            block.gate_up = proj(*fused([pre + "mlp." + n for n in ("gate_proj", "up_proj")]))
+            block.down_proj = proj(take(pre + "mlp.down_proj.weight"), take(pre + "mlp.down_proj.bias"))
             self.layers.append(block)
+        unused = sorted(k for k in state if not k.endswith("rotary_emb.inv_freq"))
+        if unused:
+            raise ValueError(f"weights not used by the paged Llama: {unused[:3]}")
         self.q_size = self.num_heads * self.head_dim
         self.kv_size = self.num_kv_heads * self.head_dim
-        self.intermediate = inner.layers[0].mlp.gate_proj.out_features
+        self.intermediate = config.intermediate_size
+
+    @classmethod
+    def from_hf(cls, model: LlamaForCausalLM) -> "PagedLlama":
+        """The paged model over ``model``'s weights; ``model`` is left as it was (the fused
+        and reordered matrices are new tensors, so its memory is not shared)."""
+        return cls(model.config, {k: v.detach() for k, v in model.state_dict().items()})
+
+    def resident_weight_bytes(self) -> int:
+        """Bytes of weights this model keeps alive, each storage counted once."""
+        seen: set[int] = set()
+        total = 0
+
+        def add(t: torch.Tensor | None) -> None:
+            nonlocal total
+            if t is not None and not t.is_mkldnn and t.untyped_storage().data_ptr() not in seen:
+                seen.add(t.untyped_storage().data_ptr())
+                total += t.untyped_storage().nbytes()
+
+        add(self.embed_weight)
+        for p in self.parameters():
+            add(p)
+        projections = [self.lm_head] + [getattr(b, n) for b in self.layers for n in ("qkv", "o_proj", "gate_up", "down_proj")]
+        for pr in projections:
+            if isinstance(pr, CpuLinear):
+                total += pr.resident_bytes()
+            else:
+                add(pr.weight)
+                add(pr.bias)
+        return total
 
     @property
     def device(self) -> torch.device:
-        return self.embed_tokens.weight.device
+        return self.embed_weight.device
 
     @property
     def dtype(self) -> torch.dtype:
-        return self.embed_tokens.weight.dtype
+        return self.embed_weight.dtype
 
     @torch.inference_mode()
     def forward(self, layout: BatchLayout, pool: KVPool) -> torch.Tensor:
         """Write the batch's K/V into ``pool`` and return logits ``[len(logit_rows), vocab]``."""
         B, Q = layout.input_ids.shape
         H, KVH, D = self.num_heads, self.num_kv_heads, self.head_dim
-        h = self.embed_tokens(layout.input_ids.reshape(-1))  # [B*Q, hidden]
+        h = F.embedding(layout.input_ids.reshape(-1), self.embed_weight)  # [B*Q, hidden]
         cos, sin = self.rotary_emb(h, layout.positions)
         write = layout.write_slots.reshape(-1)
         for i, layer in enumerate(self.layers):
@@ -236,23 +309,21 @@ class PagedLlama(nn.Module):
                 keys = pk.index_select(1, flat).view(KVH, B, layout.kv_len, D).transpose(0, 1)
                 values = pv.index_select(1, flat).view(KVH, B, layout.kv_len, D).transpose(0, 1)
             o = F.scaled_dot_product_attention(
-                q, keys, values, attn_mask=layout.mask, scale=layer.scaling, enable_gqa=KVH != H
+                q, keys, values, attn_mask=layout.mask, scale=self.scaling, enable_gqa=KVH != H
             )
             h = h + layer.o_proj(o.transpose(1, 2).reshape(B * Q, H * D))
             gate, up = layer.gate_up(layer.post_attention_layernorm(h)).split(self.intermediate, dim=-1)
-            h = h + layer.down_proj(layer.act(gate) * up)
+            h = h + layer.down_proj(self.act(gate) * up)
         h = self.norm(h.index_select(0, layout.logit_rows))
         return self.lm_head(h).float()
 
 
-def _fused_linear(*parts: nn.Linear) -> nn.Linear:
-    """One ``nn.Linear`` whose output is the concatenation of ``parts``' outputs."""
-    w = torch.cat([p.weight.detach() for p in parts], dim=0)
-    has_bias = all(p.bias is not None for p in parts)
-    fused = nn.Linear(w.shape[1], w.shape[0], bias=has_bias, device=w.device, dtype=w.dtype)
-    with torch.no_grad():
-        fused.weight.copy_(w)
-        if has_bias:
-            fused.bias.copy_(torch.cat([p.bias.detach() for p in parts]))
-    fused.requires_grad_(False)
-    return fused
+def _same_tensor(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.shape == b.shape and a.data_ptr() == b.data_ptr() and a.stride() == b.stride()
+
+
+def _rms_norm(weight: torch.Tensor, eps: float) -> LlamaRMSNorm:
+    """Hugging Face's RMSNorm (so the arithmetic is theirs) adopting ``weight`` without a copy."""
+    norm = LlamaRMSNorm(weight.shape[0], eps=eps)
+    norm.weight = nn.Parameter(weight, requires_grad=False)
+    return norm

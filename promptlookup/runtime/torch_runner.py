@@ -204,7 +204,7 @@ class TorchRunner:
 
     def __init__(
         self,
-        hf_model: torch.nn.Module,
+        model: PagedLlama | torch.nn.Module,
         limits: EngineLimits,
         *,
         tokens_per_block: int = 32,
@@ -213,15 +213,16 @@ class TorchRunner:
         cuda_graph_mode: bool | None = None,
         step_cost_table: Sequence[float] | None = None,
     ) -> None:
-        """``cuda_graph_mode``: replay captured CUDA graphs for decoding steps
+        """``model``: a :class:`PagedLlama` (which then owns the weights: an engine load), or
+        a ``LlamaForCausalLM`` left unchanged (its weights are fused into new tensors).
+        ``cuda_graph_mode``: replay captured CUDA graphs for decoding steps
         (:mod:`.cuda_graphs`); ``None`` turns them on when the model is on a CUDA device.
         ``step_cost_table[q]``: the relative cost of a step feeding ``q`` tokens, measured
         when the engine was built (:mod:`promptlookup.engine.step_costs`); the cost-aware
         draft policy reads it, and ``None`` means full drafts. The runner never times itself."""
-        self.hf_model = hf_model  # the weights container (shared with the fused copies in self.model)
-        self.model = PagedLlama(hf_model)
+        self.model = model if isinstance(model, PagedLlama) else PagedLlama.from_hf(model)
         self.limits = limits
-        cfg = hf_model.config
+        cfg = self.model.config
         if max_tokens_in_paged_kv_cache is None:
             # Room for a full batch at max length, plus as much again for reuse.
             max_tokens_in_paged_kv_cache = 2 * limits.max_batch_size * limits.max_seq_len

@@ -1,4 +1,5 @@
-"""CpuLinear computes nn.Linear's product for every row count, in row-major layout."""
+"""CpuLinear computes nn.Linear's product for every row count, in row-major layout, and
+keeps one copy of the weight."""
 from __future__ import annotations
 
 import pytest
@@ -8,11 +9,16 @@ from torch import nn
 from promptlookup.runtime.cpu_linear import CpuLinear
 
 
+def _proj(layer: nn.Linear, **kw) -> CpuLinear:
+    return CpuLinear(layer.weight, layer.bias, **kw)
+
+
 @pytest.mark.parametrize("bias", [False, True])
-def test_matches_nn_linear_for_every_row_count(bias):
+@pytest.mark.parametrize("shared", [False, True])
+def test_matches_nn_linear_for_every_row_count(bias, shared):
     torch.manual_seed(0)
     layer = nn.Linear(64, 96, bias=bias).requires_grad_(False)
-    proj = CpuLinear(layer)
+    proj = _proj(layer, small_rows_weight=layer.weight if shared else None)
     for rows in range(1, 41):
         x = torch.randn(rows, 64)
         y = proj(x)
@@ -24,12 +30,25 @@ def test_matches_nn_linear_for_every_row_count(bias):
 def test_column_major_input_is_accepted():
     layer = nn.Linear(32, 48, bias=False).requires_grad_(False)
     x = torch.randn(32, 5).t()  # a [5, 32] view with column-major strides
-    torch.testing.assert_close(CpuLinear(layer)(x), layer(x), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(_proj(layer)(x), layer(x), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="this PyTorch build has no oneDNN")
+def test_the_row_major_weight_is_not_kept():
+    """With oneDNN the layer holds only the reordered copy: dropping the caller's tensor frees it."""
+    weight = torch.randn(48, 32)
+    proj = CpuLinear(weight)
+    assert proj.kernel == "onednn" and proj.plain is None
+    assert weight.untyped_storage().data_ptr() not in {
+        t.untyped_storage().data_ptr() for t in (proj.packed,) if not t.is_mkldnn
+    }
+    assert proj.resident_bytes() >= weight.numel() * weight.element_size()
 
 
 @pytest.mark.parametrize("onednn", ["as built", "missing", "refuses the weight"])
-def test_every_route_matches_nn_linear_and_the_report_names_the_route(monkeypatch, onednn):
-    """``kernel`` says whether oneDNN serves multi-row calls; one-row calls never use it."""
+@pytest.mark.parametrize("shared", [False, True])
+def test_every_route_matches_nn_linear_and_the_report_names_the_route(monkeypatch, onednn, shared):
+    """oneDNN serves every row count, except few rows when a shared row-major weight is given."""
     if onednn == "missing":
         monkeypatch.setattr(torch.backends.mkldnn, "is_available", lambda: False)
     elif onednn == "refuses the weight":
@@ -46,12 +65,12 @@ def test_every_route_matches_nn_linear_and_the_report_names_the_route(monkeypatc
 
     torch.manual_seed(1)
     layer = nn.Linear(32, 40).requires_grad_(False)
-    proj = CpuLinear(layer)
+    proj = _proj(layer, small_rows_weight=layer.weight if shared else None)
     monkeypatch.setattr(torch.ops.mkldnn, "_linear_pointwise", spy)
-    if onednn != "as built":
-        assert proj.kernel == "mkl"
+    expected = "mkl" if onednn != "as built" else ("mkl+onednn" if shared else "onednn")
+    assert proj.kernel == expected
     for rows in (1, 2, 8, 33):
         x = torch.randn(rows, 32)
         torch.testing.assert_close(proj(x), layer(x), rtol=1e-5, atol=1e-5)
-    assert 1 not in calls  # one-row decode steps keep the weight-streaming route
-    assert (8 in calls and 33 in calls) == (proj.kernel == "mkl+onednn")
+    served = {"mkl": [], "mkl+onednn": [8, 33], "onednn": [1, 2, 8, 33]}[expected]
+    assert calls == served
