@@ -47,7 +47,7 @@ run: $(ENGINE)/config.json native
 	@mkdir -p $(OUT)
 	$(PY) -m promptlookup.evaluation.grounded_prompts --kind code --count 1 --output $(OUT)/demo_prompt.json
 	$(PY) run.py --engine_dir $(ENGINE) --input_file $(OUT)/demo_prompt.json --use_chat_template \
-		--max_output_len 256 --prompt_lookup_config "[10,2,[0]]" --kv_cache_enable_block_reuse \
+		--max_output_len 256 --prompt_lookup_config "[10,2,[0]]" \
 		--output_json $(OUT)/run.json
 	@echo "checkpoint: $(CKPT)  engine: $(ENGINE)  results: $(OUT)/run.json"
 

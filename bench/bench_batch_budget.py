@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
         for rnd in range(args.rounds):
             for name, llm in llms.items():
                 st = llm.scheduler.stats
-                before = (st.batch_steps, st.drafted_tokens, st.accepted_tokens)
+                before = (st.batch_steps, st.drafted, st.accepted)
                 start = time.perf_counter()
                 outs = llm.generate(prompts, SamplingParams(max_tokens=args.max_tokens))
                 wall = time.perf_counter() - start
@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
                 reference = reference or ids
                 n = sum(map(len, ids))
                 print(f"round {rnd} {name:5s}: {n / wall:.1f} tok/s, {st.batch_steps - before[0]} steps, "
-                      f"accepted {st.accepted_tokens - before[2]}/{st.drafted_tokens - before[1]}, "
+                      f"accepted {st.accepted - before[2]}/{st.drafted - before[1]}, "
                       f"same output as plain: {ids == reference}", flush=True)
     finally:
         for llm in llms.values():

@@ -124,10 +124,10 @@ def main(argv: list[str] | None = None) -> int:
             server = ServerThread(OpenAIServer(llm, "m").app)
             try:
                 for nc in clients:
-                    before = (llm.scheduler.stats.drafted_tokens, llm.scheduler.stats.accepted_tokens)
+                    before = (llm.scheduler.stats.drafted, llm.scheduler.stats.accepted)
                     run = run_clients(server.url, prompts, nc, args.requests, args.max_tokens, args.time_limit)
-                    drafted = llm.scheduler.stats.drafted_tokens - before[0]
-                    accepted = llm.scheduler.stats.accepted_tokens - before[1]
+                    drafted = llm.scheduler.stats.drafted - before[0]
+                    accepted = llm.scheduler.stats.accepted - before[1]
                     run["mode"] = mode
                     run["acceptance_rate"] = accepted / drafted if drafted else 0.0
                     run["mismatches"] = sum(1 for r in run["records"] if "text" in r and r["text"] != singles[r["prompt"]])

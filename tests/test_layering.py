@@ -8,7 +8,7 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "promptlookup"
 RANK = {  # a package may import packages of its own rank or lower
-    "errors": 0, "literals": 0, "fsutil": 0, "threads": 0,
+    "errors": 0, "literals": 0, "fsutil": 0, "threads": 0, "defaults": 0,
     "drafting": 1, "checkpoint": 1,
     "runtime": 2,
     "decoding": 3, "engine": 3,

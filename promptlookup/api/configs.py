@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..defaults import DEFAULT_KV_CACHE_ENABLE_BLOCK_REUSE
 from ..drafting.base import DraftConfig
 from ..errors import UserError
 from ..runtime.base import SamplingConfig
@@ -100,7 +101,7 @@ class KvCacheConfig:
     """The paged KV cache: prefix block reuse across requests, and its size in tokens
     (``None``: 2 x max_batch_size x max_seq_len)."""
 
-    enable_block_reuse: bool = True
+    enable_block_reuse: bool = DEFAULT_KV_CACHE_ENABLE_BLOCK_REUSE
     max_tokens: int | None = None
 
     def __post_init__(self) -> None:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, AsyncIterator, Iterator, Sequence
 
+from ..defaults import DRAFT_LENGTH_POLICIES
 from ..errors import UserError
 from ..serving.scheduler import FINISH_ERROR, GenerationRequest, RequestHandle, Scheduler, TokenEvent
 from .configs import KvCacheConfig, LookaheadDecodingConfig, NGramDecodingConfig, SamplingParams
@@ -87,9 +88,9 @@ class RequestOutput:
         if event.tokens:
             out.steps += 1
             out.drafted += event.drafted
-            out.accepted += event.num_from_draft
+            out.accepted += event.accepted
             self._ids.extend(event.tokens)
-            out.draft_flags.extend([True] * event.num_from_draft + [False] * (len(event.tokens) - event.num_from_draft))
+            out.draft_flags.extend([True] * event.accepted + [False] * (len(event.tokens) - event.accepted))
         if event.finish_reason is not None:
             self.finished = True
             out.finish_reason = event.finish_reason
@@ -199,7 +200,7 @@ class LLM:
         ):
             raise UserError(f"speculative_config must be an NGramDecodingConfig or LookaheadDecodingConfig, "
                             f"got {type(speculative_config).__name__}")
-        if draft_length_policy not in ("cost", "full"):
+        if draft_length_policy not in DRAFT_LENGTH_POLICIES:
             raise UserError(f"unknown draft length policy {draft_length_policy!r}; choose cost or full")
         kv = kv_cache_config or KvCacheConfig()
         if not isinstance(kv, KvCacheConfig):

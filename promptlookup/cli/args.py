@@ -6,6 +6,7 @@ import math
 import sys
 from typing import Any, Collection, NoReturn, Sequence
 
+from ..defaults import DEFAULT_KV_CACHE_ENABLE_BLOCK_REUSE, DEFAULT_WORKFLOW, DRAFT_LENGTH_POLICIES, WORKFLOWS
 from ..errors import UserError
 from ..literals import parse_list_literal
 
@@ -108,6 +109,14 @@ def add_pool_options(group: Any) -> None:
                        help="pool: one pool shared by all requests rather than one per request")
 
 
+def add_block_reuse_argument(group: Any, across: str) -> None:
+    """``--kv_cache_enable_block_reuse`` (TensorRT-LLM's flag) and ``--no-kv_cache_enable_block_reuse``;
+    on by default (:mod:`promptlookup.defaults`), unlike TensorRT-LLM's run.py."""
+    group.add_argument("--kv_cache_enable_block_reuse", action=argparse.BooleanOptionalAction,
+                       default=DEFAULT_KV_CACHE_ENABLE_BLOCK_REUSE,
+                       help=f"reuse cached KV blocks across {across}")
+
+
 def add_common_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Flags shared by run.py and summarize.py (TensorRT-LLM's names where they exist)."""
     from ..drafting.base import DRAFT_MODES, POOL_RULES
@@ -117,7 +126,7 @@ def add_common_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     g.add_argument("--tokenizer_dir", default=None, help="tokenizer folder; default: the engine directory")
     g.add_argument("--max_tokens_in_paged_kv_cache", type=int, default=None,
                    help="KV cache capacity in tokens; default: twice max_batch_size full sequences (PyTorch engines)")
-    g.add_argument("--kv_cache_enable_block_reuse", action="store_true", help="reuse cached KV blocks across calls")
+    add_block_reuse_argument(g, "calls")
     g.add_argument("--device", default="auto",
                    help="PyTorch engines: auto (default: the GPU when one is visible, else the CPU), cpu, cuda or cuda:N")
     g.add_argument("--cuda_graph_mode", action=argparse.BooleanOptionalAction, default=None,
@@ -137,7 +146,9 @@ def add_common_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    help='turn prompt lookup on: "[k, n, [devices]]", e.g. "[10,2,[0]]"; default: off (plain decoding)')
     g.add_argument("--ngram_config", default=None,
                    help="TensorRT-LLM 1.0's name for --prompt_lookup_config (same format)")
-    g.add_argument("--workflow", choices=["v1", "v2"], default="v1", help="v1: orchestrator loop; v2: single call")
+    g.add_argument("--workflow", choices=list(WORKFLOWS), default=DEFAULT_WORKFLOW,
+                   help="v2: single call, the batch stays live inside the engine; v1: orchestrator loop, one engine "
+                        "call per step (TensorRT-LLM's run.py)")
     g.add_argument("--drafter_mode", choices=list(DRAFT_MODES), default="pool",
                    help="pool: TensorRT-LLM's n-gram pool; longest: the longest earlier match of the text's end")
     g.add_argument("--pool_rules", choices=list(POOL_RULES), default="auto",
@@ -145,7 +156,7 @@ def add_common_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                         "auto: those of --workflow")
     g.add_argument(
         "--draft_length_policy",
-        choices=["cost", "full"],
+        choices=list(DRAFT_LENGTH_POLICIES),
         default="cost",
         help="cost: verify the part of each draft expected to pay off on this machine (PyTorch backend); "
         "full: always the whole draft, as TensorRT-LLM",

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 
 from ..errors import UserError
-from .args import ArgumentParser, add_pool_options
+from .args import ArgumentParser, add_block_reuse_argument, add_pool_options
 
 DEFAULT_PROMPTS = [
     "Hello, my name is",
@@ -37,8 +37,7 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--max_window_size", type=int, default=4, help="LOOKAHEAD: window size W")
     p.add_argument("--max_ngram_size", type=int, default=3, help="LOOKAHEAD: n-gram size N")
     p.add_argument("--max_verification_set_size", type=int, default=4, help="LOOKAHEAD: verification set size G")
-    p.add_argument("--kv_cache_enable_block_reuse", action=argparse.BooleanOptionalAction, default=True,
-                   help="reuse cached KV blocks across requests")
+    add_block_reuse_argument(p, "requests")
     p.add_argument("--temperature", type=float, default=0.0, help="0: greedy")
     p.add_argument("--top_k", type=int, default=0, help="0: no top-k filter")
     p.add_argument("--top_p", type=float, default=1.0, help="1.0: no nucleus filter")

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import argparse
 
+from ..defaults import DRAFT_LENGTH_POLICIES
 from ..drafting.base import DRAFT_MODES
 from ..errors import UserError
-from .args import ArgumentParser, add_pool_options, parse_prompt_lookup_config
+from .args import ArgumentParser, add_block_reuse_argument, add_pool_options, parse_prompt_lookup_config
 
 
 def build_parser() -> ArgumentParser:
@@ -34,11 +35,10 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--ngram_dynamic_cache", default=None, help="saved when the server stops")
     p.add_argument("--draft_token_budget", type=int, default=None,
                    help="tokens one step may feed; drafts shrink as the batch grows (default: k + 1)")
-    p.add_argument("--draft_length_policy", choices=["cost", "full"], default="cost",
+    p.add_argument("--draft_length_policy", choices=list(DRAFT_LENGTH_POLICIES), default="cost",
                    help="cost (default): keep only the draft tokens expected to pay off for the live batch on this "
                         "device (the step-cost table stored in the engine); full: the whole budget, as TensorRT-LLM")
-    p.add_argument("--kv_cache_enable_block_reuse", action=argparse.BooleanOptionalAction, default=True,
-                   help="reuse cached KV blocks across requests")
+    add_block_reuse_argument(p, "requests")
     p.add_argument("--max_tokens_in_paged_kv_cache", type=int, default=None,
                    help="KV cache budget in tokens (default: 2 x max_batch_size x max_seq_len)")
     p.add_argument("--device", default=None, help="auto (default), cpu, cuda or cuda:N")

@@ -21,7 +21,7 @@ would be unreadable, so the printer collects tokens and :meth:`StreamPrinter.fin
 prints each text as a block, the first line prefixed ``[i] `` and the following lines
 indented to match.
 
-Colour (``--color``): tokens that came from accepted drafts (the first ``num_from_draft``
+Colour (``--color``): tokens that came from accepted drafts (the first ``accepted``
 tokens of each :class:`StepEvent`, or ``SequenceResult.draft_flags``) are shown in
 :data:`DRAFT_COLOR`, as the MLX and llama.cpp prompt-lookup demos highlight them. Colour
 is off by default and is only emitted to a terminal unless forced with ``always``.
@@ -163,14 +163,14 @@ class IncrementalText:
         self._bounds: list[tuple[int, bool]] = []
         self._next_bound = 0  # first bound whose end is past len(shown)
 
-    def push(self, tokens: Sequence[int], num_from_draft: int = 0) -> list[Segment]:
+    def push(self, tokens: Sequence[int], accepted: int = 0) -> list[Segment]:
         """Append one step's tokens; return the newly stable text as segments."""
         base = len(self.ids)
         self.ids.extend(int(t) for t in tokens)
         if self.broken:
             return []
-        if self.track_drafts and num_from_draft > 0:
-            cut = base + min(num_from_draft, len(tokens))
+        if self.track_drafts and accepted > 0:
+            cut = base + min(accepted, len(tokens))
             self._bounds.append((len(_stable(decode_text(self.tokenizer, self.ids[:cut]))), True))
         stable = _stable(decode_text(self.tokenizer, self.ids))
         self._bounds.append((len(stable), False))
@@ -230,7 +230,7 @@ class StreamPrinter:
 
     def on_step(self, event: StepEvent) -> None:
         seq = self._texts[event.index]
-        n_draft = min(max(event.num_from_draft, 0), len(event.tokens))
+        n_draft = min(max(event.accepted, 0), len(event.tokens))
         if self.live:
             self._write(seq.push(event.tokens, n_draft))
         else:

@@ -3,15 +3,13 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from ..defaults import DEFAULT_WORKFLOW, DRAFT_LENGTH_POLICIES, WORKFLOWS
 from ..drafting.base import DraftConfig, Drafter
 from ..errors import UserError
 from ..runtime.base import Runner, SamplingConfig, validate_batch
 from .lookahead import LookaheadConfig, step_tokens
 from .orchestrator import run_orchestrator
 from ..runtime.results import SequenceResult, StepCallback, StepEvent
-
-WORKFLOWS = ("v1", "v2")
-DRAFT_LENGTH_POLICIES = ("cost", "full")
 
 __all__ = ["generate", "LookaheadConfig", "SequenceResult", "StepEvent", "StepCallback", "WORKFLOWS"]
 
@@ -36,7 +34,7 @@ def generate(
     end_id: int,
     sampling: SamplingConfig = SamplingConfig(),
     draft: DraftConfig | None = None,
-    workflow: str = "v2",
+    workflow: str = DEFAULT_WORKFLOW,
     on_step: StepCallback | None = None,
     drafter: Drafter | None = None,
     draft_length_policy: str = "cost",

@@ -59,7 +59,7 @@ def run_orchestrator(
             )
             drafted = [len(d) for d in drafts]
         for i, n, out in zip(state.active, drafted, outputs):
-            state.commit(i, n, out.output_ids, out.num_accepted_draft_tokens, getattr(out, "choices", ()))
+            state.commit(i, n, out.output_ids, out.accepted, getattr(out, "choices", ()))
             sequences[i].extend(out.output_ids)
         state.retire_finished()
     return state.results

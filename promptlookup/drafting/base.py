@@ -9,7 +9,7 @@ and proposes drafts for it:
     while not done:
         draft = req.propose()              # <= k tokens, possibly empty
         accepted_and_bonus = verify(draft)
-        req.record(len(draft), n_accepted)  # feedback, used by adaptive drafting
+        req.record(len(draft), accepted)    # feedback, used by adaptive drafting
         req.extend(accepted_and_bonus)      # only the new tail is indexed
     req.finish()                            # lets learning caches absorb the output
 

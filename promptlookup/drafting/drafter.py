@@ -44,6 +44,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 
+from ..defaults import DEFAULT_WORKFLOW, WORKFLOWS
 from ..errors import UserError
 from .adaptive import AdaptiveLength
 from .base import DRAFT_MODES, MAX_CANDIDATES, POOL_RULES, DraftConfig
@@ -56,9 +57,6 @@ from .tree import is_covered
 
 # longest mode: earlier occurrences examined per requested candidate (bounds candidates()'s cost)
 SCAN_PER_CANDIDATE = 8
-
-WORKFLOWS = ("v1", "v2")
-
 
 def validate_config(config: DraftConfig) -> None:
     """Raise :class:`UserError` for option values no drafter can honour."""
@@ -107,7 +105,7 @@ class NgramDrafter:
     """
 
     def __init__(self, config: DraftConfig, tokenizer: Any = None, implementation: str = "auto",
-                 workflow: str = "v2", end_id: int | None = None) -> None:
+                 workflow: str = DEFAULT_WORKFLOW, end_id: int | None = None) -> None:
         validate_config(config)
         self.config = config
         self.workflow = workflow
@@ -396,7 +394,7 @@ class NgramRequest:
 
 
 def make_drafter(config: DraftConfig, tokenizer: Any = None, implementation: str = "auto", *,
-                 workflow: str = "v2", end_id: int | None = None) -> NgramDrafter:
+                 workflow: str = DEFAULT_WORKFLOW, end_id: int | None = None) -> NgramDrafter:
     """Build the drafter for ``config``; ``tokenizer`` is needed only with persisted caches.
 
     ``implementation``: ``"auto"`` (the C pool and automaton where built), ``"c"`` or ``"python"``.

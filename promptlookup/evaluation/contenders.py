@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 from ..decoding.lookahead import LookaheadConfig
+from ..defaults import DEFAULT_KV_CACHE_ENABLE_BLOCK_REUSE, DEFAULT_WORKFLOW
 from ..drafting.base import DraftConfig
 from ..runtime.base import SamplingConfig
 from .harness import BatchFn, Generated, ProgressHook
@@ -33,7 +34,7 @@ class ContenderSpec:
     name: str
     family: str  # ENGINE or HF
     draft: DraftConfig | None = None
-    workflow: str = "v2"  # our engine's prompt-lookup loop (ignored by HF and plain runs)
+    workflow: str = DEFAULT_WORKFLOW  # our engine's prompt-lookup loop (ignored by HF and plain runs)
     lookahead: LookaheadConfig | None = None  # our engine's Lookahead decoding (with ``draft``: combined)
 
     @property
@@ -83,7 +84,7 @@ def _release() -> None:
 class EngineBackend:
     """Opens our engine (on the backend it was built for) for each engine contender."""
 
-    def __init__(self, engine_dir: str, settings: DecodeSettings, *, kv_cache_enable_block_reuse: bool = True,
+    def __init__(self, engine_dir: str, settings: DecodeSettings, *, kv_cache_enable_block_reuse: bool = DEFAULT_KV_CACHE_ENABLE_BLOCK_REUSE,
                  device_ids: list[int] | None = None, max_tokens_in_paged_kv_cache: int | None = None,
                  tokenizer: Any = None, device: str | None = None, cuda_graph_mode: bool | None = None,
                  backend: str = "auto") -> None:

@@ -17,6 +17,7 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Sequence
 
+from ..defaults import DEFAULT_KV_CACHE_ENABLE_BLOCK_REUSE, DEFAULT_WORKFLOW
 from ..drafting.base import DraftConfig
 from ..engine.config import check_end_id
 from ..errors import UserError
@@ -50,9 +51,9 @@ class EvalSettings:
     output_len: int = 100
     draft: DraftConfig | None = None
     device_ids: list[int] | None = None
-    kv_cache_enable_block_reuse: bool = True
+    kv_cache_enable_block_reuse: bool = DEFAULT_KV_CACHE_ENABLE_BLOCK_REUSE
     max_tokens_in_paged_kv_cache: int | None = None
-    workflow: str = "v1"
+    workflow: str = DEFAULT_WORKFLOW
     draft_length_policy: str = "cost"
     use_chat_template: bool = False
     truncation: str = "text"

@@ -48,11 +48,15 @@ class SamplingConfig:
 
 @dataclass
 class GenerationOutput:
-    """One sequence's result from one ``Runner.generate`` call."""
+    """One sequence's result from one ``Runner.generate`` call.
+
+    Invariant: ``accepted <= drafted``, and ``output_ids`` starts with the ``accepted``
+    draft tokens kept.
+    """
 
     output_ids: list[int]  # the new tokens only (accepted drafts, then the target's own)
-    num_draft_tokens: int = 0  # draft tokens offered for verification
-    num_accepted_draft_tokens: int = 0  # of those, how many were kept
+    drafted: int = 0  # draft tokens offered
+    accepted: int = 0  # draft tokens kept
     finished: bool = False  # end_id produced (output_ids ends with it)
     choices: list[int] = field(default_factory=list)  # tree steps: the target's choice at the root and every node
 

@@ -42,7 +42,7 @@ class StepEvent:
 
     index: int
     tokens: list[int]
-    num_from_draft: int  # the first ``num_from_draft`` tokens came from the accepted draft
+    accepted: int  # draft tokens kept: the first ``accepted`` of ``tokens`` came from the draft
 
 
 StepCallback = Callable[[StepEvent], None]

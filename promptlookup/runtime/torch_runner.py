@@ -23,6 +23,7 @@ from typing import Sequence
 
 import torch
 
+from ..defaults import DEFAULT_KV_CACHE_ENABLE_BLOCK_REUSE
 from ..errors import UserError
 from .base import EngineLimits, GenerationOutput, RunnerCapabilities, RunnerStats, SamplingConfig, validate_batch
 from .cuda_graphs import CudaGraphs
@@ -46,7 +47,7 @@ class LiveSequence:
 @dataclass
 class StepResult:
     tokens: list[int]  # accepted draft tokens, then the target's own token (cut at end_id)
-    accepted: int
+    accepted: int  # draft tokens kept: the first ``accepted`` of ``tokens``
     finished: bool
     choices: list[int] = field(default_factory=list)  # the target's choice at the root, then at every node
     path: list[int] = field(default_factory=list)  # accepted node indices of the tree
@@ -106,8 +107,8 @@ class DecodeBatch:
             s.cached = len(s.tokens) + accepted
             s.tokens.extend(out)
             s.stats.output_ids.extend(out)
-            s.stats.num_draft_tokens += tree.num_walkable
-            s.stats.num_accepted_draft_tokens += accepted
+            s.stats.drafted += tree.num_walkable
+            s.stats.accepted += accepted
             s.stats.finished = finished
             results.append(StepResult(out, accepted, finished, list(mine), path))
         if moves:
@@ -209,7 +210,7 @@ class TorchRunner:
         *,
         tokens_per_block: int = 32,
         max_tokens_in_paged_kv_cache: int | None = None,
-        kv_cache_enable_block_reuse: bool = True,
+        kv_cache_enable_block_reuse: bool = DEFAULT_KV_CACHE_ENABLE_BLOCK_REUSE,
         cuda_graph_mode: bool | None = None,
         step_cost_table: Sequence[float] | None = None,
     ) -> None:

@@ -262,7 +262,7 @@ def _usage(out: RequestOutput) -> dict[str, Any]:
     c = out.outputs[0]
     return {"prompt_tokens": len(out.prompt_token_ids), "completion_tokens": len(c.token_ids),
             "total_tokens": len(out.prompt_token_ids) + len(c.token_ids),
-            "prompt_lookup": {"drafted_tokens": c.drafted, "accepted_tokens": c.accepted, "steps": c.steps}}
+            "prompt_lookup": {"drafted": c.drafted, "accepted": c.accepted, "steps": c.steps}}
 
 
 async def _unless_disconnected(request: Request, out: RequestOutput) -> RequestOutput | None:
@@ -298,10 +298,10 @@ def prometheus_text(llm: LLM) -> str:
             ('{state="submitted"}', s.requests_submitted), ('{state="finished"}', s.requests_finished),
             ('{state="cancelled"}', s.requests_cancelled), ('{state="failed"}', s.requests_failed)]),
         ("promptlookup_generated_tokens_total", "counter", "Tokens generated.", [("", s.generated_tokens)]),
-        ("promptlookup_draft_tokens_total", "counter", "Draft tokens verified.", [("", s.drafted_tokens)]),
-        ("promptlookup_accepted_draft_tokens_total", "counter", "Draft tokens accepted.", [("", s.accepted_tokens)]),
+        ("promptlookup_draft_tokens_total", "counter", "Draft tokens verified.", [("", s.drafted)]),
+        ("promptlookup_accepted_draft_tokens_total", "counter", "Draft tokens accepted.", [("", s.accepted)]),
         ("promptlookup_acceptance_rate", "gauge", "Accepted / drafted tokens since start.",
-         [("", s.accepted_tokens / s.drafted_tokens if s.drafted_tokens else 0.0)]),
+         [("", s.accepted / s.drafted if s.drafted else 0.0)]),
         ("promptlookup_tokens_per_step", "gauge", "Generated tokens per sequence step since start.",
          [("", s.generated_tokens / s.sequence_steps if s.sequence_steps else 0.0)]),
         ("promptlookup_sequence_steps_total", "counter", "Verification steps, one per live sequence.",

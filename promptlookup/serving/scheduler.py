@@ -62,10 +62,10 @@ class TokenEvent:
     """Tokens a request gained in one step; the last event has ``finish_reason`` set."""
 
     tokens: list[int]
-    num_from_draft: int  # the first ``num_from_draft`` tokens came from an accepted draft
+    accepted: int  # draft tokens kept: the first ``accepted`` of ``tokens`` came from the draft
     finish_reason: str | None = None  # stop (end_id), length, cancelled or error
     error: str | None = None
-    drafted: int = 0  # draft tokens verified in the step
+    drafted: int = 0  # draft tokens offered in the step
 
 
 @dataclass
@@ -77,8 +77,8 @@ class SchedulerStats:
     requests_cancelled: int = 0
     requests_failed: int = 0
     generated_tokens: int = 0
-    drafted_tokens: int = 0
-    accepted_tokens: int = 0
+    drafted: int = 0  # draft tokens offered
+    accepted: int = 0  # draft tokens kept
     sequence_steps: int = 0  # one per live sequence per step
     batch_steps: int = 0  # forward passes
     live: int = 0
@@ -353,8 +353,8 @@ class Scheduler:
                 accepted = min(step.accepted, len(gained))
                 self.stats.sequence_steps += 1
                 self.stats.generated_tokens += len(gained)
-                self.stats.drafted_tokens += tree.num_walkable
-                self.stats.accepted_tokens += accepted
+                self.stats.drafted += tree.num_walkable
+                self.stats.accepted += accepted
                 if gained:
                     h._emit(TokenEvent(gained, accepted, drafted=tree.num_walkable))
                 if not state.active:

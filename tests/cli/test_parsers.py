@@ -80,3 +80,29 @@ def test_a_prefix_of_a_long_flag_is_refused(name, prefix, capsys):
         PARSERS[name].parse_args([prefix, "60"])
     assert exc.value.code == 2
     assert f"unrecognized arguments: {prefix} 60" in capsys.readouterr().err
+
+
+def test_scripts_and_library_share_the_workflow_and_block_reuse_defaults():
+    """One set of defaults (promptlookup.defaults): v2 and block reuse on, for the scripts'
+    flags and the library's signatures alike; --no-kv_cache_enable_block_reuse turns reuse off."""
+    import inspect
+
+    from promptlookup.api import KvCacheConfig
+    from promptlookup.decoding import generate
+    from promptlookup.defaults import DEFAULT_KV_CACHE_ENABLE_BLOCK_REUSE, DEFAULT_WORKFLOW
+    from promptlookup.evaluation.pipeline import EvalSettings
+    from promptlookup.runtime.torch_runner import TorchRunner
+
+    assert (DEFAULT_WORKFLOW, DEFAULT_KV_CACHE_ENABLE_BLOCK_REUSE) == ("v2", True)
+    assert inspect.signature(generate).parameters["workflow"].default == DEFAULT_WORKFLOW
+    assert inspect.signature(TorchRunner).parameters["kv_cache_enable_block_reuse"].default is True
+    assert KvCacheConfig().enable_block_reuse is True
+    assert (EvalSettings().workflow, EvalSettings().kv_cache_enable_block_reuse) == (DEFAULT_WORKFLOW, True)
+    for name in ("run.py", "summarize.py"):
+        args = PARSERS[name].parse_args([])
+        assert (args.workflow, args.kv_cache_enable_block_reuse) == (DEFAULT_WORKFLOW, True), name
+        assert PARSERS[name].parse_args(["--kv_cache_enable_block_reuse"]).kv_cache_enable_block_reuse is True
+        assert PARSERS[name].parse_args(["--no-kv_cache_enable_block_reuse"]).kv_cache_enable_block_reuse is False
+    for name in ("serve.py", "quickstart_advanced.py"):
+        assert PARSERS[name].parse_args([]).kv_cache_enable_block_reuse is True, name
+        assert PARSERS[name].parse_args(["--no-kv_cache_enable_block_reuse"]).kv_cache_enable_block_reuse is False

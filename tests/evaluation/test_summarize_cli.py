@@ -33,14 +33,14 @@ def test_engine_and_hf_side_by_side(engine_dir, jsonl_dataset, tmp_path, capsys)
     data = json.loads(out_json.read_text())
     assert data["num_threads"] == 1 and "1 CPU thread(s)" in out
     by_name = {c["name"]: c for c in data["contenders"]}
-    assert list(by_name) == ["ours plain", "ours lookup v1 pool k=4 n=2", "hf plain", "hf lookup pool k=4 n=2"]
+    assert list(by_name) == ["ours plain", "ours lookup v2 pool k=4 n=2", "hf plain", "hf lookup pool k=4 n=2"]
     for name, c in by_name.items():
         assert name in out
         assert (c["timed_batches"], c["warmup_batches"]) == (1, 1)  # 2 batches: the first is the warm-up
         assert len(c["samples"]) == 4 and c["total_generated_tokens"] >= c["generated_tokens"] > 0
         assert c["tokens_per_s"] > 0 and c["tokens_per_step"] >= 1.0
         assert set(c["rouge"]) == {"rouge1", "rouge2", "rougeL", "rougeLsum"}
-    ours, lookup = by_name["ours plain"], by_name["ours lookup v1 pool k=4 n=2"]
+    ours, lookup = by_name["ours plain"], by_name["ours lookup v2 pool k=4 n=2"]
     assert (lookup["identical"], lookup["compared"]) == (4, 4)  # greedy prompt lookup is lossless
     assert 0 <= lookup["accepted"] <= lookup["drafted"] and lookup["speedup"] > 0
     assert (by_name["hf lookup pool k=4 n=2"]["identical"], by_name["hf lookup pool k=4 n=2"]["compared"]) == (4, 4)

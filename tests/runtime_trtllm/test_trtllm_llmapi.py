@@ -110,7 +110,7 @@ def test_results_from_streamed_chunks(hf_dir, llm_cls):
         assert not r.finished
         mine = [e for e in events if e.index == i]
         assert [len(e.tokens) for e in mine] == sizes
-        assert [e.num_from_draft for e in mine] == [n - 1 for n in sizes]
+        assert [e.accepted for e in mine] == [n - 1 for n in sizes]
         assert sum((e.tokens for e in mine), []) == r.output_ids
     assert [e.index for e in events] == sorted(e.index for e in events)  # one request after another
 

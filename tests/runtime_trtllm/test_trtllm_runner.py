@@ -111,10 +111,10 @@ def test_outputs_are_new_tokens_with_agreeing_prefix(engine, fake_cls):
         [],  # no draft
     ]
     outs = runner.generate(prompts, max_new_tokens=5, end_id=END, draft_tokens_list=drafts)
-    assert [o.num_draft_tokens for o in outs] == [4, 5, 2, 0]
-    assert [o.num_accepted_draft_tokens for o in outs] == [4, 2, 0, 0]
+    assert [o.drafted for o in outs] == [4, 5, 2, 0]
+    assert [o.accepted for o in outs] == [4, 2, 0, 0]
     for o, t in zip(outs, truths):
-        assert o.output_ids == t[: o.num_accepted_draft_tokens + 1]
+        assert o.output_ids == t[: o.accepted + 1]
         assert not o.finished
     # the empty draft travels as run_dtm_pld's [end_id] placeholder
     assert fake_cls.instances[0].calls[-1]["draft_tokens_list"][3] == [END]
@@ -132,18 +132,18 @@ def test_end_id_finishes_and_cuts(engine, fake_cls):
     (out,) = runner.generate([prompt], max_new_tokens=8, end_id=END, draft_tokens_list=[truth[:5]])
     assert out.output_ids == truth
     assert out.finished
-    assert out.num_accepted_draft_tokens == 4  # end_id itself was an accepted draft token
+    assert out.accepted == 4  # end_id itself was an accepted draft token
     # with an empty draft, the [end_id] placeholder is accepted by the engine but not counted
     (out,) = runner.generate([prompt + truth[:3]], max_new_tokens=1, end_id=END, draft_tokens_list=[[]])
     assert out.output_ids == [END] and out.finished
-    assert out.num_draft_tokens == 0 and out.num_accepted_draft_tokens == 0
+    assert out.drafted == 0 and out.accepted == 0
 
 
 def test_plain_decoding_without_drafts(engine, fake_cls):
     runner = make(engine, fake_cls)
     (out,) = runner.generate([[4, 4]], max_new_tokens=6, end_id=END)
     assert out.output_ids == greedy(fake_cls.target, [4, 4], 6, END)
-    assert out.num_draft_tokens == 0
+    assert out.drafted == 0
 
 
 def test_generate_rejects_what_the_engine_cannot_take(engine, fake_cls):

@@ -74,8 +74,8 @@ def streamed_part(writes: list[str]) -> list[str]:
 
 def test_sampling_flags_reach_the_runtime_and_lookup_keeps_the_tokens(tiny_engine_dir, tmp_path, capsys):
     plain = run_here(tiny_engine_dir, tmp_path, *SAMPLED)
-    v1 = run_here(tiny_engine_dir, tmp_path, *SAMPLED, *LOOKUP)
-    v2 = run_here(tiny_engine_dir, tmp_path, *SAMPLED, *LOOKUP, "--workflow", "v2")
+    v1 = run_here(tiny_engine_dir, tmp_path, *SAMPLED, *LOOKUP, "--workflow", "v1")
+    v2 = run_here(tiny_engine_dir, tmp_path, *SAMPLED, *LOOKUP)  # v2: the default
     assert plain["config"]["sampling"] == {"temperature": 0.7, "top_k": 3, "top_p": 0.9, "random_seed": 1,
                                            "repetition_penalty": 1.0, "presence_penalty": 0.0,
                                            "frequency_penalty": 0.0, "bad_words": [], "stop_words": []}

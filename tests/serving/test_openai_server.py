@@ -79,6 +79,8 @@ def test_completion_equals_plain_greedy(client, llm, reference, prompt):
     r = client.completions.create(model=MODEL, prompt=prompt, max_tokens=24, temperature=0)
     assert r.choices[0].text == llm.decode(expected)
     assert r.usage.completion_tokens == len(expected) and r.usage.prompt_tokens == len(ids)
+    counters = r.usage.model_extra["prompt_lookup"]  # the vocabulary of every result type
+    assert set(counters) == {"drafted", "accepted", "steps"} and 0 <= counters["accepted"] <= counters["drafted"]
     assert r.choices[0].finish_reason == ("stop" if expected[-1] == llm.default_end_id else "length")
     by_ids = client.completions.create(model=MODEL, prompt=ids, max_tokens=24, temperature=0)
     assert by_ids.choices[0].text == r.choices[0].text

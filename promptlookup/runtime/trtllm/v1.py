@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..results import SequenceResult, StepCallback
+from ...defaults import DEFAULT_KV_CACHE_ENABLE_BLOCK_REUSE
 from ...drafting.base import DraftConfig
 from ...errors import UserError
 from ...drafting.tree import common_prefix_len
@@ -49,8 +50,8 @@ class TrtllmRunner:
 
     - ``output_ids`` = ``output_ids[i, 0, L_i:S_i]`` (TensorRT-LLM returns input + output),
       cut just after the first ``end_id``; ``finished`` says whether it was cut there.
-    - ``num_accepted_draft_tokens`` = length of the longest common prefix of the draft and
-      the new tokens (``run_dtm_pld``'s rule); ``num_draft_tokens`` = the draft's length.
+    - ``accepted`` = length of the longest common prefix of the draft and the new tokens
+      (``run_dtm_pld``'s rule); ``drafted`` = the draft's length.
 
     An empty draft is sent as ``[end_id]`` (as ``run_dtm_pld`` does, because an external
     draft must not be empty) and still counts as zero drafted tokens.
@@ -68,7 +69,7 @@ class TrtllmRunner:
         config: TrtllmEngineConfig,
         *,
         device_ids: Sequence[int] | None = None,
-        kv_cache_enable_block_reuse: bool = True,
+        kv_cache_enable_block_reuse: bool = DEFAULT_KV_CACHE_ENABLE_BLOCK_REUSE,
         kv_cache_free_gpu_memory_fraction: float | None = None,
         max_batch_size: int | None = None,
         enable_chunked_context: bool = False,
@@ -154,7 +155,8 @@ class TrtllmRunner:
                 "reuse needs; rebuild it with --use_paged_context_fmha enable"
             )
         if not self.kv_cache_enable_block_reuse:
-            raise UserError("prompt lookup on TensorRT-LLM needs --kv_cache_enable_block_reuse")
+            raise UserError("prompt lookup on TensorRT-LLM needs KV block reuse; drop --no-kv_cache_enable_block_reuse "
+                            "(or pass --kv_cache_enable_block_reuse)")
 
     # -- Runner protocol -------------------------------------------------------------
 
@@ -272,8 +274,8 @@ class TrtllmRunner:
             results.append(
                 GenerationOutput(
                     output_ids=new,
-                    num_draft_tokens=len(draft),
-                    num_accepted_draft_tokens=common_prefix_len(draft, new),
+                    drafted=len(draft),
+                    accepted=common_prefix_len(draft, new),
                     finished=finished,
                 )
             )

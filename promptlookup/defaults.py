@@ -1,0 +1,20 @@
+"""The defaults shared by the library and the command line, defined once.
+
+``decoding.generate``, the LLM API, the evaluation settings and the scripts' flags
+(``run.py``, ``summarize.py``, ``serve.py``, ``quickstart_advanced.py``) all read these, so
+a call without the argument and a command without the flag do the same thing.
+
+They differ from TensorRT-LLM's ``run.py``, which orchestrates V1-style (the draft loop
+outside the engine, ``run_dtm_pld``) and keeps KV block reuse off unless
+``--kv_cache_enable_block_reuse`` is given. Here the single-call loop (v2) is faster, and
+the orchestrator loop (v1) re-submits whole sequences, which only block reuse makes cheap;
+outputs are token-identical either way. For TensorRT-LLM's behaviour pass
+``--workflow v1`` (library: ``workflow="v1"``), and ``--no-kv_cache_enable_block_reuse``
+(``kv_cache_enable_block_reuse=False``) for its reuse-off default.
+"""
+from __future__ import annotations
+
+WORKFLOWS = ("v1", "v2")  # v1: orchestrator loop (one runner call per step); v2: single call
+DEFAULT_WORKFLOW = "v2"
+DEFAULT_KV_CACHE_ENABLE_BLOCK_REUSE = True  # reuse cached KV blocks of earlier prompts and calls
+DRAFT_LENGTH_POLICIES = ("cost", "full")  # see promptlookup.decoding.draft_policy
