@@ -88,6 +88,8 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--device", default="auto", help="auto (the GPU when one is visible), cpu, cuda or cuda:N")
     p.add_argument("--cuda_graph_mode", action=argparse.BooleanOptionalAction, default=None,
                    help="our runners on a GPU: replay CUDA graphs (default: on when on a GPU)")
+    p.add_argument("--cpu_weight_copies", type=int, choices=(1, 2), default=1,
+                   help="our runners on a CPU: 1 holds the weights once; 2 keeps row-major copies too (faster plain steps)")
     p.add_argument("--dataset", default=str(SHARED), help="CNN/DailyMail JSONL for the summary prompts")
     p.add_argument("--output_json", default=str(ROOT / "bench/results/runtime.json"), help="where results are written")
     return p
@@ -100,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def runner(reuse: bool) -> TorchRunner:
         return TorchRunner(model, cfg.limits, tokens_per_block=cfg.tokens_per_block, kv_cache_enable_block_reuse=reuse,
-                           cuda_graph_mode=args.cuda_graph_mode)
+                           cuda_graph_mode=args.cuda_graph_mode, cpu_weight_copies=args.cpu_weight_copies)
 
     pool = DraftConfig(prompt_lookup_num_tokens=args.k, max_matching_ngram_size=args.n)
     longest = DraftConfig(prompt_lookup_num_tokens=min(32, cfg.limits.max_draft_len), mode="longest")
@@ -151,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
 
     summary = {}
     print(f"\nmachine: {machine(device)}; SmolLM2-135M fp32, greedy, max_new_tokens={args.max_new_tokens}, "
-          f"[k,n]=[{args.k},{args.n}], {args.num_threads} CPU thread(s)")
+          f"[k,n]=[{args.k},{args.n}], {args.num_threads} CPU thread(s), cpu_weight_copies={args.cpu_weight_copies}")
     print(f"{'method':18} {'tok/s':>7} {'speedup vs ours_plain':>22} {'vs hf_plain':>12} {'identical':>10}")
     for m in methods:
         total_t = sum(r["times"][m] for r in rows)

@@ -123,6 +123,7 @@ def _run(args: Any, given: Any, begun: float) -> int:
         device=args.device,
         cuda_graph_mode=args.cuda_graph_mode,
         backend=args.backend,
+        cpu_weight_copies=args.cpu_weight_copies,
     )
     log.info("loaded %s (%s engine, %s)", args.engine_dir, type(runner).__name__,
              getattr(getattr(runner, "model", None), "device", "TensorRT-LLM"))
@@ -223,6 +224,7 @@ def _run(args: Any, given: Any, begun: float) -> int:
                     "num_threads": num_threads,
                     "device": str(getattr(getattr(runner, "model", None), "device", "trtllm")),
                     "cuda_graphs": getattr(runner, "graphs", None) is not None,
+                    "cpu_weight_copies": args.cpu_weight_copies,
                     "drafter_implementation": drafter.classes.implementation if drafter else None,
                 },
                 "wall_time_s": wall,

@@ -90,3 +90,14 @@ def check_end_id(end_id: int, vocab_size: int) -> None:
     if not 0 <= end_id < vocab_size:
         raise UserError(f"--end_id {end_id} is outside the engine's vocabulary (0..{vocab_size - 1}); pass a token id "
                         "in that range, or leave --end_id out to use the tokenizer's end-of-sequence token")
+
+
+def engine_weight_bytes(engine_dir: str | Path) -> int:
+    """The bytes of every tensor in the engine's ``rank*.safetensors`` (from the file headers
+    alone: O(number of tensors), nothing is loaded)."""
+    total = 0
+    for path in sorted(Path(engine_dir).glob("rank*.safetensors")):
+        with open(path, "rb") as f:
+            header = json.loads(f.read(int.from_bytes(f.read(8), "little")))
+        total += sum(v["data_offsets"][1] - v["data_offsets"][0] for k, v in header.items() if k != "__metadata__")
+    return total

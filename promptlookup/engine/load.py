@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 from typing import Sequence
 
+from ..defaults import DEFAULT_CPU_WEIGHT_COPIES
 from ..errors import UserError
 from ..runtime.base import Runner
 from .config import read_engine_config
@@ -21,6 +22,7 @@ def load_runner(
     device: str | None = None,
     cuda_graph_mode: bool | None = None,
     backend: str = "auto",
+    cpu_weight_copies: int = DEFAULT_CPU_WEIGHT_COPIES,
 ) -> Runner:
     """Load the engine in ``engine_dir`` on the backend it was built for.
 
@@ -32,6 +34,9 @@ def load_runner(
     ``hf_model_dir`` is used by the TensorRT-LLM backend's single-call (v2) workflow only,
     whose LLM API loads a Hugging Face checkpoint.
 
+    ``cpu_weight_copies`` (``--cpu_weight_copies``, PyTorch engines on a CPU): 1 holds the
+    weights once; 2 also keeps row-major copies for faster plain decoding steps.
+
     ``backend`` (``--backend``): ``auto`` runs the engine on the backend it was built
     for; ``torch`` or ``trtllm`` insist on that backend and refuse an engine built for
     the other one (an engine is built for one backend and cannot switch).
@@ -42,6 +47,8 @@ def load_runner(
         if device not in (None, "auto"):
             raise UserError(f"--device {device} applies to PyTorch engines; a TensorRT-LLM engine runs on the "
                             f"GPUs of --prompt_lookup_config's device list (or all ranks); drop --device")
+        if cpu_weight_copies != DEFAULT_CPU_WEIGHT_COPIES:
+            raise UserError("--cpu_weight_copies applies to PyTorch engines on a CPU; drop it for a TensorRT-LLM engine")
         if cuda_graph_mode is not None:
             raise UserError("--cuda_graph_mode/--no-cuda_graph_mode apply to PyTorch engines here; "
                             "drop the flag for a TensorRT-LLM engine")
@@ -71,7 +78,7 @@ def load_runner(
     target = resolve_device(device)
     config, state = load_checkpoint_state(cfg.directory, device=target)  # owned by us alone
     return TorchRunner(
-        PagedLlama(config, state),  # consumes the state dict: the weights are held once
+        PagedLlama(config, state, cpu_weight_copies=cpu_weight_copies),  # consumes the state dict
         cfg.limits,
         tokens_per_block=cfg.tokens_per_block,
         max_tokens_in_paged_kv_cache=max_tokens_in_paged_kv_cache,

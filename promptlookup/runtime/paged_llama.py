@@ -30,6 +30,8 @@ from transformers.activations import ACT2FN
 from transformers.models.llama.modeling_llama import LlamaRMSNorm, LlamaRotaryEmbedding, apply_rotary_pos_emb
 
 from ..checkpoint.layout import HF_EMBEDDING, HF_FINAL_NORM, HF_LM_HEAD
+from ..defaults import CPU_WEIGHT_COPIES, DEFAULT_CPU_WEIGHT_COPIES
+from ..errors import UserError
 from .cpu_linear import CpuLinear
 from .kv_cache import SCRATCH_BLOCK, KVPool
 
@@ -194,7 +196,11 @@ class PagedLlama(nn.Module):
     it is tied to the embeddings) and nothing more. Cost: one pass over the weights.
     """
 
-    def __init__(self, config: LlamaConfig, state: dict[str, torch.Tensor]) -> None:
+    def __init__(
+        self, config: LlamaConfig, state: dict[str, torch.Tensor], *, cpu_weight_copies: int = DEFAULT_CPU_WEIGHT_COPIES
+    ) -> None:
+        """``cpu_weight_copies`` (CPU only): 1 holds each projection once; 2 also keeps the
+        row-major weight for the faster one- and two-row products (:mod:`.cpu_linear`)."""
         super().__init__()
         self.config = config
         self.num_heads = config.num_attention_heads
@@ -204,8 +210,13 @@ class PagedLlama(nn.Module):
         self.embed_weight = state.pop(HF_EMBEDDING).detach()
         on_cpu = self.embed_weight.device.type == "cpu"
 
-        def proj(weight: torch.Tensor, bias: torch.Tensor | None = None, **kw) -> Projection:
-            return CpuLinear(weight, bias, **kw) if on_cpu else DenseLinear(weight, bias)
+        if cpu_weight_copies not in CPU_WEIGHT_COPIES:
+            raise UserError(f"cpu_weight_copies must be 1 or 2, got {cpu_weight_copies!r}")
+
+        def proj(weight: torch.Tensor, bias: torch.Tensor | None = None, *, shared: torch.Tensor | None = None) -> Projection:
+            if not on_cpu:
+                return DenseLinear(weight, bias)
+            return CpuLinear(weight, bias, small_rows_weight=weight if cpu_weight_copies == 2 else shared)
 
         def take(name: str) -> torch.Tensor | None:
             t = state.pop(name, None)
@@ -220,7 +231,7 @@ class PagedLlama(nn.Module):
         lm_head = take(HF_LM_HEAD)
         tied = lm_head is None or _same_tensor(lm_head, self.embed_weight)
         if tied:  # the product for few rows can stream the embedding table, resident anyway
-            self.lm_head = proj(self.embed_weight, small_rows_weight=self.embed_weight if on_cpu else None)
+            self.lm_head = proj(self.embed_weight, shared=self.embed_weight)
         else:
             self.lm_head = proj(lm_head)
         self.norm = _rms_norm(take(HF_FINAL_NORM), config.rms_norm_eps)
@@ -245,10 +256,11 @@ class PagedLlama(nn.Module):
         self.intermediate = config.intermediate_size
 
     @classmethod
-    def from_hf(cls, model: LlamaForCausalLM) -> "PagedLlama":
+    def from_hf(cls, model: LlamaForCausalLM, *, cpu_weight_copies: int = DEFAULT_CPU_WEIGHT_COPIES) -> "PagedLlama":
         """The paged model over ``model``'s weights; ``model`` is left as it was (the fused
         and reordered matrices are new tensors, so its memory is not shared)."""
-        return cls(model.config, {k: v.detach() for k, v in model.state_dict().items()})
+        return cls(model.config, {k: v.detach() for k, v in model.state_dict().items()},
+                   cpu_weight_copies=cpu_weight_copies)
 
     def resident_weight_bytes(self) -> int:
         """Bytes of weights this model keeps alive, each storage counted once."""
@@ -268,6 +280,7 @@ class PagedLlama(nn.Module):
         for pr in projections:
             if isinstance(pr, CpuLinear):
                 total += pr.resident_bytes()
+                add(pr.small_rows_weight)  # the embedding table (counted already) or a second copy
             else:
                 add(pr.weight)
                 add(pr.bias)

@@ -24,6 +24,7 @@ from typing import Sequence
 import torch
 
 from ..defaults import DEFAULT_KV_CACHE_ENABLE_BLOCK_REUSE
+from ..defaults import DEFAULT_CPU_WEIGHT_COPIES
 from ..errors import UserError
 from .base import EngineLimits, GenerationOutput, RunnerCapabilities, RunnerStats, SamplingConfig, validate_batch
 from .cuda_graphs import CudaGraphs
@@ -213,15 +214,17 @@ class TorchRunner:
         kv_cache_enable_block_reuse: bool = DEFAULT_KV_CACHE_ENABLE_BLOCK_REUSE,
         cuda_graph_mode: bool | None = None,
         step_cost_table: Sequence[float] | None = None,
+        cpu_weight_copies: int = DEFAULT_CPU_WEIGHT_COPIES,
     ) -> None:
         """``model``: a :class:`PagedLlama` (which then owns the weights: an engine load), or
-        a ``LlamaForCausalLM`` left unchanged (its weights are fused into new tensors).
+        a ``LlamaForCausalLM`` left unchanged (its weights are fused into new tensors, with
+        ``cpu_weight_copies`` as :class:`PagedLlama` takes it).
         ``cuda_graph_mode``: replay captured CUDA graphs for decoding steps
         (:mod:`.cuda_graphs`); ``None`` turns them on when the model is on a CUDA device.
         ``step_cost_table[q]``: the relative cost of a step feeding ``q`` tokens, measured
         when the engine was built (:mod:`promptlookup.engine.step_costs`); the cost-aware
         draft policy reads it, and ``None`` means full drafts. The runner never times itself."""
-        self.model = model if isinstance(model, PagedLlama) else PagedLlama.from_hf(model)
+        self.model = model if isinstance(model, PagedLlama) else PagedLlama.from_hf(model, cpu_weight_copies=cpu_weight_copies)
         self.limits = limits
         cfg = self.model.config
         if max_tokens_in_paged_kv_cache is None:
