@@ -215,7 +215,7 @@ class LLM:
                             "engines (use TensorRT-LLM's own LLM API for it)")
         limits = self.runner.limits
         self.drafter = None
-        step_costs = None
+        step_costs = batch_costs = None
         if isinstance(speculative_config, NGramDecodingConfig):
             k = speculative_config.max_draft_len
             if k > limits.max_draft_len:
@@ -234,8 +234,9 @@ class LLM:
                                 f"--max_draft_len {need} or use a smaller window")
         if speculative_config is not None and draft_length_policy == "cost":
             step_costs = self.runner.step_cost_table  # measured when the engine was built (None: full drafts)
+            batch_costs = self.runner.batch_step_costs  # the same for batched steps (None: from the table above)
         self.scheduler = Scheduler(self.runner, self.drafter, token_budget=draft_token_budget, step_costs=step_costs,
-                                   lookahead=lookahead)
+                                   lookahead=lookahead, batch_costs=batch_costs)
 
     # ------------------------------------------------------------------ text
     @property

@@ -139,14 +139,17 @@ def measure_for_engine(model: Any, pretrained: dict[str, Any], build: dict[str, 
     from .step_costs import table_entry
 
     target = resolve_device(device)
+    max_batch_size = int(build["max_batch_size"])
     limits = EngineLimits(
-        max_batch_size=1,
+        max_batch_size=max_batch_size,
         max_input_len=int(build["max_input_len"]),
         max_seq_len=int(build["max_seq_len"]),
         max_draft_len=int(build["max_draft_len"]),
         vocab_size=int(pretrained["vocab_size"]),
     )
     max_tokens = max(2, limits.max_draft_len + 1)
-    runner = TorchRunner(model.to(target), limits, tokens_per_block=int(build["plugin_config"]["tokens_per_block"]),
-                         max_tokens_in_paged_kv_cache=max_tokens + 1024, cuda_graph_mode=False)
-    return {target.split(":")[0]: table_entry(runner, max_tokens)}
+    block = int(build["plugin_config"]["tokens_per_block"])
+    kv_tokens = 1024 + (max_batch_size + 1) * (max_tokens + block)  # one context, a tail per sequence
+    runner = TorchRunner(model.to(target), limits, tokens_per_block=block,
+                         max_tokens_in_paged_kv_cache=kv_tokens, cuda_graph_mode=False)
+    return {target.split(":")[0]: table_entry(runner, max_tokens, max_batch_size=max_batch_size)}

@@ -73,7 +73,7 @@ def load_runner(
     from ..runtime.paged_llama import PagedLlama
     from ..runtime.torch_runner import TorchRunner
 
-    from .step_costs import costs_for
+    from .step_costs import batch_costs_for, costs_for
 
     target = resolve_device(device)
     config, state = load_checkpoint_state(cfg.directory, device=target)  # owned by us alone
@@ -85,6 +85,7 @@ def load_runner(
         kv_cache_enable_block_reuse=kv_cache_enable_block_reuse,
         cuda_graph_mode=cuda_graph_mode,
         step_cost_table=costs_for(cfg.step_costs, target.split(":")[0]),
+        batch_step_costs=batch_costs_for(cfg.step_costs, target.split(":")[0]),
     )
 
 

@@ -27,6 +27,7 @@ from ..defaults import DEFAULT_KV_CACHE_ENABLE_BLOCK_REUSE
 from ..defaults import DEFAULT_CPU_WEIGHT_COPIES
 from ..errors import UserError
 from .base import EngineLimits, GenerationOutput, RunnerCapabilities, RunnerStats, SamplingConfig, validate_batch
+from .batch_costs import BatchStepCosts
 from .cuda_graphs import CudaGraphs
 from .kv_cache import BlockManager, KVPool, SequenceBlocks
 from .logits_processors import apply_logits_processors, row_prefixes
@@ -215,6 +216,7 @@ class TorchRunner:
         cuda_graph_mode: bool | None = None,
         step_cost_table: Sequence[float] | None = None,
         cpu_weight_copies: int = DEFAULT_CPU_WEIGHT_COPIES,
+        batch_step_costs: BatchStepCosts | None = None,
     ) -> None:
         """``model``: a :class:`PagedLlama` (which then owns the weights: an engine load), or
         a ``LlamaForCausalLM`` left unchanged (its weights are fused into new tensors, with
@@ -223,7 +225,8 @@ class TorchRunner:
         (:mod:`.cuda_graphs`); ``None`` turns them on when the model is on a CUDA device.
         ``step_cost_table[q]``: the relative cost of a step feeding ``q`` tokens, measured
         when the engine was built (:mod:`promptlookup.engine.step_costs`); the cost-aware
-        draft policy reads it, and ``None`` means full drafts. The runner never times itself."""
+        draft policy reads it, and ``None`` means full drafts; ``batch_step_costs`` is the
+        batched counterpart the server's draft budget reads. The runner never times itself."""
         self.model = model if isinstance(model, PagedLlama) else PagedLlama.from_hf(model, cpu_weight_copies=cpu_weight_copies)
         self.limits = limits
         cfg = self.model.config
@@ -243,6 +246,7 @@ class TorchRunner:
         self.blocks = BlockManager(self.pool, enable_reuse=kv_cache_enable_block_reuse)
         self.stats = RunnerStats()
         self.step_cost_table: list[float] | None = list(step_cost_table) if step_cost_table else None
+        self.batch_step_costs = batch_step_costs
         on_cuda = self.model.device.type == "cuda"
         if cuda_graph_mode and not on_cuda:
             raise UserError(f"--cuda_graph_mode needs the model on a CUDA device, but it is on {self.model.device}; "

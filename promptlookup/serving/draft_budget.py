@@ -26,7 +26,10 @@ Cost: O(n log n) per step. The rule only shortens drafts, so it never changes ou
 """
 from __future__ import annotations
 
+import math
 from typing import Sequence
+
+from ..runtime.batch_costs import BatchStepCosts, single_sequence_prices
 
 
 def default_token_budget(k: int) -> int:
@@ -53,6 +56,7 @@ def allot_by_cost(
     rates: Sequence[tuple[float, float]],
     costs: Sequence[float],
     token_budget: int,
+    batch_costs: BatchStepCosts | None = None,
 ) -> list[int]:
     """The budget rule, then only the draft tokens expected to pay for themselves.
 
@@ -64,15 +68,16 @@ def allot_by_cost(
     ``d`` are kept, ``d`` maximising ``(n + value of the d tokens) / step cost``, the
     expected tokens per unit of step cost; ``d = 0`` is plain decoding, so the choice is
     never expected to be slower than plain decoding on the same batch. A step computes
-    every sequence padded to the longest draft, so it costs ``costs[n * (1 + longest)]``,
-    not ``costs[n + d]``: one long draft in a full batch is priced as what it costs. Steps
-    the table does not cover are not taken. Cost O(T log T), T the tokens
-    granted by the budget rule.
+    every sequence padded to the longest draft, so it costs what ``n`` sequences of
+    ``1 + longest`` tokens cost, not what ``n + d`` tokens cost: one long draft in a full
+    batch is priced as what it costs. That price comes from ``batch_costs`` (measured on
+    batched steps) when given, else from ``costs[n * (1 + longest)]``. Steps the table
+    does not cover are not taken. Cost O(T log T), T the tokens granted by the budget rule.
     """
     n = len(proposal_lengths)
     granted = allot(proposal_lengths, token_budget)
-    top = len(costs) - 1
-    if n == 0 or n > top:
+    price = batch_costs.step if batch_costs is not None else single_sequence_prices(costs)
+    if n == 0 or math.isinf(price(n, 1)):
         return [0] * n
     candidates: list[tuple[float, int]] = []
     for i, (length, (p0, p1)) in enumerate(zip(granted, rates)):
@@ -81,17 +86,17 @@ def allot_by_cost(
             candidates.append((value, i))
             value *= p1
     candidates.sort(key=lambda c: -c[0])  # stable: each sequence's tokens stay in order
-    best_d, best_rate, gain = 0, n / costs[n], float(n)
+    best_d, best_rate, gain = 0, n / price(n, 1), float(n)
     counts = [0] * n
     longest = 0
     for d, (value, i) in enumerate(candidates, 1):
         counts[i] += 1
         longest = max(longest, counts[i])
-        rows = n * (1 + longest)  # the step pads every sequence to the longest draft
-        if rows > top:
+        cost = price(n, 1 + longest)  # the step pads every sequence to the longest draft
+        if math.isinf(cost):
             break
         gain += value
-        rate = gain / costs[rows]
+        rate = gain / cost
         if rate > best_rate:
             best_d, best_rate = d, rate
     out = [0] * n

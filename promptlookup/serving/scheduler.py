@@ -38,6 +38,7 @@ from ..decoding.loop_state import LoopState
 from ..runtime.results import SequenceResult
 from ..drafting.base import Drafter
 from ..errors import UserError, one_line
+from ..runtime.batch_costs import BatchStepCosts
 from ..runtime.base import SamplingConfig
 from ..runtime.torch_runner import TorchRunner
 from ..runtime.tree import DraftTree
@@ -139,7 +140,8 @@ class Scheduler:
 
     ``token_budget`` caps the tokens one step feeds (:mod:`.draft_budget`; default
     ``k + 1``, k the drafter's ``prompt_lookup_num_tokens``); ``step_costs`` enables the per-request cost-aware draft
-    length (``decoding.draft_policy``), as ``decoding.generate`` does.
+    length (``decoding.draft_policy``), as ``decoding.generate`` does, and ``batch_costs``
+    (the engine's batched table, :mod:`promptlookup.runtime.batch_costs`) prices batched steps.
     """
 
     def __init__(
@@ -150,6 +152,7 @@ class Scheduler:
         token_budget: int | None = None,
         step_costs: Sequence[float] | None = None,
         lookahead: LookaheadConfig | None = None,
+        batch_costs: BatchStepCosts | None = None,
     ) -> None:
         if not isinstance(runner, TorchRunner):
             raise UserError("continuous batching needs a PyTorch engine (TorchRunner)")
@@ -166,6 +169,7 @@ class Scheduler:
         if self.token_budget < 1:
             raise UserError(f"draft token budget must be >= 1, got {self.token_budget}")
         self.step_costs = list(step_costs) if step_costs else None
+        self.batch_costs = batch_costs if self.step_costs else None
         self.stats = SchedulerStats()
         self._ids = itertools.count()
         self._lock = threading.Condition()
@@ -328,7 +332,7 @@ class Scheduler:
             policies = [getattr(h.state.proposers[0], "policy", None) for h in live]  # type: ignore[union-attr]
             if self.step_costs and all(policies):  # the budget, then only what pays off on this device
                 rates = [(p.first.value, p.later.value) for p in policies]
-                granted = allot_by_cost(lengths, rates, self.step_costs, self.token_budget)
+                granted = allot_by_cost(lengths, rates, self.step_costs, self.token_budget, self.batch_costs)
             else:
                 granted = allot(lengths, self.token_budget)
             trees = [DraftTree.chain(p[:g]) for p, g in zip(proposals, granted)]
