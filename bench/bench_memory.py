@@ -18,6 +18,11 @@ runner holds, each storage once), and their ratio to the engine's weight bytes (
 tensors in its ``rank*.safetensors``). On a GPU the device's allocated memory replaces the
 resident set.
 
+Each route also times forward steps feeding 1, 2, 4 and 11 tokens after 400 cached ones
+(the CPU time of the fastest of 15, in this process, so that other load on the machine
+counts little), reported relative to the ``engine`` route's one-token step: what the
+second copy buys.
+
     python bench/bench_memory.py --engine_dir artifacts/smollm2/engine
 """
 from __future__ import annotations
@@ -38,6 +43,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from promptlookup.cli.args import ArgumentParser, add_num_threads_argument  # noqa: E402  (before torch)
 
 ROUTES = ("engine", "engine_2copies", "hf_model")
+STEP_SIZES = (1, 2, 4, 11)
 
 
 def _rss_bytes() -> int:
@@ -67,19 +73,46 @@ def measure(route: str, engine_dir: str, device: str) -> dict:
     before = torch.cuda.memory_allocated() if cuda else _rss_bytes()
     kept = None
     if route.startswith("engine"):
-        runner = load_runner(engine_dir, device=device, max_tokens_in_paged_kv_cache=cfg.tokens_per_block,
+        runner = load_runner(engine_dir, device=device, max_tokens_in_paged_kv_cache=512,
                              cpu_weight_copies=2 if route == "engine_2copies" else 1)
     else:
         kept = load_checkpoint(engine_dir).to(device)  # the user's model, alive beside the runner
         runner = TorchRunner(kept, cfg.limits, tokens_per_block=cfg.tokens_per_block,
-                             max_tokens_in_paged_kv_cache=cfg.tokens_per_block)
+                             max_tokens_in_paged_kv_cache=512)
     after = torch.cuda.memory_allocated() if cuda else _rss_bytes()
     pool = sum(t.numel() * t.element_size() for t in (*runner.pool.k, *runner.pool.v))
     accounted = runner.model.resident_weight_bytes()
     if kept is not None:
         storages = {p.untyped_storage().data_ptr(): p.untyped_storage().nbytes() for p in kept.parameters()}
         accounted += sum(storages.values())
-    return {"route": route, "device": device, "grown_bytes": after - before - pool, "accounted_bytes": accounted}
+    return {"route": route, "device": device, "grown_bytes": after - before - pool, "accounted_bytes": accounted,
+            "step_seconds": {str(q): t for q, t in step_seconds(runner, cuda).items()}}
+
+
+def step_seconds(runner, cuda: bool, context: int = 400, sizes: tuple[int, ...] = STEP_SIZES) -> dict[int, float]:
+    """The fastest of 15 forward steps feeding ``q`` tokens after ``context`` cached ones,
+    for each ``q`` in ``sizes`` (CPU time of this thread on a CPU, wall time on a GPU)."""
+    import time
+
+    from promptlookup.runtime.device import synchronize
+    from promptlookup.runtime.kv_cache import SequenceBlocks
+
+    clock = time.perf_counter if cuda else time.thread_time
+    seq = SequenceBlocks()
+    runner.blocks.ensure_capacity(seq, context + max(sizes))
+    runner.forward([[7] * context], [context], [seq.blocks], [1])
+    out = {}
+    for q in sizes:
+        best = float("inf")
+        for _ in range(15):
+            synchronize(runner.model.device)
+            start = clock()
+            runner.forward([[7] * q], [context + q], [seq.blocks], [q])
+            synchronize(runner.model.device)
+            best = min(best, clock() - start)
+        out[q] = best
+    runner.blocks.release(seq, [])
+    return out
 
 
 def build_parser() -> ArgumentParser:
@@ -125,12 +158,17 @@ def main(argv: list[str] | None = None) -> int:
     what = "device memory" if args.device.startswith("cuda") else "resident set"
     print(f"machine: {machine(args.device)}; threads {threads}")
     print(f"engine weight bytes: {engine_bytes / mib:.0f} MiB ({args.engine_dir})")
-    print(f"{'route':15s} {what + ' grown':>20s} {'ratio':>6s} {'accounted':>12s} {'ratio':>6s}")
+    unit = rows[0]["step_seconds"]["1"]
+    steps = "  ".join(f"{'step ' + str(q):>8s}" for q in STEP_SIZES)
+    print(f"{'route':15s} {what + ' grown':>20s} {'ratio':>6s} {'accounted':>12s} {'ratio':>6s}  {steps}")
     for r in rows:
         r["ratio"] = r["grown_bytes"] / engine_bytes
         r["accounted_ratio"] = r["accounted_bytes"] / engine_bytes
+        r["relative_step_time"] = {q: t / unit for q, t in r["step_seconds"].items()}
+        rel = "  ".join(f"{v:8.2f}" for v in r["relative_step_time"].values())
         print(f"{r['route']:15s} {r['grown_bytes'] / mib:16.0f} MiB {r['ratio']:5.2f}x "
-              f"{r['accounted_bytes'] / mib:8.0f} MiB {r['accounted_ratio']:5.2f}x")
+              f"{r['accounted_bytes'] / mib:8.0f} MiB {r['accounted_ratio']:5.2f}x  {rel}")
+    print(f"step times are relative to the first route's one-token step ({rows[0]['route']})")
     atomic_write_json(args.output_json, {"machine": machine(args.device), "num_threads": threads,
                                          "torch": torch.__version__, "engine_dir": str(args.engine_dir),
                                          "engine_weight_bytes": engine_bytes, "routes": rows})
