@@ -1,4 +1,4 @@
-"""Cost of RequestDrafter.candidates() per step (multi-candidate prompt lookup, issue 13).
+"""Cost of RequestDrafter.candidates() per step (multi-candidate prompt lookup).
 
 For each context length and drafter (C classes by default), a request is warmed up with
 the first L tokens of the stream of ``bench_drafting.py``, then ``--steps`` steps of

@@ -1,4 +1,4 @@
-"""Bad input is one line on stderr and exit code 2 in every script (issue 12, section 2),
+"""Bad input is one line on stderr and exit code 2 in every script,
 and the exits that are not errors (a closed pipe, a late Ctrl-C) leave no traceback."""
 from __future__ import annotations
 

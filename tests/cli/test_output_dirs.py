@@ -1,4 +1,4 @@
-"""Output folders: the tools replace only what they wrote (issue 12, section 1).
+"""Output folders: the tools replace only what they wrote.
 
 Every case reproduced in the issue, run as users run the scripts: each refusal is one
 line, exit code 2, before anything is loaded, and leaves every file where it was.
