@@ -95,3 +95,17 @@ def test_buckets_cover_every_step_a_run_can_feed():
         for q in range(1, 6):
             for ctx in (1, 255, 256, 257, 600):
                 assert buckets.bucket(batch, q, ctx) in shapes
+
+
+def test_an_engine_loads_for_the_compiled_forward_with_its_weights_held_once(tiny_engine_dir):
+    from promptlookup.engine.config import engine_weight_bytes
+    from promptlookup.engine.load import load_runner
+    from promptlookup.runtime.paged_llama import DenseLinear
+
+    if inductor_unavailable_reason(torch.device("cpu")) is not None:
+        pytest.skip(inductor_unavailable_reason(torch.device("cpu")))
+    runner = load_runner(tiny_engine_dir, device="cpu", compile_mode="inductor")  # compiles nothing yet
+    assert runner.compiled is not None and runner.compiled.shapes == set()
+    assert all(isinstance(b.qkv, DenseLinear) for b in runner.model.layers)
+    held, engine_bytes = runner.model.resident_weight_bytes(), engine_weight_bytes(tiny_engine_dir)
+    assert 0.9 * engine_bytes <= held <= 1.15 * engine_bytes
