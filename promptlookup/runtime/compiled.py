@@ -17,8 +17,8 @@ graph's shape depends on ``K'`` as well as on ``(B', Q')``: reading the paged po
 shape) is not done here. So a run needs one graph per (batch, tokens, context) bucket it
 meets, a dozen or so for one sequence.
 
-Costs. Compiling one bucket takes seconds (tens of seconds for a 30-layer model on a
-small CPU); :meth:`CompiledForward.warmup` compiles ahead of a run, and inductor keeps its
+Costs. Compiling one bucket takes seconds for a tiny model and far longer for a real one
+(docs/benchmarks.md); :meth:`CompiledForward.warmup` compiles ahead of a run, and inductor keeps its
 own on-disk cache (``TORCHINDUCTOR_CACHE_DIR``) that makes a second process's compiles
 cheaper. A step then costs one padded forward of ``B' * Q'`` rows over ``K'`` keys.
 docs/benchmarks.md has the CPU measurements against the eager path.
@@ -26,6 +26,11 @@ docs/benchmarks.md has the CPU measurements against the eager path.
 Exactness: the same operations as the eager forward on padded shapes, in fp32 with
 another fusion and summation order, so logits agree to rounding (checked with
 ``atol=1e-4`` in ``tests/runtime/test_compiled.py``) and greedy choices are the same.
+
+On a GPU with CUDA graphs on, the graphs capture this compiled step (one capture per
+bucket, after the compile); that combination has not been run here (no GPU), and nothing
+is compiled ahead of time at engine build: each process compiles (or loads from
+inductor's cache) the buckets it meets.
 
 The projections must be :class:`~.paged_llama.DenseLinear` (``F.linear``): dynamo cannot trace
 oneDNN's opaque packed weights (:class:`~.cpu_linear.CpuLinear`), so a compiled model on the
