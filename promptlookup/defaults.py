@@ -24,3 +24,10 @@ DRAFT_LENGTH_POLICIES = ("cost", "full")  # see promptlookup.decoding.draft_poli
 # run faster through MKL. See promptlookup.runtime.cpu_linear; no effect on a GPU.
 CPU_WEIGHT_COPIES = (1, 2)
 DEFAULT_CPU_WEIGHT_COPIES = 1
+
+# PyTorch engines: "off" runs the paged forward eagerly (on a CPU through oneDNN, see
+# promptlookup.runtime.cpu_linear); "inductor" runs decoding steps through torch.compile
+# (promptlookup.runtime.compiled). Off by default: on the CPU the eager path measured faster
+# (docs/benchmarks.md, "Compiled forward on the CPU"), and each step shape costs a compile.
+COMPILE_MODES = ("off", "inductor")
+DEFAULT_COMPILE_MODE = "off"

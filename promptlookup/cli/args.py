@@ -7,7 +7,9 @@ import sys
 from typing import Any, Collection, NoReturn, Sequence
 
 from ..defaults import (
+    COMPILE_MODES,
     CPU_WEIGHT_COPIES,
+    DEFAULT_COMPILE_MODE,
     DEFAULT_CPU_WEIGHT_COPIES,
     DEFAULT_KV_CACHE_ENABLE_BLOCK_REUSE,
     DEFAULT_WORKFLOW,
@@ -139,6 +141,9 @@ def add_common_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     g.add_argument("--cpu_weight_copies", type=int, choices=CPU_WEIGHT_COPIES, default=DEFAULT_CPU_WEIGHT_COPIES,
                    help="PyTorch engines on a CPU: 1 holds the weights once; 2 also keeps row-major copies, "
                         "for faster plain decoding steps at about 1.7x the memory")
+    g.add_argument("--torch_compile", choices=COMPILE_MODES, default=DEFAULT_COMPILE_MODE,
+                   help="PyTorch engines: inductor compiles each decoding step shape with torch.compile (seconds to "
+                        "minutes per shape on a CPU); off (default) runs eagerly, which measured faster on a CPU")
     g.add_argument("--cuda_graph_mode", action=argparse.BooleanOptionalAction, default=None,
                    help="PyTorch engines on a GPU: replay captured CUDA graphs for decoding steps "
                         "(default: on when the engine runs on a GPU)")

@@ -124,6 +124,7 @@ def _run(args: Any, given: Any, begun: float) -> int:
         cuda_graph_mode=args.cuda_graph_mode,
         backend=args.backend,
         cpu_weight_copies=args.cpu_weight_copies,
+        compile_mode=args.torch_compile,
     )
     log.info("loaded %s (%s engine, %s)", args.engine_dir, type(runner).__name__,
              getattr(getattr(runner, "model", None), "device", "TensorRT-LLM"))
@@ -225,6 +226,7 @@ def _run(args: Any, given: Any, begun: float) -> int:
                     "device": str(getattr(getattr(runner, "model", None), "device", "trtllm")),
                     "cuda_graphs": getattr(runner, "graphs", None) is not None,
                     "cpu_weight_copies": args.cpu_weight_copies,
+                    "torch_compile": args.torch_compile,
                     "drafter_implementation": drafter.classes.implementation if drafter else None,
                 },
                 "wall_time_s": wall,

@@ -111,6 +111,7 @@ def settings_from_args(args: argparse.Namespace):
         device=None if args.device == "auto" else args.device,
         cuda_graph_mode=args.cuda_graph_mode,
         cpu_weight_copies=args.cpu_weight_copies,
+        compile_mode=args.torch_compile,
         random_seed=args.random_seed,
         sweep=args.sweep,
         sweep_k=parse_int_list(args.sweep_k, "--sweep_k"),

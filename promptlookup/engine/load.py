@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 from typing import Sequence
 
-from ..defaults import DEFAULT_CPU_WEIGHT_COPIES
+from ..defaults import DEFAULT_COMPILE_MODE, DEFAULT_CPU_WEIGHT_COPIES
 from ..errors import UserError
 from ..runtime.base import Runner
 from .config import read_engine_config
@@ -23,6 +23,7 @@ def load_runner(
     cuda_graph_mode: bool | None = None,
     backend: str = "auto",
     cpu_weight_copies: int = DEFAULT_CPU_WEIGHT_COPIES,
+    compile_mode: str = DEFAULT_COMPILE_MODE,
 ) -> Runner:
     """Load the engine in ``engine_dir`` on the backend it was built for.
 
@@ -37,6 +38,10 @@ def load_runner(
     ``cpu_weight_copies`` (``--cpu_weight_copies``, PyTorch engines on a CPU): 1 holds the
     weights once; 2 also keeps row-major copies for faster plain decoding steps.
 
+    ``compile_mode`` (``--torch_compile``, PyTorch engines): ``inductor`` runs decoding steps
+    through ``torch.compile`` (:mod:`promptlookup.runtime.compiled`; the projections are then
+    held row-major, once, for ``F.linear``); ``off`` runs them eagerly.
+
     ``backend`` (``--backend``): ``auto`` runs the engine on the backend it was built
     for; ``torch`` or ``trtllm`` insist on that backend and refuse an engine built for
     the other one (an engine is built for one backend and cannot switch).
@@ -49,6 +54,8 @@ def load_runner(
                             f"GPUs of --prompt_lookup_config's device list (or all ranks); drop --device")
         if cpu_weight_copies != DEFAULT_CPU_WEIGHT_COPIES:
             raise UserError("--cpu_weight_copies applies to PyTorch engines on a CPU; drop it for a TensorRT-LLM engine")
+        if compile_mode != DEFAULT_COMPILE_MODE:
+            raise UserError("--torch_compile applies to PyTorch engines; drop it for a TensorRT-LLM engine")
         if cuda_graph_mode is not None:
             raise UserError("--cuda_graph_mode/--no-cuda_graph_mode apply to PyTorch engines here; "
                             "drop the flag for a TensorRT-LLM engine")
@@ -78,7 +85,8 @@ def load_runner(
     target = resolve_device(device)
     config, state = load_checkpoint_state(cfg.directory, device=target)  # owned by us alone
     return TorchRunner(
-        PagedLlama(config, state, cpu_weight_copies=cpu_weight_copies),  # consumes the state dict
+        # consumes the state dict
+        PagedLlama(config, state, cpu_weight_copies=cpu_weight_copies, dense_projections=compile_mode == "inductor"),
         cfg.limits,
         tokens_per_block=cfg.tokens_per_block,
         max_tokens_in_paged_kv_cache=max_tokens_in_paged_kv_cache,
@@ -86,6 +94,7 @@ def load_runner(
         cuda_graph_mode=cuda_graph_mode,
         step_cost_table=costs_for(cfg.step_costs, target.split(":")[0]),
         batch_step_costs=batch_costs_for(cfg.step_costs, target.split(":")[0]),
+        compile_mode=compile_mode,
     )
 
 

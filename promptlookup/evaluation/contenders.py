@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 from ..decoding.lookahead import LookaheadConfig
-from ..defaults import DEFAULT_CPU_WEIGHT_COPIES, DEFAULT_KV_CACHE_ENABLE_BLOCK_REUSE, DEFAULT_WORKFLOW
+from ..defaults import DEFAULT_COMPILE_MODE, DEFAULT_CPU_WEIGHT_COPIES, DEFAULT_KV_CACHE_ENABLE_BLOCK_REUSE, DEFAULT_WORKFLOW
 from ..drafting.base import DraftConfig
 from ..runtime.base import SamplingConfig
 from .harness import BatchFn, Generated, ProgressHook
@@ -87,8 +87,10 @@ class EngineBackend:
     def __init__(self, engine_dir: str, settings: DecodeSettings, *, kv_cache_enable_block_reuse: bool = DEFAULT_KV_CACHE_ENABLE_BLOCK_REUSE,
                  device_ids: list[int] | None = None, max_tokens_in_paged_kv_cache: int | None = None,
                  tokenizer: Any = None, device: str | None = None, cuda_graph_mode: bool | None = None,
-                 backend: str = "auto", cpu_weight_copies: int = DEFAULT_CPU_WEIGHT_COPIES) -> None:
+                 backend: str = "auto", cpu_weight_copies: int = DEFAULT_CPU_WEIGHT_COPIES,
+                 compile_mode: str = DEFAULT_COMPILE_MODE) -> None:
         self.engine_dir = engine_dir
+        self.compile_mode = compile_mode
         self.cpu_weight_copies = cpu_weight_copies
         self.backend = backend
         self.device = device
@@ -106,7 +108,7 @@ class EngineBackend:
         return load_runner(self.engine_dir, kv_cache_enable_block_reuse=self.kv_cache_enable_block_reuse,
                            device_ids=self.device_ids, max_tokens_in_paged_kv_cache=self.max_tokens_in_paged_kv_cache,
                            device=self.device, cuda_graph_mode=self.cuda_graph_mode, backend=self.backend,
-                           cpu_weight_copies=self.cpu_weight_copies)
+                           cpu_weight_copies=self.cpu_weight_copies, compile_mode=self.compile_mode)
 
     @contextlib.contextmanager
     def open(self, spec: ContenderSpec) -> Iterator[BatchFn]:

@@ -17,7 +17,7 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Sequence
 
-from ..defaults import DEFAULT_CPU_WEIGHT_COPIES, DEFAULT_KV_CACHE_ENABLE_BLOCK_REUSE, DEFAULT_WORKFLOW
+from ..defaults import DEFAULT_COMPILE_MODE, DEFAULT_CPU_WEIGHT_COPIES, DEFAULT_KV_CACHE_ENABLE_BLOCK_REUSE, DEFAULT_WORKFLOW
 from ..drafting.base import DraftConfig
 from ..engine.config import check_end_id
 from ..errors import UserError
@@ -64,6 +64,7 @@ class EvalSettings:
     device: str | None = None  # our PyTorch engine's device; None: cuda when available, else cpu
     cuda_graph_mode: bool | None = None  # None: on when our engine runs on a GPU
     cpu_weight_copies: int = DEFAULT_CPU_WEIGHT_COPIES  # our engine on a CPU: 1 or 2 (see defaults)
+    compile_mode: str = DEFAULT_COMPILE_MODE  # our PyTorch engine: "off" or "inductor" (see defaults)
     random_seed: int = 0
     sweep: bool = False
     sweep_k: Sequence[int] = sweep_mod.DEFAULT_SWEEP_K
@@ -241,7 +242,7 @@ def evaluate(
         engine = EngineBackend(s.engine_dir, decode_settings, kv_cache_enable_block_reuse=s.kv_cache_enable_block_reuse,
                                device_ids=s.device_ids, max_tokens_in_paged_kv_cache=s.max_tokens_in_paged_kv_cache,
                                tokenizer=tokenizer, device=s.device, cuda_graph_mode=s.cuda_graph_mode,
-                               cpu_weight_copies=s.cpu_weight_copies,
+                               cpu_weight_copies=s.cpu_weight_copies, compile_mode=s.compile_mode,
                                backend=s.backend)
     if s.test_hf:
         check_hf_model_dir(s.hf_model_dir or tokenizer_dir)

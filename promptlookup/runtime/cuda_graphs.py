@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 
@@ -110,6 +110,39 @@ def padded_layout(inputs: torch.Tensor, shape: tuple[int, int, int]) -> BatchLay
                        kv_len=K, mask=mask.unsqueeze(1), logit_rows=torch.arange(n, device=inputs.device))
 
 
+@dataclass(frozen=True)
+class StepBuckets:
+    """The padded step shapes ``(B', Q', K')`` of a runner (see the module docstring), shared
+    by the CUDA graphs and the compiled forward (:mod:`.compiled`), which both hold one
+    graph per bucket. Invariant: every bucket has ``B' <= max_b``, ``Q' <= max_q`` (powers of
+    two) and ``MIN_K <= K'`` (a power of two) or ``K' == max_k``."""
+
+    max_b: int
+    max_q: int
+    max_k: int
+
+    @classmethod
+    def for_limits(cls, max_batch_size: int, max_q: int, max_seq_len: int, block_size: int) -> "StepBuckets":
+        return cls(next_pow2(max_batch_size), next_pow2(max_q), -(-max_seq_len // block_size) * block_size)
+
+    def fits(self, batch: int, max_q: int) -> bool:
+        return batch <= self.max_b and max_q <= self.max_q
+
+    def bucket(self, batch: int, max_q: int, max_ctx: int) -> tuple[int, int, int]:
+        return next_pow2(batch), next_pow2(max_q), min(max(next_pow2(max_ctx), MIN_K), self.max_k)
+
+    def all_up_to(self, max_batch: int, max_context: int) -> list[tuple[int, int, int]]:
+        """Every bucket a run of up to ``max_batch`` sequences and ``max_context`` tokens can need."""
+        top_b, _, top_k = self.bucket(min(max_batch, self.max_b), 1, max_context)
+        batches = [1 << i for i in range(top_b.bit_length())]  # 1, 2, 4, ..., top_b
+        tokens = [1 << i for i in range(self.max_q.bit_length())]
+        contexts = [k for k in (MIN_K << i for i in range(top_k.bit_length())) if k < top_k] + [top_k]
+        return list(itertools.product(batches, tokens, contexts))
+
+
+PaddedForward = Callable[[torch.Tensor, tuple[int, int, int]], torch.Tensor]  # (inputs, shape) -> all rows' logits
+
+
 @dataclass
 class _Graph:
     graph: "torch.cuda.CUDAGraph"
@@ -120,33 +153,38 @@ class _Graph:
 class CudaGraphs:
     """Captured forward passes of ``model`` over ``pool`` on its CUDA device."""
 
-    def __init__(self, model: PagedLlama, pool: KVPool, *, max_batch_size: int, max_q: int, max_seq_len: int) -> None:
+    def __init__(
+        self,
+        model: PagedLlama,
+        pool: KVPool,
+        *,
+        max_batch_size: int,
+        max_q: int,
+        max_seq_len: int,
+        forward: PaddedForward | None = None,
+    ) -> None:
+        """``forward(inputs, shape)``: the padded step to capture (default: the eager
+        :meth:`PagedLlama.forward` over :func:`padded_layout`; the compiled one of :mod:`.compiled`)."""
         if model.device.type != "cuda":
             raise ValueError("CUDA graphs need the model on a CUDA device")
         self.model = model
         self.pool = pool
-        self.max_b = next_pow2(max_batch_size)
-        self.max_q = next_pow2(max_q)
-        bs = pool.block_size
-        self.max_k = -(-max_seq_len // bs) * bs
+        self.buckets = StepBuckets.for_limits(max_batch_size, max_q, max_seq_len, pool.block_size)
+        self.forward: PaddedForward = forward or (lambda inputs, shape: model(padded_layout(inputs, shape), pool))
         self.graphs: dict[tuple[int, int, int], _Graph] = {}
         self.mempool = torch.cuda.graph_pool_handle()
 
     def fits(self, batch: int, max_q: int) -> bool:
-        return batch <= self.max_b and max_q <= self.max_q
+        return self.buckets.fits(batch, max_q)
 
     def bucket(self, batch: int, max_q: int, max_ctx: int) -> tuple[int, int, int]:
-        return next_pow2(batch), next_pow2(max_q), min(max(next_pow2(max_ctx), MIN_K), self.max_k)
+        return self.buckets.bucket(batch, max_q, max_ctx)
 
     def warmup(self, max_batch: int, max_context: int) -> int:
         """Capture every bucket a run of up to ``max_batch`` sequences and ``max_context``
         tokens can need, so no step pays for a capture later (each takes ~0.1 s). Returns
         how many graphs were captured."""
-        top_b, _, top_k = self.bucket(min(max_batch, self.max_b), 1, max_context)
-        batches = [1 << i for i in range(top_b.bit_length())]  # 1, 2, 4, ..., top_b
-        tokens = [1 << i for i in range(self.max_q.bit_length())]
-        contexts = [k for k in (MIN_K << i for i in range(top_k.bit_length())) if k < top_k] + [top_k]
-        missing = [s for s in itertools.product(batches, tokens, contexts) if s not in self.graphs]
+        missing = [s for s in self.buckets.all_up_to(max_batch, max_context) if s not in self.graphs]
         for shape in missing:
             self.graphs[shape] = self._capture(*shape)
         return len(missing)
@@ -179,7 +217,7 @@ class CudaGraphs:
             # Everything but `inputs`, the weights and the KV pool is computed inside the graph
             # (the mask and row indices included), so it is recomputed at every replay and no
             # tensor allocated outside the capture can be freed under it.
-            return self.model(padded_layout(inputs, (B, Q, K)), self.pool)
+            return self.forward(inputs, (B, Q, K))
 
         side = torch.cuda.Stream(dev)
         side.wait_stream(torch.cuda.current_stream(dev))

@@ -197,10 +197,17 @@ class PagedLlama(nn.Module):
     """
 
     def __init__(
-        self, config: LlamaConfig, state: dict[str, torch.Tensor], *, cpu_weight_copies: int = DEFAULT_CPU_WEIGHT_COPIES
+        self,
+        config: LlamaConfig,
+        state: dict[str, torch.Tensor],
+        *,
+        cpu_weight_copies: int = DEFAULT_CPU_WEIGHT_COPIES,
+        dense_projections: bool = False,
     ) -> None:
         """``cpu_weight_copies`` (CPU only): 1 holds each projection once; 2 also keeps the
-        row-major weight for the faster one- and two-row products (:mod:`.cpu_linear`)."""
+        row-major weight for the faster one- and two-row products (:mod:`.cpu_linear`).
+        ``dense_projections``: :class:`DenseLinear` on the CPU too (one row-major copy), which
+        the compiled forward needs (:mod:`.compiled`: oneDNN's packed weights cannot be traced)."""
         super().__init__()
         self.config = config
         self.num_heads = config.num_attention_heads
@@ -214,7 +221,7 @@ class PagedLlama(nn.Module):
             raise UserError(f"cpu_weight_copies must be 1 or 2, got {cpu_weight_copies!r}")
 
         def proj(weight: torch.Tensor, bias: torch.Tensor | None = None, *, shared: torch.Tensor | None = None) -> Projection:
-            if not on_cpu:
+            if not on_cpu or dense_projections:
                 return DenseLinear(weight, bias)
             return CpuLinear(weight, bias, small_rows_weight=weight if cpu_weight_copies == 2 else shared)
 
@@ -256,11 +263,13 @@ class PagedLlama(nn.Module):
         self.intermediate = config.intermediate_size
 
     @classmethod
-    def from_hf(cls, model: LlamaForCausalLM, *, cpu_weight_copies: int = DEFAULT_CPU_WEIGHT_COPIES) -> "PagedLlama":
+    def from_hf(
+        cls, model: LlamaForCausalLM, *, cpu_weight_copies: int = DEFAULT_CPU_WEIGHT_COPIES, dense_projections: bool = False
+    ) -> "PagedLlama":
         """The paged model over ``model``'s weights; ``model`` is left as it was (the fused
         and reordered matrices are new tensors, so its memory is not shared)."""
         return cls(model.config, {k: v.detach() for k, v in model.state_dict().items()},
-                   cpu_weight_copies=cpu_weight_copies)
+                   cpu_weight_copies=cpu_weight_copies, dense_projections=dense_projections)
 
     def resident_weight_bytes(self) -> int:
         """Bytes of weights this model keeps alive, each storage counted once."""
@@ -297,6 +306,11 @@ class PagedLlama(nn.Module):
     @torch.inference_mode()
     def forward(self, layout: BatchLayout, pool: KVPool) -> torch.Tensor:
         """Write the batch's K/V into ``pool`` and return logits ``[len(logit_rows), vocab]``."""
+        return self.paged_forward(layout, pool)
+
+    def paged_forward(self, layout: BatchLayout, pool: KVPool) -> torch.Tensor:
+        """:meth:`forward` without its ``inference_mode``: what :mod:`.compiled` traces (under
+        ``no_grad``; dynamo cannot trace into ``inference_mode``)."""
         B, Q = layout.input_ids.shape
         H, KVH, D = self.num_heads, self.num_kv_heads, self.head_dim
         h = F.embedding(layout.input_ids.reshape(-1), self.embed_weight)  # [B*Q, hidden]

@@ -23,12 +23,12 @@ from typing import Sequence
 
 import torch
 
-from ..defaults import DEFAULT_KV_CACHE_ENABLE_BLOCK_REUSE
-from ..defaults import DEFAULT_CPU_WEIGHT_COPIES
+from ..defaults import COMPILE_MODES, DEFAULT_COMPILE_MODE, DEFAULT_CPU_WEIGHT_COPIES, DEFAULT_KV_CACHE_ENABLE_BLOCK_REUSE
 from ..errors import UserError
 from .base import EngineLimits, GenerationOutput, RunnerCapabilities, RunnerStats, SamplingConfig, validate_batch
 from .batch_costs import BatchStepCosts
-from .cuda_graphs import CudaGraphs
+from .compiled import CompiledForward
+from .cuda_graphs import CudaGraphs, StepBuckets
 from .kv_cache import BlockManager, KVPool, SequenceBlocks
 from .logits_processors import apply_logits_processors, row_prefixes
 from .paged_llama import PagedLlama, Parents, build_layout
@@ -217,6 +217,7 @@ class TorchRunner:
         step_cost_table: Sequence[float] | None = None,
         cpu_weight_copies: int = DEFAULT_CPU_WEIGHT_COPIES,
         batch_step_costs: BatchStepCosts | None = None,
+        compile_mode: str = DEFAULT_COMPILE_MODE,
     ) -> None:
         """``model``: a :class:`PagedLlama` (which then owns the weights: an engine load), or
         a ``LlamaForCausalLM`` left unchanged (its weights are fused into new tensors, with
@@ -226,8 +227,15 @@ class TorchRunner:
         ``step_cost_table[q]``: the relative cost of a step feeding ``q`` tokens, measured
         when the engine was built (:mod:`promptlookup.engine.step_costs`); the cost-aware
         draft policy reads it, and ``None`` means full drafts; ``batch_step_costs`` is the
-        batched counterpart the server's draft budget reads. The runner never times itself."""
-        self.model = model if isinstance(model, PagedLlama) else PagedLlama.from_hf(model, cpu_weight_copies=cpu_weight_copies)
+        batched counterpart the server's draft budget reads. The runner never times itself.
+        ``compile_mode``: ``"inductor"`` runs steps that fit a bucket through the compiled
+        forward (:mod:`.compiled`; a :class:`PagedLlama` must then have been built with
+        ``dense_projections=True``), under the CUDA graphs when those are on; ``"off"`` eagerly."""
+        if compile_mode not in COMPILE_MODES:
+            raise UserError(f"--torch_compile {compile_mode!r} is not a mode; choose {' or '.join(COMPILE_MODES)}")
+        compiled = compile_mode == "inductor"
+        self.model = model if isinstance(model, PagedLlama) else PagedLlama.from_hf(
+            model, cpu_weight_copies=cpu_weight_copies, dense_projections=compiled)
         self.limits = limits
         cfg = self.model.config
         if max_tokens_in_paged_kv_cache is None:
@@ -251,10 +259,16 @@ class TorchRunner:
         if cuda_graph_mode and not on_cuda:
             raise UserError(f"--cuda_graph_mode needs the model on a CUDA device, but it is on {self.model.device}; "
                             "pass --device cuda or drop --cuda_graph_mode")
+        self.compiled: CompiledForward | None = None
+        if compiled:
+            buckets = StepBuckets.for_limits(limits.max_batch_size, limits.max_draft_len + 1, limits.max_seq_len,
+                                             tokens_per_block)
+            self.compiled = CompiledForward(self.model, self.pool, buckets)
         self.graphs: CudaGraphs | None = None
         if on_cuda and cuda_graph_mode is not False:
             self.graphs = CudaGraphs(self.model, self.pool, max_batch_size=limits.max_batch_size,
-                                     max_q=limits.max_draft_len + 1, max_seq_len=limits.max_seq_len)
+                                     max_q=limits.max_draft_len + 1, max_seq_len=limits.max_seq_len,
+                                     forward=self.compiled.padded_forward if self.compiled else None)
 
     def forward(
         self,
@@ -265,10 +279,14 @@ class TorchRunner:
         parents: Sequence[Parents] | None = None,
     ) -> torch.Tensor:
         """One forward pass (see :func:`build_layout` for the arguments): on a captured CUDA
-        graph when one fits the step, else eagerly. Returns the wanted logit rows."""
+        graph when one fits the step, else compiled when that is on and fits, else eagerly.
+        Returns the wanted logit rows."""
+        batch, max_q = len(new_tokens), max(len(t) for t in new_tokens)
         graphs = self.graphs
-        if graphs is not None and graphs.fits(len(new_tokens), max(len(t) for t in new_tokens)):
+        if graphs is not None and graphs.fits(batch, max_q):
             return graphs.run(new_tokens, contexts, tables, n_logits, parents)
+        if self.compiled is not None and self.compiled.fits(batch, max_q):
+            return self.compiled.run(new_tokens, contexts, tables, n_logits, parents)
         layout = build_layout(new_tokens, contexts, tables, n_logits, self.pool.block_size, self.model.device, parents)
         return self.model(layout, self.pool)
 

@@ -1,0 +1,111 @@
+"""The inductor-compiled paged forward (``compile_mode="inductor"``) equals the eager one.
+
+Compiled and eager forwards run the same operations in fp32, fused and summed in another
+order, so logits agree to rounding: ``atol=1e-4`` is about a thousand times the rounding
+error of a 64-wide fp32 dot product on these logits (|logit| < 10) and far below the gap
+between distinct logits, and greedy choices must be identical. One compiled runner serves
+every test (each new padded bucket costs a compile of seconds here), so the limits keep
+the buckets few: ``max_seq_len`` below ``MIN_K`` caps every context bucket at one size.
+"""
+import pytest
+import torch
+
+from promptlookup.decoding import generate
+from promptlookup.drafting.base import DraftConfig
+from promptlookup.errors import UserError
+from promptlookup.runtime.base import EngineLimits
+from promptlookup.runtime.compiled import CompiledForward, inductor_unavailable_reason
+from promptlookup.runtime.cuda_graphs import StepBuckets
+from promptlookup.runtime.kv_cache import SequenceBlocks
+from promptlookup.runtime.paged_llama import PagedLlama, build_layout
+from promptlookup.runtime.torch_runner import TorchRunner
+from tests.runtime.test_greedy_equivalence import END_ID, make_prompts
+from tests.tiny import tiny_llama
+
+LIMITS = EngineLimits(max_batch_size=2, max_input_len=96, max_seq_len=128, max_draft_len=3, vocab_size=512)
+BLOCK = 8
+ATOL = 1e-4
+
+
+@pytest.fixture(scope="module")
+def compiled_runner() -> TorchRunner:
+    reason = inductor_unavailable_reason(torch.device("cpu"))
+    if reason is not None:
+        pytest.skip(reason)
+    return TorchRunner(tiny_llama(seed=0), LIMITS, tokens_per_block=BLOCK, compile_mode="inductor")
+
+
+def _prefill(runner: TorchRunner, prompt: list[int], room: int) -> SequenceBlocks:
+    blocks = SequenceBlocks()
+    runner.blocks.ensure_capacity(blocks, len(prompt) + room)
+    runner.model(build_layout([prompt], [len(prompt)], [blocks.blocks], [1], BLOCK, runner.model.device),
+                 runner.pool)
+    return blocks
+
+
+@pytest.mark.slow
+def test_compiled_step_equals_eager_for_chains_trees_and_different_contexts(compiled_runner):
+    runner = compiled_runner
+    prompts = [list(range(3, 40)), list(range(100, 171))]  # contexts 37 and 71
+    tables = [_prefill(runner, p, 8).blocks for p in prompts]
+    new = [[7, 8, 9], [11, 12, 13, 14]]
+    contexts = [len(p) + len(t) for p, t in zip(prompts, new)]
+    n_logits = [3, 4]
+    tree = [-1, 0, 0, 1]  # the second sequence's rows branch: rows 1 and 2 both follow row 0
+    for parents in (None, [None, tree], [[-1, 0, 1], tree]):
+        eager = runner.model(build_layout(new, contexts, tables, n_logits, BLOCK, runner.model.device, parents), runner.pool)
+        compiled = runner.forward(new, contexts, tables, n_logits, parents)  # bucket (2, 4, 128)
+        torch.testing.assert_close(compiled, eager, rtol=0, atol=ATOL)
+        assert torch.equal(compiled.argmax(-1), eager.argmax(-1))
+    assert runner.compiled.shapes == {(2, 4, 128)}
+
+
+@pytest.mark.slow
+def test_compiled_greedy_equals_eager_plain_greedy_token_for_token(compiled_runner):
+    prompts = make_prompts(0, count=2)
+    prompts = [p[:80] for p in prompts]
+    eager = TorchRunner(tiny_llama(seed=0), LIMITS, tokens_per_block=BLOCK)  # today's CPU path (oneDNN)
+    plain = [r.output_ids for r in generate(eager, prompts, max_new_tokens=24, end_id=END_ID)]
+    draft = DraftConfig(prompt_lookup_num_tokens=3, max_matching_ngram_size=2)
+    for p, want in zip(prompts, plain):  # one sequence at a time: batch buckets of 1
+        got = generate(compiled_runner, [p], max_new_tokens=24, end_id=END_ID, draft=draft)
+        assert got[0].output_ids == want
+    got = generate(compiled_runner, prompts[:1], max_new_tokens=24, end_id=END_ID)
+    assert got[0].output_ids == plain[0]
+    assert all(shape[0] == 1 or shape == (2, 4, 128) for shape in compiled_runner.compiled.shapes)
+
+
+def test_bad_compile_mode_is_a_user_error():
+    with pytest.raises(UserError, match="--torch_compile 'jit' is not a mode"):
+        TorchRunner(tiny_llama(seed=0), LIMITS, tokens_per_block=BLOCK, compile_mode="jit")
+
+
+def test_the_compiled_forward_refuses_onednn_packed_projections():
+    model = PagedLlama.from_hf(tiny_llama(seed=0))  # CpuLinear on the CPU
+    runner = TorchRunner(model, LIMITS, tokens_per_block=BLOCK)
+    with pytest.raises(ValueError, match="dense_projections=True"):
+        CompiledForward(model, runner.pool, StepBuckets.for_limits(2, 4, 128, BLOCK))
+
+
+def test_buckets_cover_every_step_a_run_can_feed():
+    buckets = StepBuckets.for_limits(max_batch_size=3, max_q=5, max_seq_len=600, block_size=16)
+    shapes = set(buckets.all_up_to(3, 600))
+    assert (buckets.max_b, buckets.max_q, buckets.max_k) == (4, 8, 608)
+    for batch in range(1, 4):
+        for q in range(1, 6):
+            for ctx in (1, 255, 256, 257, 600):
+                assert buckets.bucket(batch, q, ctx) in shapes
+
+
+def test_an_engine_loads_for_the_compiled_forward_with_its_weights_held_once(tiny_engine_dir):
+    from promptlookup.engine.config import engine_weight_bytes
+    from promptlookup.engine.load import load_runner
+    from promptlookup.runtime.paged_llama import DenseLinear
+
+    if inductor_unavailable_reason(torch.device("cpu")) is not None:
+        pytest.skip(inductor_unavailable_reason(torch.device("cpu")))
+    runner = load_runner(tiny_engine_dir, device="cpu", compile_mode="inductor")  # compiles nothing yet
+    assert runner.compiled is not None and runner.compiled.shapes == set()
+    assert all(isinstance(b.qkv, DenseLinear) for b in runner.model.layers)
+    held, engine_bytes = runner.model.resident_weight_bytes(), engine_weight_bytes(tiny_engine_dir)
+    assert 0.9 * engine_bytes <= held <= 1.15 * engine_bytes
