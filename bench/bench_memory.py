@@ -8,6 +8,8 @@ keep alive once loading is over:
   engine's tensors and owns them; no Hugging Face model is kept);
 - ``engine_2copies``: the same with ``--cpu_weight_copies 2`` (row-major copies kept too, for
   faster plain decoding steps on a CPU);
+- ``engine_dense``: the same with row-major projections through ``F.linear`` (the layout
+  of a GPU, and of ``--torch_compile inductor``), to show that layout's memory on a CPU;
 - ``hf_model``: a ``LlamaForCausalLM`` loaded from the engine and handed to
   ``TorchRunner``, as ``promptlookup.hf.generate`` does with a user's model in memory
   (the user keeps their model, so its weights plus the runner's fused copies are live).
@@ -42,7 +44,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from promptlookup.cli.args import ArgumentParser, add_num_threads_argument  # noqa: E402  (before torch)
 
-ROUTES = ("engine", "engine_2copies", "hf_model")
+ROUTES = ("engine", "engine_2copies", "engine_dense", "hf_model")
 STEP_SIZES = (1, 2, 4, 11)
 
 
@@ -63,16 +65,21 @@ def measure(route: str, engine_dir: str, device: str) -> dict:
     """Load by ``route`` in this process and return the figures (run in a child process)."""
     import torch
 
-    from promptlookup.checkpoint.load import load_checkpoint
+    from promptlookup.checkpoint.load import load_checkpoint, load_checkpoint_state
     from promptlookup.engine.config import read_engine_config
     from promptlookup.engine.load import load_runner
+    from promptlookup.runtime.paged_llama import PagedLlama
     from promptlookup.runtime.torch_runner import TorchRunner
 
     cuda = device.startswith("cuda")
     cfg = read_engine_config(engine_dir)
     before = torch.cuda.memory_allocated() if cuda else _rss_bytes()
     kept = None
-    if route.startswith("engine"):
+    if route == "engine_dense":  # load_runner's path, with the projections a GPU uses
+        config, state = load_checkpoint_state(engine_dir, device=device)
+        runner = TorchRunner(PagedLlama(config, state, dense_projections=True), cfg.limits,
+                             tokens_per_block=cfg.tokens_per_block, max_tokens_in_paged_kv_cache=512)
+    elif route.startswith("engine"):
         runner = load_runner(engine_dir, device=device, max_tokens_in_paged_kv_cache=512,
                              cpu_weight_copies=2 if route == "engine_2copies" else 1)
     else:

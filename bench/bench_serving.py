@@ -4,7 +4,8 @@
 For each mode (``plain``: no drafts; ``lookup``: ``[k, n]`` prompt lookup with the
 batch-aware draft budget) and each N in ``--clients`` (default 1, 4, 16), the server is
 started on 127.0.0.1 (a free port) and N client threads each send ``--requests``
-streaming completions (input-grounded code-edit prompts, greedy), bounded by
+streaming completions (input-grounded code-edit prompts, greedy; by default every request
+its own prompt, the same ones for both modes), bounded by
 ``--time_limit`` seconds per configuration. Reported per configuration: throughput
 (generated tokens / wall time), TTFT (time to the first streamed text) and TPOT (time
 per output token after the first), mean and p50; plus the server's acceptance rate.
@@ -30,7 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def run_clients(url: str, prompts: list[str], n_clients: int, requests: int, max_tokens: int,
-                time_limit: float) -> dict:
+                time_limit: float, first: int = 0) -> dict:
+    """Client ``c``'s request ``r`` sends ``prompts[first + c * requests + r]`` (cycling)."""
     import openai
 
     client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=time_limit + 60)
@@ -42,7 +44,7 @@ def run_clients(url: str, prompts: list[str], n_clients: int, requests: int, max
         for r in range(requests):
             if time.perf_counter() > deadline:
                 return
-            idx = (c * requests + r) % len(prompts)
+            idx = (first + c * requests + r) % len(prompts)
             start = time.perf_counter()
             first = None
             text, finish, tokens = [], None, 0
@@ -86,65 +88,94 @@ def run_clients(url: str, prompts: list[str], n_clients: int, requests: int, max
 
 
 def main(argv: list[str] | None = None) -> int:
-    from promptlookup.cli.args import ArgumentParser  # one-line errors, no abbreviations
+    from promptlookup.cli.args import ArgumentParser, add_num_threads_argument  # one-line errors, no abbreviations
 
     p = ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--engine_dir", required=True)
     p.add_argument("--clients", default="1,4,16")
     p.add_argument("--requests", type=int, default=2, help="requests per client")
     p.add_argument("--max_tokens", type=int, default=64)
+    p.add_argument("--rounds", type=int, default=1,
+                   help="rounds over every N; each round runs both modes back to back per N, alternating which goes first")
     p.add_argument("--prompt_lookup_config", default="[10,2,[0]]")
     p.add_argument("--draft_token_budget", type=int, default=None)
     p.add_argument("--draft_length_policy", choices=["cost", "full"], default="cost", help="as serve.py")
     p.add_argument("--time_limit", type=float, default=300.0, help="seconds per configuration")
-    p.add_argument("--num_prompts", type=int, default=8)
+    p.add_argument("--num_prompts", type=int, default=None,
+                   help="distinct prompts (default: one per request of every round and N, so that no request "
+                        "repeats another's prompt and the shared n-gram pool cannot draft from an earlier answer)")
     p.add_argument("--kv_cache_enable_block_reuse", action="store_true",
                    help="reuse KV blocks across requests (off by default: the reference runs would warm one "
                         "mode's cache and not the other's, making TTFT incomparable)")
-    p.add_argument("--output_json", default=None)
+    add_num_threads_argument(p)
+    p.add_argument("--output_json", default=str(Path(__file__).resolve().parent / "results/serving.json"))
     args = p.parse_args(argv)
 
+    from promptlookup.threads import configure_threads
+
+    args.num_threads = configure_threads(args.num_threads)
     from promptlookup.api import LLM, KvCacheConfig, NGramDecodingConfig, SamplingParams
     from promptlookup.cli.args import parse_prompt_lookup_config
     from promptlookup.evaluation.grounded_prompts import code_edit_prompts
     from promptlookup.serving.openai_server import OpenAIServer, ServerThread
 
     k, n, _ = parse_prompt_lookup_config(args.prompt_lookup_config)
-    prompts = code_edit_prompts(args.num_prompts)
     clients = [int(c) for c in args.clients.split(",")]
-    results = {"machine": {"platform": platform.platform(), "cpus": os.cpu_count()}, "config": vars(args), "runs": []}
-    singles: list[str] | None = None
-    for mode in ("plain", "lookup"):
-        spec = NGramDecodingConfig(max_draft_len=k, max_matching_ngram_size=n) if mode == "lookup" else None
-        kv = KvCacheConfig(enable_block_reuse=args.kv_cache_enable_block_reuse)
-        with LLM(args.engine_dir, speculative_config=spec, draft_token_budget=args.draft_token_budget,
-                 kv_cache_config=kv, draft_length_policy=args.draft_length_policy) as llm:
-            if singles is None:  # reference: each prompt alone, plain greedy
-                singles = [llm.generate(q, SamplingParams(max_tokens=args.max_tokens)).outputs[0].text for q in prompts]
-            server = ServerThread(OpenAIServer(llm, "m").app)
-            try:
-                for nc in clients:
-                    before = (llm.scheduler.stats.drafted, llm.scheduler.stats.accepted)
-                    run = run_clients(server.url, prompts, nc, args.requests, args.max_tokens, args.time_limit)
-                    drafted = llm.scheduler.stats.drafted - before[0]
-                    accepted = llm.scheduler.stats.accepted - before[1]
-                    run["mode"] = mode
-                    run["acceptance_rate"] = accepted / drafted if drafted else 0.0
+    per_round = sum(clients) * args.requests
+    prompts = code_edit_prompts(args.num_prompts or args.rounds * per_round)
+    machine = f"{platform.machine()} {os.cpu_count()} cores, {args.num_threads} torch thread(s)"
+    results = {"machine": machine, "num_threads": args.num_threads, "config": vars(args), "runs": []}
+    kv = KvCacheConfig(enable_block_reuse=args.kv_cache_enable_block_reuse)
+    modes = {"plain": None, "lookup": NGramDecodingConfig(max_draft_len=k, max_matching_ngram_size=n)}
+    llms = {m: LLM(args.engine_dir, speculative_config=spec, draft_token_budget=args.draft_token_budget,
+                   kv_cache_config=kv, draft_length_policy=args.draft_length_policy) for m, spec in modes.items()}
+    servers: dict = {}
+    try:
+        # reference: each prompt alone, plain greedy
+        singles = [llms["plain"].generate(q, SamplingParams(max_tokens=args.max_tokens)).outputs[0].text for q in prompts]
+        servers = {m: ServerThread(OpenAIServer(llm, "m").app) for m, llm in llms.items()}
+        for rnd in range(args.rounds):
+            for j, nc in enumerate(clients):
+                order = ["plain", "lookup"] if (rnd + j) % 2 == 0 else ["lookup", "plain"]
+                for mode in order:
+                    stats = llms[mode].scheduler.stats
+                    before = (stats.drafted, stats.accepted)
+                    first = rnd * per_round + sum(clients[:j]) * args.requests  # both modes: the same prompts
+                    run = run_clients(servers[mode].url, prompts, nc, args.requests, args.max_tokens, args.time_limit,
+                                      first)
+                    drafted, accepted = stats.drafted - before[0], stats.accepted - before[1]
+                    run.update(mode=mode, round=rnd, acceptance_rate=accepted / drafted if drafted else 0.0)
                     run["mismatches"] = sum(1 for r in run["records"] if "text" in r and r["text"] != singles[r["prompt"]])
                     results["runs"].append(run)
-                    print(f"{mode:6s} N={nc:2d}: {run['completed']}/{run['requests']} done, lost {run['lost']}, "
+                    print(f"round {rnd} {mode:6s} N={nc:2d}: {run['completed']}/{run['requests']} done, lost {run['lost']}, "
                           f"mismatches {run['mismatches']}; {run['throughput_tok_s']:.1f} tok/s, "
                           f"TTFT p50 {run['ttft_p50_s']:.2f} s, TPOT p50 {1000 * (run['tpot_p50_s'] or 0):.1f} ms, "
                           f"acceptance {100 * run['acceptance_rate']:.0f}%", flush=True)
-            finally:
-                server.stop()
-    if args.output_json:
-        from promptlookup.fsutil import atomic_write_json
+    finally:
+        for server in servers.values():
+            server.stop()
+        for llm in llms.values():
+            llm.shutdown()
+    print(f"\nmachine: {machine}; lookup {args.prompt_lookup_config}, --draft_length_policy {args.draft_length_policy}")
+    print(f"{'N':>3s} {'round':>5s} {'plain tok/s':>12s} {'lookup tok/s':>13s} {'lookup/plain':>13s}")
+    ratios = []
+    for rnd in range(args.rounds):
+        for nc in clients:
+            pair = {r["mode"]: r for r in results["runs"] if r["round"] == rnd and r["clients"] == nc}
+            ratio = pair["lookup"]["throughput_tok_s"] / pair["plain"]["throughput_tok_s"]
+            ratios.append({"clients": nc, "round": rnd, "ratio": ratio})
+            print(f"{nc:3d} {rnd:5d} {pair['plain']['throughput_tok_s']:12.1f} {pair['lookup']['throughput_tok_s']:13.1f} "
+                  f"{ratio:13.2f}")
+    results["lookup_over_plain"] = ratios
+    from promptlookup.fsutil import atomic_write_json
 
-        atomic_write_json(args.output_json, results)
+    atomic_write_json(args.output_json, results)
+    print(f"wrote {args.output_json}")
     bad = sum(r["lost"] + r["mismatches"] for r in results["runs"])
     return 1 if bad else 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from promptlookup.errors import run_cli
+
+    run_cli(main)

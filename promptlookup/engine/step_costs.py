@@ -9,10 +9,10 @@ it at run time made draft lengths change from run to run and cost every process 
                                       "batched": {"batch_sizes": [1, 2, 4, 8], "costs": [[...], ...]}}}
 
 ``run.py`` reads the table for the device it runs on and times nothing; a device without
-a table gets full drafts (and a note). Tests pass fixed tables. Cost of measuring: three
+a table gets full drafts (and a note). Tests pass fixed tables. Cost of measuring: five
 forward passes per size ``q = 1 .. max_draft_len + 1`` on a scratch sequence, and for the
 batched table (:class:`~promptlookup.runtime.batch_costs.BatchStepCosts`, read by the
-server's draft budget) three per (batch size, q) on a grid of at most
+server's draft budget) five per (batch size, q) on a grid of at most
 :data:`BATCH_GRID_ROWS` rows per step, the sequences sharing one prefilled context.
 """
 from __future__ import annotations
@@ -30,17 +30,25 @@ BATCH_GRID_ROWS = 288  # the largest batched step measured (rows = sequences x t
 BATCH_GRID_Q = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)  # tokens per sequence measured; others interpolated
 
 
+TIMED_RUNS = 4  # per step size, after one warm-up; the fastest counts
+
+
 def _best_time(runner: TorchRunner, *step: Any) -> float:
-    """The faster of two timed runs of ``runner.forward(*step)``, after a warm-up."""
+    """The fastest of :data:`TIMED_RUNS` runs of ``runner.forward(*step)``, after a warm-up.
+
+    On a CPU the clock is the process's CPU time, so that other load on the machine (time
+    spent waiting for a core) does not count; on a GPU it is wall time around a
+    synchronised step."""
     dev = runner.model.device
+    clock = time.process_time if dev.type == "cpu" else time.perf_counter
     best = float("inf")
-    for rep in range(3):
+    for rep in range(TIMED_RUNS + 1):
         synchronize(dev)
-        start = time.perf_counter()
+        start = clock()
         runner.forward(*step)
         synchronize(dev)
         if rep:
-            best = min(best, time.perf_counter() - start)
+            best = min(best, clock() - start)
     return best
 
 
@@ -51,8 +59,8 @@ def _monotone(costs: list[float]) -> list[float]:
 
 
 def measure_step_costs(runner: TorchRunner, max_tokens: int, context: int = DEFAULT_CONTEXT) -> list[float]:
-    """``costs[q]`` for ``1 <= q <= max_tokens`` (``costs[0] = 0``): the best of two timed
-    steps (after a warm-up) feeding ``q`` tokens after ``context`` cached ones, divided by
+    """``costs[q]`` for ``1 <= q <= max_tokens`` (``costs[0] = 0``): the fastest step
+    (:func:`_best_time`) feeding ``q`` tokens after ``context`` cached ones, divided by
     the one-token time. Made monotone (a larger step never costs less)."""
     seq = SequenceBlocks()
     room = runner.blocks.num_available * runner.pool.block_size - max_tokens

@@ -31,6 +31,7 @@ from __future__ import annotations
 import torch
 
 MKL_MAX_ROWS = 2  # with a shared row-major weight, products of this many rows or fewer use MKL
+ONEDNN_MIN_ROWS = 4  # oneDNN runs fewer rows faster when padded to this many (its small-row kernels are slower)
 
 
 def _pack_for_onednn(weight: torch.Tensor) -> torch.Tensor | None:
@@ -91,6 +92,9 @@ class CpuLinear:
         rows = x.shape[0]
         x = x.contiguous()
         if self.packed is not None and (self.small_rows_weight is None or rows > MKL_MAX_ROWS):
+            if rows < ONEDNN_MIN_ROWS:
+                x = torch.cat([x, x.new_zeros(ONEDNN_MIN_ROWS - rows, x.shape[1])])
+                return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")[:rows]
             return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
         y = _mkl(self.plain if self.plain is not None else self.small_rows_weight, x)
         return y if self.bias is None else y + self.bias

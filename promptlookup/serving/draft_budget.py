@@ -32,6 +32,9 @@ from typing import Sequence
 from ..runtime.batch_costs import BatchStepCosts, single_sequence_prices
 
 
+MARGIN = 1.1  # drafts must promise this many times plain decoding's tokens per unit of cost
+
+
 def default_token_budget(k: int) -> int:
     """Tokens one step may feed by default: one sequence's full draft plus its own token."""
     return k + 1
@@ -66,8 +69,11 @@ def allot_by_cost(
     expected tokens. ``costs[q]`` is the relative cost of a step feeding q tokens
     (the engine's step-cost table). Of the tokens :func:`allot` grants, the most valuable
     ``d`` are kept, ``d`` maximising ``(n + value of the d tokens) / step cost``, the
-    expected tokens per unit of step cost; ``d = 0`` is plain decoding, so the choice is
-    never expected to be slower than plain decoding on the same batch. A step computes
+    expected tokens per unit of step cost; ``d = 0`` is plain decoding, and any ``d > 0``
+    must beat it by :data:`MARGIN`, so the choice is expected to be faster than plain
+    decoding on the same batch by that much or to be plain decoding. (The margin absorbs
+    the errors of the estimates: acceptance rates start from a prior, and the table is
+    one machine's measurement.) A step computes
     every sequence padded to the longest draft, so it costs what ``n`` sequences of
     ``1 + longest`` tokens cost, not what ``n + d`` tokens cost: one long draft in a full
     batch is priced as what it costs. That price comes from ``batch_costs`` (measured on
@@ -86,7 +92,7 @@ def allot_by_cost(
             candidates.append((value, i))
             value *= p1
     candidates.sort(key=lambda c: -c[0])  # stable: each sequence's tokens stay in order
-    best_d, best_rate, gain = 0, n / price(n, 1), float(n)
+    best_d, best_rate, gain = 0, MARGIN * n / price(n, 1), float(n)
     counts = [0] * n
     longest = 0
     for d, (value, i) in enumerate(candidates, 1):
