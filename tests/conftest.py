@@ -126,6 +126,10 @@ SLOW_TESTS = (
     "tests/drafting/test_pool.py::test_pool_matches_tensorrt_llm_reference",
     "tests/drafting/test_pool.py::test_c_pool_matches_tensorrt_llm_reference",
     "tests/drafting/test_pool.py::test_c_pool_equals_python_pool_on_long_texts",
+    "tests/cli/test_dtype_engines.py::test_the_engine_keeps_the_checkpoint_dtype",
+    "tests/cli/test_dtype_engines.py::test_run_py_plain_and_prompt_lookup",
+    "tests/cli/test_dtype_engines.py::test_an_unsupported_dtype_is_one_line_and_exit_2",
+    "tests/runtime/test_half_precision.py::test_tiny_llama_lookup_departs_from_plain_only_at_near_ties",
 )
 
 

@@ -126,8 +126,16 @@ def _run(args: Any, given: Any, begun: float) -> int:
         cpu_weight_copies=args.cpu_weight_copies,
         compile_mode=args.torch_compile,
     )
-    log.info("loaded %s (%s engine, %s)", args.engine_dir, type(runner).__name__,
-             getattr(getattr(runner, "model", None), "device", "TensorRT-LLM"))
+    model = getattr(runner, "model", None)  # the PyTorch runner's model; TensorRT-LLM runners have none
+    dtype, device = getattr(model, "dtype", None), getattr(model, "device", None)
+    log.info("loaded %s (%s engine, %s, %s)", args.engine_dir, type(runner).__name__, device or "TensorRT-LLM",
+             str(dtype).removeprefix("torch.") if dtype is not None else "engine dtype")
+    if dtype is not None:
+        from ..runtime.device import slow_dtype_note
+
+        note = slow_dtype_note(dtype, device)
+        if note:
+            print(f"note: {note}", file=sys.stderr)
     if draft is not None:
         runner.validate_lookup(draft.prompt_lookup_num_tokens, device_ids)
     vocab = runner.limits.vocab_size

@@ -107,7 +107,8 @@ def build_torch_engine(
 
     checkpoint_dir = Path(checkpoint_dir)
     pretrained = read_checkpoint_config(checkpoint_dir)
-    model = load_checkpoint(checkpoint_dir)  # proves the weights are complete and consistent
+    # Proves the weights are complete and consistent; in the engine's dtype for the step costs.
+    model = load_checkpoint(checkpoint_dir, dtype="auto")
     step_costs = {}
     if step_costs_device is not None:
         step_costs = measure_for_engine(model, pretrained, build, step_costs_device)

@@ -28,7 +28,9 @@ def load_runner(
     """Load the engine in ``engine_dir`` on the backend it was built for.
 
     ``device`` places a PyTorch engine (``None``/``"auto"``: the GPU when one is visible,
-    else the CPU; or ``cpu``, ``cuda``, ``cuda:N``). TensorRT-LLM engines run on the GPUs
+    else the CPU; or ``cpu``, ``cuda``, ``cuda:N``). It computes in the checkpoint's dtype
+    (float32, float16 or bfloat16); a dtype this PyTorch cannot run on the device is a
+    one-line :class:`UserError` naming the fix. TensorRT-LLM engines run on the GPUs
     of ``device_ids`` and refuse any other ``device``. ``cuda_graph_mode`` (PyTorch engines
     on a GPU; ``None``: on there) replays captured CUDA graphs for decoding steps.
 
@@ -83,7 +85,8 @@ def load_runner(
     from .step_costs import batch_costs_for, costs_for
 
     target = resolve_device(device)
-    config, state = load_checkpoint_state(cfg.directory, device=target)  # owned by us alone
+    # The engine computes in its checkpoint's dtype (as trtllm-build's engines do).
+    config, state = load_checkpoint_state(cfg.directory, dtype="auto", device=target)  # owned by us alone
     return TorchRunner(
         # consumes the state dict
         PagedLlama(config, state, cpu_weight_copies=cpu_weight_copies, dense_projections=compile_mode == "inductor"),

@@ -12,4 +12,6 @@ One concept per module:
 - ``sweep`` / ``plot``: the prompt-lookup parameter grid, best setting, PNG figure.
 - ``report``: tables, the accuracy gate, CSV.
 - ``pipeline``: the whole evaluation from settings to results.
+- ``divergence``: where a speculative run parts from plain decoding, and the logit gap
+  there (half-precision near-ties; docs/sampling.md).
 """

@@ -31,3 +31,33 @@ def synchronize(device: "str | torch.device") -> None:
 
     if torch.device(device).type == "cuda":
         torch.cuda.synchronize(device)
+
+
+def to_device(host: "torch.Tensor", device: "str | torch.device") -> "torch.Tensor":
+    """``host`` (a CPU tensor) on ``device`` without making the host wait for the device:
+    on CUDA it is pinned and copied asynchronously (the copy is ordered on the current
+    stream, before any kernel that reads it); on the CPU it is returned as is."""
+    import torch
+
+    if torch.device(device).type != "cuda":
+        return host
+    return host.pin_memory().to(device, non_blocking=True)
+
+
+def slow_dtype_note(dtype: "torch.dtype", device: "str | torch.device") -> str | None:
+    """A one-line note when a model in ``dtype`` will run on ``device`` without fast
+    kernels, else ``None``: float16 on a CPU whose oneDNN has no float16 support (no
+    AVX512-FP16 or AMX-FP16), where every projection falls back to a generic half-precision
+    GEMM (SmolLM2-135M: a 33-token step takes 3.7x float32's time, docs/benchmarks.md)."""
+    import torch
+
+    if torch.device(device).type != "cpu" or dtype != torch.float16:
+        return None
+    try:
+        fast = bool(torch.ops.mkldnn._is_mkldnn_fp16_supported())
+    except (AttributeError, RuntimeError):
+        fast = False
+    if fast:
+        return None
+    return ("this CPU has no fast float16 kernels, so the float16 engine runs several times slower than bfloat16 "
+            "or float32 would; for CPU runs convert the checkpoint with --dtype bfloat16 (or float32) and rebuild")

@@ -19,8 +19,12 @@ verifying a draft. A speculative run therefore gives *exactly the same tokens* a
 run with the same seed and sampler (up to floating-point differences between a batched
 and a single-token forward pass), and its output distribution is exactly the plain one.
 
-Cost: one ``torch.rand(vocab)`` per selected position, plus a sort of the vocabulary when
-top-p is active.
+Cost: one ``torch.rand(vocab)`` per selected position, drawn on the host (the stream is
+fixed by the seed, so it is drawn by the CPU generator on every device) and copied to the
+logits' device asynchronously, plus a sort of the vocabulary when top-p is active. Greedy
+selection is one ``argmax``. :func:`select_tokens` reads nothing back to the host: its
+result stays on the device until the step's single transfer
+(:func:`~promptlookup.runtime.acceptance.fetch_step`).
 """
 from __future__ import annotations
 
@@ -29,6 +33,7 @@ from typing import Sequence
 import torch
 
 from .base import SamplingConfig
+from .device import to_device
 
 _MASK64 = (1 << 64) - 1
 
@@ -79,17 +84,18 @@ def select_tokens(
     sampling: SamplingConfig,
     requests: Sequence[int],
     positions: Sequence[int],
-) -> list[int]:
-    """Select one token per row of ``logits`` ``[rows, vocab]``.
+) -> torch.Tensor:
+    """Select one token per row of ``logits`` ``[rows, vocab]``: an int64 tensor ``[rows]``
+    on the logits' device (no device-to-host transfer).
 
     ``requests[i]`` and ``positions[i]`` name row ``i``'s request and the position of the
     token being chosen; they key the random stream, so that the same (request, position)
     always sees the same noise.
     """
     if sampling.greedy:
-        return logits.argmax(-1).tolist()
+        return logits.argmax(-1)
     x = filter_logits(logits, sampling)
     noise = torch.stack(
         [gumbel_noise(x.shape[-1], sampling.random_seed, r, p) for r, p in zip(requests, positions)]
-    ).to(x.device)
-    return (x + noise).argmax(-1).tolist()
+    )
+    return (x + to_device(noise, x.device)).argmax(-1)

@@ -15,6 +15,10 @@ Two levels of API:
 Per-sequence invariant between steps: the KV of ``tokens[:cached]`` is in the cache and
 ``cached == len(tokens) - 1`` (the last token is fed at the next step), except right
 after opening, when ``cached`` is the reused prefix length.
+
+Per-step invariant: one device-to-host transfer. The forward pass, token selection and
+draft acceptance all run on the model's device; the host receives the chosen tokens and
+the accepted path ends in a single copy (:meth:`DecodeBatch.step_trees`).
 """
 from __future__ import annotations
 
@@ -24,16 +28,17 @@ from typing import Sequence
 import torch
 
 from ..defaults import COMPILE_MODES, DEFAULT_COMPILE_MODE, DEFAULT_CPU_WEIGHT_COPIES, DEFAULT_KV_CACHE_ENABLE_BLOCK_REUSE
-from ..errors import UserError
+from ..errors import UserError, one_line
+from .acceptance import fetch_step
 from .base import EngineLimits, GenerationOutput, RunnerCapabilities, RunnerStats, SamplingConfig, validate_batch
 from .batch_costs import BatchStepCosts
 from .compiled import CompiledForward
 from .cuda_graphs import CudaGraphs, StepBuckets
-from .kv_cache import BlockManager, KVPool, SequenceBlocks
+from .kv_cache import SCRATCH_BLOCK, BlockManager, KVPool, SequenceBlocks
 from .logits_processors import apply_logits_processors, row_prefixes
 from .paged_llama import PagedLlama, Parents, build_layout
 from .sampling import select_tokens
-from .tree import DraftTree, accept_path
+from .tree import DraftTree
 
 
 @dataclass
@@ -92,14 +97,22 @@ class DecodeBatch:
         sampling: SamplingConfig,
     ) -> list[StepResult]:
         """Verify ``trees[j]`` for sequence ``indices[j]`` in one forward pass, then commit
-        each sequence's accepted path (:func:`~.tree.accept_path`)."""
-        choices = self.verify(indices, trees, sampling)
+        each sequence's accepted path (the path :func:`~.tree.accept_path` gives).
+
+        Invariant: **one device-to-host transfer per step.** Token selection
+        (:func:`~.sampling.select_tokens`) and acceptance
+        (:func:`~.acceptance.last_accepted_nodes`) run as tensor ops on the model's device,
+        and :func:`~.acceptance.fetch_step` brings back the chosen tokens at every row and
+        the last accepted node per sequence in a single copy (``rows + sequences`` int64).
+        Committing then costs O(accepted path) host work per sequence plus, when a branch
+        other than the first is accepted, one K/V slot move."""
+        choices, paths = fetch_step(trees, self._select(indices, trees, sampling), end_id)
         results = []
         moves: list[tuple[int, int]] = []  # (from, to) physical slots of accepted tree nodes
-        for i, tree, mine in zip(indices, trees, choices):
+        bs = self.runner.pool.block_size
+        for i, tree, mine, path in zip(indices, trees, choices, paths):
             s = self.seqs[i]
-            path, out = accept_path(tree, mine, end_id)
-            bs = self.runner.pool.block_size
+            out = [tree.tokens[j] for j in path] + [mine[path[-1] + 1 if path else 0]]
             for depth, node in enumerate(path):  # node j sits in slot len(tokens) + j; it belongs at + depth
                 if node != depth:
                     src, dst = len(s.tokens) + node, len(s.tokens) + depth
@@ -112,7 +125,7 @@ class DecodeBatch:
             s.stats.drafted += tree.num_walkable
             s.stats.accepted += accepted
             s.stats.finished = finished
-            results.append(StepResult(out, accepted, finished, list(mine), path))
+            results.append(StepResult(out, accepted, finished, mine, path))
         if moves:
             self.runner.pool.move_slots([m[0] for m in moves], [m[1] for m in moves])
         return results
@@ -120,8 +133,20 @@ class DecodeBatch:
     def verify(self, indices: Sequence[int], trees: Sequence[DraftTree], sampling: SamplingConfig) -> list[list[int]]:
         """One forward pass: feed each selected sequence its pending tokens plus its tree's
         nodes (node ``j`` in slot ``len(tokens) + j``) and return, per sequence, the
-        target's choice at the root and at every node. Commits nothing: call
-        :meth:`step_trees` (or commit a path yourself) before the next step."""
+        target's choice at the root and at every node (one device-to-host transfer).
+        Commits nothing: call :meth:`step_trees` (or commit a path yourself) before the
+        next step."""
+        chosen = self._select(indices, trees, sampling).tolist()
+        out, row = [], 0
+        for tree in trees:
+            out.append(chosen[row : row + len(tree) + 1])
+            row += len(tree) + 1
+        return out
+
+    def _select(self, indices: Sequence[int], trees: Sequence[DraftTree], sampling: SamplingConfig) -> torch.Tensor:
+        """The forward pass of :meth:`verify` and the target's choices at every row, as an
+        int64 tensor on the model's device (per sequence: the root, then every node).
+        Nothing is read back to the host."""
         runner = self.runner
         seqs = [self.seqs[i] for i in indices]
         new_tokens, contexts, tables, n_logits, parents = [], [], [], [], []
@@ -156,12 +181,7 @@ class DecodeBatch:
             positions.extend(root + d for d in tree.depths())
         if sampling.has_logits_processors:  # penalties / bad words: each row with its own prefix
             logits = apply_logits_processors(logits, row_prefixes([s.tokens for s in seqs], trees), sampling)
-        chosen = select_tokens(logits, sampling, requests, positions)
-        out, row = [], 0
-        for tree in trees:
-            out.append(chosen[row : row + len(tree) + 1])
-            row += len(tree) + 1
-        return out
+        return select_tokens(logits, sampling, requests, positions)
 
     def add(self, prompt: Sequence[int], request: int) -> int:
         """Join a new sequence between steps (continuous batching); return its index.
@@ -251,6 +271,8 @@ class TorchRunner:
             dtype=self.model.dtype,
             device=self.model.device,
         )
+        if self.model.dtype != torch.float32:
+            self._check_dtype_runs()
         self.blocks = BlockManager(self.pool, enable_reuse=kv_cache_enable_block_reuse)
         self.stats = RunnerStats()
         self.step_cost_table: list[float] | None = list(step_cost_table) if step_cost_table else None
@@ -269,6 +291,20 @@ class TorchRunner:
             self.graphs = CudaGraphs(self.model, self.pool, max_batch_size=limits.max_batch_size,
                                      max_q=limits.max_draft_len + 1, max_seq_len=limits.max_seq_len,
                                      forward=self.compiled.padded_forward if self.compiled else None)
+
+    def _check_dtype_runs(self) -> None:
+        """Refuse, in one line and before any request, a half-precision model that this
+        PyTorch cannot compute on its device (some builds lack float16 or bfloat16 kernels
+        on the CPU or on older GPUs). Runs one token through the model eagerly, writing
+        only into the KV pool's scratch block; cost: one single-token forward pass."""
+        dtype = str(self.model.dtype).removeprefix("torch.")
+        layout = build_layout([[0]], [1], [[SCRATCH_BLOCK]], [1], self.pool.block_size, self.model.device)
+        try:
+            self.model(layout, self.pool)
+        except (RuntimeError, NotImplementedError) as exc:
+            other = "bfloat16 or float32" if dtype == "float16" else "float32"
+            raise UserError(f"this PyTorch cannot run a {dtype} engine on {self.model.device} ({one_line(exc, 160)}); "
+                            f"convert the checkpoint with --dtype {other} and rebuild the engine") from None
 
     def forward(
         self,

@@ -13,6 +13,11 @@ that token is not ``end_id``), it moves to that child. The accepted tokens are t
 tokens followed by the target's own choice at the path's end, exactly what plain
 decoding would produce, since each choice is made with the very prefix of the path.
 
+:func:`accept_path` is the rule's specification, on host lists. The runner applies the
+same rule to a whole step's trees with tensor ops on the model's device
+(:mod:`.acceptance`), so that a step reads back only its result; the tests check the two
+agree on random trees.
+
 Cost: :func:`accept_path` is O(nodes); building children lists is O(nodes).
 """
 from __future__ import annotations
