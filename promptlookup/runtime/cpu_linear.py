@@ -7,8 +7,9 @@ count, which would eat most of what verifying a long draft saves. This module ru
 product through oneDNN (``torch.ops.mkldnn._linear_pointwise``) on a copy of the weight
 reordered once, at load time, into oneDNN's blocked layout, and then **drops the
 row-major original**, so the weights live in memory once. oneDNN's JIT kernels use the
-widest vector instructions the CPU has, and their cost is nearly flat from 1 to ~16
-rows.
+widest vector instructions the CPU has, and their cost is nearly flat from 4 to ~16
+rows; fewer rows are padded to :data:`ONEDNN_MIN_ROWS`, since its kernels for one or two
+rows run slower than its four-row kernel.
 
 One exception keeps a row-major tensor on purpose: a layer whose weight is already held
 elsewhere (the LM head of a model with tied embeddings shares the embedding table) is
