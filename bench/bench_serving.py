@@ -31,8 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def run_clients(url: str, prompts: list[str], n_clients: int, requests: int, max_tokens: int,
-                time_limit: float, first: int = 0) -> dict:
-    """Client ``c``'s request ``r`` sends ``prompts[first + c * requests + r]`` (cycling)."""
+                time_limit: float, offset: int = 0) -> dict:
+    """Client ``c``'s request ``r`` sends ``prompts[offset + c * requests + r]`` (cycling)."""
     import openai
 
     client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=time_limit + 60)
@@ -44,7 +44,7 @@ def run_clients(url: str, prompts: list[str], n_clients: int, requests: int, max
         for r in range(requests):
             if time.perf_counter() > deadline:
                 return
-            idx = (first + c * requests + r) % len(prompts)
+            idx = (offset + c * requests + r) % len(prompts)
             start = time.perf_counter()
             first = None
             text, finish, tokens = [], None, 0
@@ -140,9 +140,9 @@ def main(argv: list[str] | None = None) -> int:
                 for mode in order:
                     stats = llms[mode].scheduler.stats
                     before = (stats.drafted, stats.accepted)
-                    first = rnd * per_round + sum(clients[:j]) * args.requests  # both modes: the same prompts
+                    offset = rnd * per_round + sum(clients[:j]) * args.requests  # both modes: the same prompts
                     run = run_clients(servers[mode].url, prompts, nc, args.requests, args.max_tokens, args.time_limit,
-                                      first)
+                                      offset)
                     drafted, accepted = stats.drafted - before[0], stats.accepted - before[1]
                     run.update(mode=mode, round=rnd, acceptance_rate=accepted / drafted if drafted else 0.0)
                     run["mismatches"] = sum(1 for r in run["records"] if "text" in r and r["text"] != singles[r["prompt"]])
