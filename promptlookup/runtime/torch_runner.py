@@ -60,6 +60,34 @@ class StepResult:
     path: list[int] = field(default_factory=list)  # accepted node indices of the tree
 
 
+PADDING_FREE_ROWS = 128  # a forward pass this small is kept whole, however much of it is padding
+PADDING_SLACK = 1.5  # else its padded rows may be at most this many times the rows fed
+
+
+def padding_groups(lengths: Sequence[int]) -> list[list[int]]:
+    """Split one step's sequences (feeding ``lengths[j]`` tokens each) into forward passes.
+
+    A forward pass pads every sequence to its longest, so a new request's prompt (hundreds
+    of tokens) joining a decoding batch would make every member compute that many rows.
+    Sequences are taken longest first; one joins the current pass while the padded rows
+    stay within :data:`PADDING_FREE_ROWS` or within :data:`PADDING_SLACK` times the rows
+    actually fed. Steps of
+    similar lengths (decoding, verification) stay one pass. Returns index lists, each
+    ascending, covering ``range(len(lengths))``. Cost: O(B log B).
+    """
+    order = sorted(range(len(lengths)), key=lambda j: -lengths[j])
+    groups: list[list[int]] = []
+    fed = longest = 0
+    for j in order:
+        if groups and (len(groups[-1]) + 1) * longest <= max(PADDING_FREE_ROWS, PADDING_SLACK * (fed + lengths[j])):
+            groups[-1].append(j)
+            fed += lengths[j]
+        else:
+            groups.append([j])
+            fed, longest = lengths[j], lengths[j]
+    return [sorted(g) for g in groups]
+
+
 class DecodeBatch:
     """Live sequences sharing one forward pass per step. Close it to release the blocks."""
 
@@ -169,8 +197,16 @@ class DecodeBatch:
             # Rows: the pending tokens (a chain), then the nodes (parent -1 is the root, row p - 1).
             parents.append(list(range(-1, p - 1)) + [q + p if q >= 0 else p - 1 for q in tree.parents])
             chains = chains and tree.is_chain
-        logits = runner.forward(new_tokens, contexts, tables, n_logits, None if chains else parents)
-        runner.stats.forward_calls += 1
+        groups = padding_groups([len(t) for t in new_tokens])
+        per_seq: list[torch.Tensor] = [torch.empty(0)] * len(seqs)
+        for group in groups:  # one forward pass, unless padding would waste most of it
+            pick = lambda xs: [xs[j] for j in group]  # noqa: E731
+            out = runner.forward(pick(new_tokens), pick(contexts), pick(tables), pick(n_logits),
+                                 None if chains else pick(parents))
+            for j, rows in zip(group, out.split(pick(n_logits))):
+                per_seq[j] = rows
+        logits = per_seq[0] if len(seqs) == 1 else torch.cat(per_seq)
+        runner.stats.forward_calls += len(groups)
         runner.stats.forward_tokens += sum(len(t) for t in new_tokens)
 
         requests, positions = [], []
