@@ -9,10 +9,10 @@ it at run time made draft lengths change from run to run and cost every process 
                                       "batched": {"batch_sizes": [1, 2, 4, 8], "costs": [[...], ...]}}}
 
 ``run.py`` reads the table for the device it runs on and times nothing; a device without
-a table gets full drafts (and a note). Tests pass fixed tables. Cost of measuring: five
+a table gets full drafts (and a note). Tests pass fixed tables. Cost of measuring: four
 forward passes per size ``q = 1 .. max_draft_len + 1`` on a scratch sequence, and for the
 batched table (:class:`~promptlookup.runtime.batch_costs.BatchStepCosts`, read by the
-server's draft budget) five per (batch size, q) on a grid of at most
+server's draft budget) three per (batch size, q) on a grid of at most
 :data:`BATCH_GRID_ROWS` rows per step, the sequences sharing one prefilled context.
 """
 from __future__ import annotations
@@ -30,11 +30,12 @@ BATCH_GRID_ROWS = 288  # the largest batched step measured (rows = sequences x t
 BATCH_GRID_Q = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)  # tokens per sequence measured; others interpolated
 
 
-TIMED_RUNS = 4  # per step size, after one warm-up; the fastest counts
+TIMED_RUNS = 3  # per step size, after one warm-up; the fastest counts
+BATCH_TIMED_RUNS = 2  # the same for the batched grid (larger steps, steadier times)
 
 
-def _best_time(runner: TorchRunner, *step: Any) -> float:
-    """The fastest of :data:`TIMED_RUNS` runs of ``runner.forward(*step)``, after a warm-up.
+def _best_time(runner: TorchRunner, *step: Any, runs: int = TIMED_RUNS) -> float:
+    """The fastest of ``runs`` runs of ``runner.forward(*step)``, after a warm-up.
 
     On a CPU the clock is the process's CPU time, so that other load on the machine (time
     spent waiting for a core) does not count; on a GPU it is wall time around a
@@ -42,7 +43,7 @@ def _best_time(runner: TorchRunner, *step: Any) -> float:
     dev = runner.model.device
     clock = time.process_time if dev.type == "cpu" else time.perf_counter
     best = float("inf")
-    for rep in range(TIMED_RUNS + 1):
+    for rep in range(runs + 1):
         synchronize(dev)
         start = clock()
         runner.forward(*step)
@@ -111,7 +112,8 @@ def measure_batch_costs(
         for n in batch_sizes:
             grid = sorted({q for q in BATCH_GRID_Q if q <= max_tokens} | {max_tokens})
             qs = [q for q in grid if n * q <= BATCH_GRID_ROWS or q <= 2]
-            timed = {q: _best_time(runner, [[0] * q] * n, [context + q] * n, tables[:n], [q] * n) for q in qs}
+            timed = {q: _best_time(runner, [[0] * q] * n, [context + q] * n, tables[:n], [q] * n, runs=BATCH_TIMED_RUNS)
+                     for q in qs}
             unit = unit or timed[1]
             row = [0.0]
             for q in range(1, qs[-1] + 1):  # linear in q between measured sizes
