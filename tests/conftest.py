@@ -130,6 +130,20 @@ SLOW_TESTS = (
     "tests/cli/test_dtype_engines.py::test_run_py_plain_and_prompt_lookup",
     "tests/cli/test_dtype_engines.py::test_an_unsupported_dtype_is_one_line_and_exit_2",
     "tests/runtime/test_half_precision.py::test_tiny_llama_lookup_departs_from_plain_only_at_near_ties",
+    # subprocess runs of the scripts, 4-9 s each here
+    "tests/cli/test_output_dirs.py::test_rebuild_replaces_the_engine_it_wrote_and_marks_it",
+    "tests/cli/test_output_dirs.py::test_build_refuses_the_checkpoint_dir_as_output",
+    "tests/cli/test_output_dirs.py::test_build_refuses_to_replace_a_checkpoint_it_converted",
+    "tests/cli/test_output_dirs.py::test_unwritable_output_is_refused_before_loading",
+    "tests/cli/test_output_dirs.py::test_output_dir_dot_is_one_line_and_leaves_nothing",
+    "tests/cli/test_output_dirs.py::test_build_refuses_a_folder_with_unrelated_files",
+    "tests/cli/test_errors.py::test_end_id_outside_the_vocabulary",
+    "tests/cli/test_errors.py::test_non_utf8_input_file",
+    "tests/cli/test_errors.py::test_streaming_into_a_closed_pipe",
+    "tests/cli/test_errors.py::test_gemm_plugin_banana",
+    "tests/cli/test_threads.py::test_run_records_the_thread_count",
+    "tests/evaluation/test_summarize_trtllm_flags.py::test_dataset_dir_is_a_folder_or_a_file",
+    "tests/evaluation/test_summarize_trtllm_flags.py::test_output_dir_holds_the_results_and_the_sweep",
 )
 
 
