@@ -28,8 +28,6 @@ from ..runtime.torch_runner import TorchRunner
 DEFAULT_CONTEXT = 512
 BATCH_GRID_ROWS = 288  # the largest batched step measured (rows = sequences x tokens each)
 BATCH_GRID_Q = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)  # tokens per sequence measured; others interpolated
-
-
 TIMED_RUNS = 3  # per step size, after one warm-up; the fastest counts
 BATCH_TIMED_RUNS = 2  # the same for the batched grid (larger steps, steadier times)
 
@@ -66,7 +64,6 @@ def measure_step_costs(runner: TorchRunner, max_tokens: int, context: int = DEFA
     seq = SequenceBlocks()
     room = runner.blocks.num_available * runner.pool.block_size - max_tokens
     context = max(1, min(context, room, runner.limits.max_seq_len - max_tokens))
-    dev = runner.model.device
     try:
         runner.blocks.ensure_capacity(seq, context + max_tokens)
         runner.forward([[0] * context], [context], [seq.blocks], [1])  # real K/V for the context
@@ -109,8 +106,8 @@ def measure_batch_costs(
         tables = [shared.blocks + t.blocks for t in tails]
         rows = []
         unit = None
+        grid = sorted({q for q in BATCH_GRID_Q if q <= max_tokens} | {max_tokens})
         for n in batch_sizes:
-            grid = sorted({q for q in BATCH_GRID_Q if q <= max_tokens} | {max_tokens})
             qs = [q for q in grid if n * q <= BATCH_GRID_ROWS or q <= 2]
             timed = {q: _best_time(runner, [[0] * q] * n, [context + q] * n, tables[:n], [q] * n, runs=BATCH_TIMED_RUNS)
                      for q in qs}

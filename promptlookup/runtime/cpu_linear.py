@@ -66,7 +66,7 @@ class CpuLinear:
     reading the weight for the row counts of decoding.
     """
 
-    __slots__ = ("packed", "plain", "small_rows_weight", "bias", "out_features")
+    __slots__ = ("packed", "plain", "small_rows_weight", "bias")
 
     def __init__(
         self,
@@ -76,7 +76,6 @@ class CpuLinear:
         small_rows_weight: torch.Tensor | None = None,
     ) -> None:
         weight = weight.detach()
-        self.out_features = weight.shape[0]
         self.bias = None if bias is None else bias.detach()
         self.packed = _pack_for_onednn(weight)
         self.plain = weight if self.packed is None else None  # the fallback route keeps it

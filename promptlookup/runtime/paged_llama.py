@@ -29,7 +29,21 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from transformers.activations import ACT2FN
 from transformers.models.llama.modeling_llama import LlamaRMSNorm, LlamaRotaryEmbedding, apply_rotary_pos_emb
 
-from ..checkpoint.layout import HF_EMBEDDING, HF_FINAL_NORM, HF_LM_HEAD
+from ..checkpoint.layout import (
+    HF_DOWN,
+    HF_EMBEDDING,
+    HF_FINAL_NORM,
+    HF_GATE,
+    HF_INPUT_NORM,
+    HF_K,
+    HF_LM_HEAD,
+    HF_O,
+    HF_POST_NORM,
+    HF_Q,
+    HF_UP,
+    HF_V,
+    hf_layer_name,
+)
 from ..defaults import CPU_WEIGHT_COPIES, DEFAULT_CPU_WEIGHT_COPIES
 from ..errors import UserError
 from .cpu_linear import CpuLinear
@@ -180,9 +194,6 @@ class DenseLinear:
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         return F.linear(x, self.weight, self.bias)
 
-    def resident_bytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in (self.weight, self.bias) if t is not None)
-
 
 class PagedLlama(nn.Module):
     """A Llama model's weights, laid out for the paged forward pass, held once.
@@ -229,11 +240,14 @@ class PagedLlama(nn.Module):
             t = state.pop(name, None)
             return None if t is None else t.detach()
 
-        def fused(names: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor | None]:
-            weights = [take(f"{n}.weight") for n in names]
-            biases = [take(f"{n}.bias") for n in names]
-            bias = torch.cat(biases) if all(b is not None for b in biases) else None
-            return torch.cat(weights), bias
+        def linear(i: int, *weights: str) -> tuple[torch.Tensor, torch.Tensor | None]:
+            """Layer ``i``'s projection(s) named ``weights`` (``...weight``), fused when several,
+            and their bias (present only if each part has one)."""
+            names = [hf_layer_name(i, w) for w in weights]
+            parts = [take(n) for n in names]
+            biases = [take(n.removesuffix("weight") + "bias") for n in names]
+            bias = None if any(b is None for b in biases) else torch.cat(biases) if len(biases) > 1 else biases[0]
+            return (torch.cat(parts) if len(parts) > 1 else parts[0]), bias
 
         lm_head = take(HF_LM_HEAD)
         tied = lm_head is None or _same_tensor(lm_head, self.embed_weight)
@@ -246,14 +260,13 @@ class PagedLlama(nn.Module):
         self.act = ACT2FN[config.hidden_act]
         self.layers = nn.ModuleList()
         for i in range(config.num_hidden_layers):
-            pre = f"model.layers.{i}."
             block = nn.Module()
-            block.input_layernorm = _rms_norm(take(pre + "input_layernorm.weight"), config.rms_norm_eps)
-            block.post_attention_layernorm = _rms_norm(take(pre + "post_attention_layernorm.weight"), config.rms_norm_eps)
-            block.qkv = proj(*fused([pre + "self_attn." + n for n in ("q_proj", "k_proj", "v_proj")]))
-            block.o_proj = proj(take(pre + "self_attn.o_proj.weight"), take(pre + "self_attn.o_proj.bias"))
-            block.gate_up = proj(*fused([pre + "mlp." + n for n in ("gate_proj", "up_proj")]))
-            block.down_proj = proj(take(pre + "mlp.down_proj.weight"), take(pre + "mlp.down_proj.bias"))
+            block.input_layernorm = _rms_norm(take(hf_layer_name(i, HF_INPUT_NORM)), config.rms_norm_eps)
+            block.post_attention_layernorm = _rms_norm(take(hf_layer_name(i, HF_POST_NORM)), config.rms_norm_eps)
+            block.qkv = proj(*linear(i, HF_Q, HF_K, HF_V))
+            block.o_proj = proj(*linear(i, HF_O))
+            block.gate_up = proj(*linear(i, HF_GATE, HF_UP))
+            block.down_proj = proj(*linear(i, HF_DOWN))
             self.layers.append(block)
         unused = sorted(k for k in state if not k.endswith("rotary_emb.inv_freq"))
         if unused:

@@ -71,8 +71,7 @@ def padding_groups(lengths: Sequence[int]) -> list[list[int]]:
     of tokens) joining a decoding batch would make every member compute that many rows.
     Sequences are taken longest first; one joins the current pass while the padded rows
     stay within :data:`PADDING_FREE_ROWS` or within :data:`PADDING_SLACK` times the rows
-    actually fed. Steps of
-    similar lengths (decoding, verification) stay one pass. Returns index lists, each
+    actually fed. Steps of similar lengths (decoding, verification) stay one pass. Returns index lists, each
     ascending, covering ``range(len(lengths))``. Cost: O(B log B).
     """
     order = sorted(range(len(lengths)), key=lambda j: -lengths[j])
