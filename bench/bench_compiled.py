@@ -10,6 +10,9 @@ compiled runner pads to its bucket). Each figure is the minimum of ``--reps`` ca
 one thread, so it is the step's cost). The compiled runner's first step of each bucket
 compiles it: that wall time is reported as ``compile_s`` (inductor's cache directory
 should be empty for a cold figure: set ``TORCHINDUCTOR_CACHE_DIR`` to a new folder).
+Mode ``inductor`` compiles the step as a run does, attention reading the KV pool in place
+(FlexAttention, :mod:`runtime.paged_attention`); ``inductor-gather`` compiles it with the
+attended slots gathered per layer instead (SDPA, one graph per context bucket too).
 
     TORCHINDUCTOR_CACHE_DIR=$(mktemp -d) TORCHINDUCTOR_COMPILE_THREADS=1 OMP_NUM_THREADS=1 \\
         python bench/bench_compiled.py --engine_dir artifacts/smollm2/engine
@@ -35,7 +38,7 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--context", type=int, default=400, help="prompt tokens before the timed steps")
     p.add_argument("--tokens", default="1,2,4,11", help="tokens fed per timed step")
     p.add_argument("--reps", type=int, default=15, help="timed calls per step size (the minimum is kept)")
-    p.add_argument("--modes", default="off,inductor", help="compile modes to time")
+    p.add_argument("--modes", default="off,inductor,inductor-gather", help="compile modes to time")
     p.add_argument("--output_json", default=None, help="also write the figures here")
     return p
 
@@ -51,7 +54,14 @@ def main(argv: list[str] | None = None) -> int:
     tokens = [int(t) for t in args.tokens.split(",")]
     results: dict[str, dict[str, float]] = {}
     for mode in args.modes.split(","):
-        runner = load_runner(args.engine_dir, device="cpu", compile_mode=mode)
+        runner = load_runner(args.engine_dir, device="cpu", compile_mode=mode.removesuffix("-gather"))
+        if mode.endswith("-gather"):
+            from promptlookup.runtime.compiled import CompiledForward
+            from promptlookup.runtime.cuda_graphs import StepBuckets
+
+            b = runner.compiled.buckets
+            runner.compiled = CompiledForward(runner.model, runner.pool, StepBuckets(b.max_b, b.max_q, b.max_k),
+                                              attention="gather")
         prompt = [(7 * i) % 1000 + 10 for i in range(args.context)]
         blocks = SequenceBlocks()
         runner.blocks.ensure_capacity(blocks, args.context + max(tokens))
@@ -68,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
                 runner.forward(*step)
                 best = min(best, time.thread_time() - c0)
             row[f"step_ms_q{q}"] = 1e3 * best
-            print(f"{mode:9s} q={q:2d}: {1e3 * best:7.1f} ms/step (min of {args.reps}), first call "
+            print(f"{mode:15s} q={q:2d}: {1e3 * best:7.1f} ms/step (min of {args.reps}), first call "
                   f"{row[f'first_call_s_q{q}']:.1f} s", flush=True)
         results[mode] = row
         del runner

@@ -35,3 +35,12 @@ def tiny_llama(seed: int = 0, **overrides) -> LlamaForCausalLM:
             if p.dim() > 1:
                 p.normal_(0.0, 0.08)
     return model.eval()
+
+
+def zeroed_pool(runner):
+    """Zero ``runner``'s KV pool before any use, as a compiled runner's is
+    (``KVPool(zeroed=True)``): attention that reads whole blocks in place needs finite
+    values in the slots it masks. Returns the runner."""
+    for t in (*runner.pool.k, *runner.pool.v):
+        t.zero_()
+    return runner

@@ -1,26 +1,31 @@
 """The paged forward pass compiled by ``torch.compile`` (inductor), one graph per padded step shape.
 
 What is compiled: :meth:`PagedLlama.paged_forward` over :func:`~.cuda_graphs.padded_layout`,
-i.e. the very step the CUDA graphs capture, with the mask built inside the graph from the
-context lengths and each sequence's ``[Q, Q]`` row visibility, so token trees
-(:class:`~.paged_llama.SequenceRows`) run on the same graphs as chains. Inductor fuses the
-elementwise work around the matmuls (RMSNorm with the residual add, the rotary embedding,
-SiLU times up, the mask) into a few generated kernels, C++ on the CPU and Triton on a GPU.
+i.e. the very step the CUDA graphs capture, with the attention mask built inside the graph
+from the block tables, the context lengths and each sequence's ``[Q, Q]`` row visibility,
+so token trees (:class:`~.paged_llama.SequenceRows`) run on the same graphs as chains.
+Inductor fuses the elementwise work around the matmuls (RMSNorm with the residual add,
+the rotary embedding, SiLU times up, the mask) into a few generated kernels, C++ on the
+CPU and Triton on a GPU.
+
+Attention (``attention=``):
+
+- ``"pool"`` (the default): FlexAttention reads each layer's KV pool in place through a
+  block mask made of the block tables (:mod:`.paged_attention`); nothing is copied per
+  layer, and a graph's shape depends on ``(B', Q')`` alone, so a run needs one graph per
+  (batch, tokens) bucket: ``log2(B') + 1`` times ``log2(Q') + 1`` of them at most.
+- ``"gather"``: each layer gathers the ``K'`` attended K/V rows of every sequence
+  (``index_select``) and runs SDPA under a dense mask, as the eager path does; graphs then
+  depend on a context bucket ``K'`` too (:class:`~.cuda_graphs.StepBuckets`).
 
 Shapes. Every graph is compiled for static shapes (``dynamic=False``): a step runs on the
-graph of its bucket ``(B', Q', K')`` (:class:`~.cuda_graphs.StepBuckets`; powers of two, ``K'``
-at least ``MIN_K`` and at most ``max_seq_len``), and steps that fit no bucket (the prefill of
-a long prompt) run eagerly. Attention still *gathers* the ``K'`` attended K/V rows of each
-sequence through its block table per layer (``index_select`` into the graph), and the
-graph's shape depends on ``K'`` as well as on ``(B', Q')``: reading the paged pool in place
-(FlexAttention with a block mask over the physical pool, so that ``K'`` drops out of the
-shape) is not done here. So a run needs one graph per (batch, tokens, context) bucket it
-meets, a dozen or so for one sequence.
+graph of its bucket, and steps that fit no bucket (the prefill of a long prompt) run eagerly.
 
 Costs. Compiling one bucket takes seconds for a tiny model and far longer for a real one
 (docs/benchmarks.md); :meth:`CompiledForward.warmup` compiles ahead of a run, and inductor keeps its
 own on-disk cache (``TORCHINDUCTOR_CACHE_DIR``) that makes a second process's compiles
-cheaper. A step then costs one padded forward of ``B' * Q'`` rows over ``K'`` keys.
+cheaper. A step then costs one padded forward of ``B' * Q'`` rows; with ``"pool"``
+attention each sequence's rows visit only the blocks its context occupies.
 docs/benchmarks.md has the CPU measurements against the eager path.
 
 Exactness: the same operations as the eager forward on padded shapes, in fp32 with
@@ -28,9 +33,7 @@ another fusion and summation order, so logits agree to rounding (checked with
 ``atol=1e-4`` in ``tests/runtime/test_compiled.py``) and greedy choices are the same.
 
 On a GPU with CUDA graphs on, the graphs capture this compiled step (one capture per
-bucket, after the compile); that combination has not been run here (no GPU), and nothing
-is compiled ahead of time at engine build: each process compiles (or loads from
-inductor's cache) the buckets it meets.
+bucket, after the compile); that combination has not been run here (no GPU).
 
 The projections must be :class:`~.paged_llama.DenseLinear` (``F.linear``): dynamo cannot trace
 oneDNN's opaque packed weights (:class:`~.cpu_linear.CpuLinear`), so a compiled model on the
@@ -50,6 +53,8 @@ from .cuda_graphs import StepBuckets, padded_inputs, padded_layout
 from .kv_cache import KVPool
 from .paged_llama import PagedLlama, Parents
 
+ATTENTION_MODES = ("pool", "gather")  # see the module docstring
+
 
 def inductor_unavailable_reason(device: torch.device) -> str | None:
     """Why inductor cannot compile for ``device`` here (``None``: it can, as far as one can tell
@@ -64,17 +69,25 @@ def inductor_unavailable_reason(device: torch.device) -> str | None:
 class CompiledForward:
     """The inductor-compiled padded step of ``model`` over ``pool``, one graph per bucket.
 
+    ``attention``: ``"pool"`` (in place; ``buckets`` must not split contexts, i.e. be made
+    with ``by_context=False``) or ``"gather"`` (see the module docstring).
     Graphs are compiled lazily, at the first step of their bucket, or by :meth:`warmup`.
     Raises :class:`UserError` when inductor is unavailable or the model holds oneDNN-packed
     projections (build it with ``dense_projections=True``).
     """
 
-    def __init__(self, model: PagedLlama, pool: KVPool, buckets: StepBuckets) -> None:
+    def __init__(self, model: PagedLlama, pool: KVPool, buckets: StepBuckets, attention: str = "pool") -> None:
         reason = inductor_unavailable_reason(model.device)
         if reason is not None:
             raise UserError(f"--torch_compile inductor: {reason}; use --torch_compile off")
         if any(isinstance(getattr(b, n), CpuLinear) for b in model.layers for n in ("qkv", "o_proj", "gate_up", "down_proj")):
             raise ValueError("the compiled forward needs a PagedLlama built with dense_projections=True")
+        if attention not in ATTENTION_MODES:
+            raise ValueError(f"attention must be one of {ATTENTION_MODES}, got {attention!r}")
+        if (attention == "pool") == buckets.by_context:
+            raise ValueError(f"{attention!r} attention needs buckets with by_context={attention == 'gather'}")
+        self.attention = attention
+        self._pool_blocks = pool.num_blocks if attention == "pool" else None
         import torch._dynamo.config as dynamo_config
 
         self.model = model
@@ -88,7 +101,7 @@ class CompiledForward:
         self.shapes: set[tuple[int, int, int]] = set()  # buckets run so far (each compiled once)
 
     def _step(self, inputs: torch.Tensor, B: int, Q: int, K: int) -> torch.Tensor:
-        return self.model.paged_forward(padded_layout(inputs, (B, Q, K)), self.pool)
+        return self.model.paged_forward(padded_layout(inputs, (B, Q, K), self.pool.block_size, self._pool_blocks), self.pool)
 
     def padded_forward(self, inputs: torch.Tensor, shape: tuple[int, int, int]) -> torch.Tensor:
         """Logits of all ``B' * Q'`` rows of the padded step ``inputs`` (:func:`padded_inputs`, on the model's device)."""

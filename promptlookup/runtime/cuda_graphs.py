@@ -7,21 +7,27 @@ issues them all at once. docs/benchmarks.md (the GPU section) has the measuremen
 
 Shapes. A step feeds ``B`` sequences ``q_b`` new tokens each, attending to at most
 ``K = max(ctx_b)`` slots. It runs on the graph for the bucket ``(B', Q', K')``: ``B'`` and
-``Q'`` the next powers of two (``Q' <= max_q``), ``K'`` the next power of two of at least
-:data:`MIN_K`, capped at ``max_seq_len`` rounded up to whole blocks. Steps that do not fit
+``Q'`` the next powers of two (``Q' <= max_q``). The eager forward gathers the attended
+slots, so ``K'`` is part of its shape: the next power of two of at least :data:`MIN_K`,
+capped at ``max_seq_len`` rounded up to whole blocks. The compiled forward
+(:mod:`.compiled`) reads the pool in place (:mod:`.paged_attention`), so its buckets have
+one ``K'`` and depend on ``(B', Q')`` alone. Steps that do not fit
 (prefill of a long prompt) run eagerly. Graphs are captured lazily, at the first step of
 their shape (a capture costs tens of forward steps), or ahead of time by :meth:`CudaGraphs.warmup`; they share
-one memory pool, and a decode run typically needs a dozen.
+one memory pool.
 
 Padding. Sequence ``b`` puts its tokens at ``[b, 0:q_b]`` (as :func:`build_layout`).
 Padded token slots and padded sequences write their K/V into the scratch block, read the
-scratch slot beyond each sequence's context, and attend to key 0 only, so every softmax
+scratch block beyond each sequence's context, and attend to key 0 only, so every softmax
 row is finite; their logits are computed and dropped. The mask is built inside the graph
-from the context lengths and a ``[Q, Q]`` row-visibility matrix per sequence, so token
-trees (:class:`~.paged_llama.SequenceRows`) replay on the same graphs as chains.
+from the block tables, the context lengths and a ``[Q, Q]`` row-visibility matrix per
+sequence, so token trees (:class:`~.paged_llama.SequenceRows`) replay on the same graphs
+as chains.
 
-Inputs travel in one host-to-device copy: the five integer inputs are views of a single
-flat ``int64`` buffer per graph. Outputs: the logits of all ``B' * Q'`` rows, of which the
+Inputs travel in one host-to-device copy: the integer inputs (token ids, positions and
+write slots ``[B, Q]``, block tables ``[B, ceil(K / block_size)]``, contexts and bases
+``[B]``, visibility ``[B, Q, Q]``) are views of a single flat ``int64`` buffer per graph.
+Outputs: the logits of all ``B' * Q'`` rows, of which the
 wanted rows are gathered after the replay (the gather leaves the graph's memory).
 
 Exactness: the graph runs the very :meth:`PagedLlama.forward` of the eager path, on
@@ -39,6 +45,7 @@ from typing import Callable, Sequence
 import torch
 
 from .kv_cache import SCRATCH_BLOCK, KVPool
+from .paged_attention import pool_block_mask
 from .paged_llama import BatchLayout, PagedLlama, Parents, sequence_rows
 
 MIN_K = 256  # smallest attended-slot bucket
@@ -60,13 +67,16 @@ def padded_inputs(
     """A step padded to ``shape = (B, Q, K)``, as one flat ``int64`` CPU tensor (the layout
     :func:`padded_layout` reads), and the flat indices of the wanted logit rows.
 
-    ``parents[b]`` makes sequence ``b``'s rows a tree (:class:`~.paged_llama.SequenceRows`)."""
+    The block tables travel as ``[B, ceil(K / block_size)]`` (scratch-padded), not as
+    slots: the slots, or FlexAttention's block mask, are derived on the device.
+    ``parents[b]`` makes sequence ``b``'s rows a tree (:class:`~.paged_llama.SequenceRows`).
+    Cost: O(B * (Q^2 + K / block_size)) host integers."""
     B, Q, K = shape
-    scratch = SCRATCH_BLOCK * block_size
+    width = -(-K // block_size)
     ids = torch.zeros(B, Q, dtype=torch.long)
     pos = torch.zeros(B, Q, dtype=torch.long)
-    write = torch.full((B, Q), scratch, dtype=torch.long)
-    read = torch.full((B, K), scratch, dtype=torch.long)
+    write = torch.full((B, Q), SCRATCH_BLOCK * block_size, dtype=torch.long)
+    blocks = torch.full((B, width), SCRATCH_BLOCK, dtype=torch.long)
     ctx = torch.ones(B, dtype=torch.long)  # padded sequences attend to key 0 only
     base = torch.zeros(B, dtype=torch.long)
     visible = torch.zeros(B, Q, Q, dtype=torch.long)
@@ -78,36 +88,50 @@ def padded_inputs(
         ids[b, :q] = torch.tensor(toks, dtype=torch.long)
         pos[b, :q] = sr.positions
         write[b, :q] = sr.write_slots
-        blocks = torch.tensor(table, dtype=torch.long)
-        slots = (blocks.view(-1, 1) * block_size + torch.arange(block_size)).view(-1)
-        read[b, :c] = slots[:c]
+        live = table[: -(-c // block_size)]
+        blocks[b, : len(live)] = torch.tensor(live, dtype=torch.long)
         ctx[b] = c
         base[b] = c - q
         visible[b, :q, :q] = sr.visible if sr.visible is not None else torch.ones(q, q, dtype=torch.long).tril()
         rows.extend(range(b * Q + q - n, b * Q + q))
-    flat = torch.cat([ids.view(-1), pos.view(-1), write.view(-1), read.view(-1), ctx, base, visible.view(-1)])
+    flat = torch.cat([ids.view(-1), pos.view(-1), write.view(-1), blocks.view(-1), ctx, base, visible.view(-1)])
     return flat, torch.tensor(rows, dtype=torch.long)
 
 
-def padded_layout(inputs: torch.Tensor, shape: tuple[int, int, int]) -> BatchLayout:
-    """The :class:`BatchLayout` over views of ``inputs`` (see :func:`padded_inputs`), with the
-    mask computed from them, and every row's logits wanted.
+def padded_layout(
+    inputs: torch.Tensor, shape: tuple[int, int, int], block_size: int, pool_blocks: int | None = None
+) -> BatchLayout:
+    """The :class:`BatchLayout` over views of ``inputs`` (see :func:`padded_inputs`), with
+    every row's logits wanted and attention described from the device-side tables.
 
     Row ``r`` of sequence ``b`` sees key ``k`` iff ``k < ctx[b]`` and either ``k < base[b]``
-    (the cached context) or ``visible[b, r, k - base[b]]`` (its own tree among the step's rows)."""
+    (the cached context) or ``visible[b, r, k - base[b]]`` (its own tree among the step's rows).
+    ``pool_blocks`` (the pool's block count) given: attention reads the pool in place through
+    a FlexAttention block mask (:mod:`.paged_attention`; ``K`` then plays no part in the
+    computation); else the ``K`` slots are gathered per layer under a dense ``[B, 1, Q, K]`` mask."""
     B, Q, K = shape
     n = B * Q
+    width = -(-K // block_size)
     ids, pos, write = inputs[:n].view(B, Q), inputs[n : 2 * n].view(B, Q), inputs[2 * n : 3 * n].view(B, Q)
-    read = inputs[3 * n : 3 * n + B * K].view(B, K)
-    rest = 3 * n + B * K
+    tables = inputs[3 * n : 3 * n + B * width].view(B, width)
+    rest = 3 * n + B * width
     ctx, base = inputs[rest : rest + B], inputs[rest + B : rest + 2 * B]
     visible = inputs[rest + 2 * B :].view(B, Q, Q)
+    every_row = torch.arange(n, device=inputs.device)
+    if pool_blocks is not None:
+        block_mask = pool_block_mask(tables, ctx, base, visible, block_size, pool_blocks)
+        return BatchLayout(input_ids=ids, positions=pos, write_slots=write, read_slots=None, contiguous_start=0,
+                           kv_len=K, mask=None, logit_rows=every_row, block_mask=block_mask)
+    offsets = torch.arange(block_size, device=inputs.device)
     key = torch.arange(K, device=inputs.device)
+    read = (tables.unsqueeze(-1) * block_size + offsets).view(B, width * block_size)[:, :K]
+    # slots past a context may never have been written: read the (zeroed) scratch slot instead
+    read = torch.where(key.view(1, K) < ctx.view(B, 1), read, SCRATCH_BLOCK * block_size)
     rel = key.view(1, 1, K) - base.view(B, 1, 1)  # [B, 1, K]: key's row index among the step's rows
     own = visible.gather(2, rel.clamp(0, Q - 1).expand(B, Q, K)) != 0
     mask = ((rel < 0) | ((rel < Q) & own)) & (key.view(1, 1, K) < ctx.view(B, 1, 1))
     return BatchLayout(input_ids=ids, positions=pos, write_slots=write, read_slots=read, contiguous_start=0,
-                       kv_len=K, mask=mask.unsqueeze(1), logit_rows=torch.arange(n, device=inputs.device))
+                       kv_len=K, mask=mask.unsqueeze(1), logit_rows=every_row)
 
 
 @dataclass(frozen=True)
@@ -115,29 +139,35 @@ class StepBuckets:
     """The padded step shapes ``(B', Q', K')`` of a runner (see the module docstring), shared
     by the CUDA graphs and the compiled forward (:mod:`.compiled`), which both hold one
     graph per bucket. Invariant: every bucket has ``B' <= max_b``, ``Q' <= max_q`` (powers of
-    two) and ``MIN_K <= K'`` (a power of two) or ``K' == max_k``."""
+    two) and ``MIN_K <= K'`` (a power of two) or ``K' == max_k``. With ``by_context`` off
+    (attention that reads the pool in place, :mod:`.paged_attention`) ``K' == max_k``
+    always, so the buckets are the ``(B', Q')`` pairs alone."""
 
     max_b: int
     max_q: int
     max_k: int
+    by_context: bool = True
 
     @classmethod
-    def for_limits(cls, max_batch_size: int, max_q: int, max_seq_len: int, block_size: int) -> "StepBuckets":
-        return cls(next_pow2(max_batch_size), next_pow2(max_q), -(-max_seq_len // block_size) * block_size)
+    def for_limits(
+        cls, max_batch_size: int, max_q: int, max_seq_len: int, block_size: int, *, by_context: bool = True
+    ) -> "StepBuckets":
+        return cls(next_pow2(max_batch_size), next_pow2(max_q), -(-max_seq_len // block_size) * block_size, by_context)
 
     def fits(self, batch: int, max_q: int) -> bool:
         return batch <= self.max_b and max_q <= self.max_q
 
     def bucket(self, batch: int, max_q: int, max_ctx: int) -> tuple[int, int, int]:
-        return next_pow2(batch), next_pow2(max_q), min(max(next_pow2(max_ctx), MIN_K), self.max_k)
+        k = min(max(next_pow2(max_ctx), MIN_K), self.max_k) if self.by_context else self.max_k
+        return next_pow2(batch), next_pow2(max_q), k
 
     def all_up_to(self, max_batch: int, max_context: int) -> list[tuple[int, int, int]]:
         """Every bucket a run of up to ``max_batch`` sequences and ``max_context`` tokens can need."""
         top_b, _, top_k = self.bucket(min(max_batch, self.max_b), 1, max_context)
         batches = [1 << i for i in range(top_b.bit_length())]  # 1, 2, 4, ..., top_b
         tokens = [1 << i for i in range(self.max_q.bit_length())]
-        contexts = [k for k in (MIN_K << i for i in range(top_k.bit_length())) if k < top_k] + [top_k]
-        return list(itertools.product(batches, tokens, contexts))
+        contexts = [k for k in (MIN_K << i for i in range(top_k.bit_length())) if k < top_k and self.by_context]
+        return list(itertools.product(batches, tokens, contexts + [top_k]))
 
 
 PaddedForward = Callable[[torch.Tensor, tuple[int, int, int]], torch.Tensor]  # (inputs, shape) -> all rows' logits
@@ -146,7 +176,7 @@ PaddedForward = Callable[[torch.Tensor, tuple[int, int, int]], torch.Tensor]  # 
 @dataclass
 class _Graph:
     graph: "torch.cuda.CUDAGraph"
-    inputs: torch.Tensor  # flat int64: ids, positions, write slots [B*Q] each; read slots [B*K]; contexts, bases [B]; visibility [B*Q*Q]
+    inputs: torch.Tensor  # flat int64 (padded_inputs): ids, positions, write slots, tables, contexts, bases, visibility
     logits: torch.Tensor  # [B*Q, vocab]
 
 
@@ -157,20 +187,19 @@ class CudaGraphs:
         self,
         model: PagedLlama,
         pool: KVPool,
-        *,
-        max_batch_size: int,
-        max_q: int,
-        max_seq_len: int,
+        buckets: StepBuckets,
         forward: PaddedForward | None = None,
     ) -> None:
-        """``forward(inputs, shape)``: the padded step to capture (default: the eager
-        :meth:`PagedLlama.forward` over :func:`padded_layout`; the compiled one of :mod:`.compiled`)."""
+        """``forward(inputs, shape)``: the padded step to capture, for the shapes of ``buckets``
+        (default: the eager :meth:`PagedLlama.forward` over :func:`padded_layout`, which gathers
+        the attended slots; the compiled one of :mod:`.compiled`, with its own buckets)."""
         if model.device.type != "cuda":
             raise ValueError("CUDA graphs need the model on a CUDA device")
         self.model = model
         self.pool = pool
-        self.buckets = StepBuckets.for_limits(max_batch_size, max_q, max_seq_len, pool.block_size)
-        self.forward: PaddedForward = forward or (lambda inputs, shape: model(padded_layout(inputs, shape), pool))
+        self.buckets = buckets
+        self.forward: PaddedForward = forward or (
+            lambda inputs, shape: model(padded_layout(inputs, shape, pool.block_size), pool))
         self.graphs: dict[tuple[int, int, int], _Graph] = {}
         self.mempool = torch.cuda.graph_pool_handle()
 

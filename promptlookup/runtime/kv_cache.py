@@ -56,13 +56,18 @@ class KVPool:
         num_blocks: int,
         dtype: torch.dtype = torch.float32,
         device: torch.device | str = "cpu",
+        zeroed: bool = False,
     ) -> None:
+        """``zeroed``: every slot starts at zero, for attention that reads whole blocks in
+        place (:mod:`.paged_attention`): its masked slots get zero weight, and zero times a
+        never-written NaN would still poison the row. Costs committing the whole pool at
+        once; otherwise (``torch.empty``) pages are committed when first written."""
         self.block_size = block_size
         self.num_blocks = num_blocks
         slots = num_blocks * block_size
-        # torch.empty: pages are only committed when first written.
-        self.k = [torch.empty(num_kv_heads, slots, head_dim, dtype=dtype, device=device) for _ in range(num_layers)]
-        self.v = [torch.empty(num_kv_heads, slots, head_dim, dtype=dtype, device=device) for _ in range(num_layers)]
+        new = torch.zeros if zeroed else torch.empty
+        self.k = [new(num_kv_heads, slots, head_dim, dtype=dtype, device=device) for _ in range(num_layers)]
+        self.v = [new(num_kv_heads, slots, head_dim, dtype=dtype, device=device) for _ in range(num_layers)]
         for t in (*self.k, *self.v):  # padded reads land here, masked: they must be finite
             t[:, SCRATCH_BLOCK * block_size : (SCRATCH_BLOCK + 1) * block_size].zero_()
 

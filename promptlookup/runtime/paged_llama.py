@@ -25,6 +25,7 @@ from typing import Callable, Sequence
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.attention.flex_attention import BlockMask
 from transformers import LlamaConfig, LlamaForCausalLM
 from transformers.activations import ACT2FN
 from transformers.models.llama.modeling_llama import LlamaRMSNorm, LlamaRotaryEmbedding, apply_rotary_pos_emb
@@ -48,6 +49,7 @@ from ..defaults import CPU_WEIGHT_COPIES, DEFAULT_CPU_WEIGHT_COPIES
 from ..errors import UserError
 from .cpu_linear import CpuLinear
 from .kv_cache import SCRATCH_BLOCK, KVPool
+from .paged_attention import pool_attention
 
 Projection = Callable[[torch.Tensor], torch.Tensor]  # DenseLinear, or CpuLinear on CPU
 
@@ -61,6 +63,8 @@ class BatchLayout:
     ``None`` when ``contiguous_start`` gives a single contiguous run of ``K`` slots (B == 1).
     ``mask``: ``[B, 1, Q, K]`` boolean (True = attend) or ``None`` for a single query.
     ``logit_rows``: flat indices into ``B * Q`` of the rows whose logits are wanted.
+    ``block_mask``: when set, ``read_slots`` and ``mask`` are unused and attention reads
+    the pool in place (:func:`~.paged_attention.pool_attention`).
     """
 
     input_ids: torch.Tensor
@@ -71,6 +75,7 @@ class BatchLayout:
     kv_len: int
     mask: torch.Tensor | None
     logit_rows: torch.Tensor
+    block_mask: BlockMask | None = None  # set: attention reads the pool in place (:mod:`.paged_attention`)
 
 
 Parents = Sequence[int] | None  # a step's row tree; None: a chain (each row's parent is the row before)
@@ -336,26 +341,33 @@ class PagedLlama(nn.Module):
             k = k.reshape(B, Q, KVH, D).transpose(1, 2)
             q, k = apply_rotary_pos_emb(q, k, cos, sin)
             v = v.reshape(B, Q, KVH, D)
-            pk, pv = pool.k[i], pool.v[i]
             # [B, KVH, Q, D] -> [KVH, B*Q, D] rows in write-slot order.
-            pk.index_copy_(1, write, k.permute(1, 0, 2, 3).reshape(KVH, B * Q, D))
-            pv.index_copy_(1, write, v.permute(2, 0, 1, 3).reshape(KVH, B * Q, D))
-            if layout.read_slots is None:
-                s = layout.contiguous_start
-                keys = pk[:, s : s + layout.kv_len].unsqueeze(0)
-                values = pv[:, s : s + layout.kv_len].unsqueeze(0)
-            else:
-                flat = layout.read_slots.reshape(-1)
-                keys = pk.index_select(1, flat).view(KVH, B, layout.kv_len, D).transpose(0, 1)
-                values = pv.index_select(1, flat).view(KVH, B, layout.kv_len, D).transpose(0, 1)
-            o = F.scaled_dot_product_attention(
-                q, keys, values, attn_mask=layout.mask, scale=self.scaling, enable_gqa=KVH != H
-            )
+            pool.k[i].index_copy_(1, write, k.permute(1, 0, 2, 3).reshape(KVH, B * Q, D))
+            pool.v[i].index_copy_(1, write, v.permute(2, 0, 1, 3).reshape(KVH, B * Q, D))
+            o = self._attend(q, pool.k[i], pool.v[i], layout)
             h = h + layer.o_proj(o.transpose(1, 2).reshape(B * Q, H * D))
             gate, up = layer.gate_up(layer.post_attention_layernorm(h)).split(self.intermediate, dim=-1)
             h = h + layer.down_proj(self.act(gate) * up)
         h = self.norm(h.index_select(0, layout.logit_rows))
         return self.lm_head(h).float()
+
+    def _attend(self, q: torch.Tensor, pk: torch.Tensor, pv: torch.Tensor, layout: BatchLayout) -> torch.Tensor:
+        """Attention of ``q`` ``[B, H, Q, D]`` over one layer's pool ``pk``/``pv`` ``[KVH, S, D]``:
+        in place through ``layout.block_mask``, or over the ``kv_len`` slots read from it."""
+        if layout.block_mask is not None:
+            return pool_attention(q, pk, pv, layout.block_mask, self.scaling)
+        B, KVH, D = q.shape[0], self.num_kv_heads, self.head_dim
+        if layout.read_slots is None:
+            s = layout.contiguous_start
+            keys = pk[:, s : s + layout.kv_len].unsqueeze(0)
+            values = pv[:, s : s + layout.kv_len].unsqueeze(0)
+        else:
+            flat = layout.read_slots.reshape(-1)
+            keys = pk.index_select(1, flat).view(KVH, B, layout.kv_len, D).transpose(0, 1)
+            values = pv.index_select(1, flat).view(KVH, B, layout.kv_len, D).transpose(0, 1)
+        return F.scaled_dot_product_attention(
+            q, keys, values, attn_mask=layout.mask, scale=self.scaling, enable_gqa=KVH != self.num_heads
+        )
 
 
 def _same_tensor(a: torch.Tensor, b: torch.Tensor) -> bool:

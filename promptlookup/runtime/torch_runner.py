@@ -305,6 +305,7 @@ class TorchRunner:
             num_blocks,
             dtype=self.model.dtype,
             device=self.model.device,
+            zeroed=compiled,  # the compiled forward's attention reads whole blocks in place
         )
         if self.model.dtype != torch.float32:
             self._check_dtype_runs()
@@ -317,15 +318,17 @@ class TorchRunner:
             raise UserError(f"--cuda_graph_mode needs the model on a CUDA device, but it is on {self.model.device}; "
                             "pass --device cuda or drop --cuda_graph_mode")
         self.compiled: CompiledForward | None = None
-        if compiled:
+        if compiled:  # attention reads the pool in place: buckets by (batch, tokens) alone
             buckets = StepBuckets.for_limits(limits.max_batch_size, limits.max_draft_len + 1, limits.max_seq_len,
-                                             tokens_per_block)
+                                             tokens_per_block, by_context=False)
             self.compiled = CompiledForward(self.model, self.pool, buckets)
         self.graphs: CudaGraphs | None = None
         if on_cuda and cuda_graph_mode is not False:
-            self.graphs = CudaGraphs(self.model, self.pool, max_batch_size=limits.max_batch_size,
-                                     max_q=limits.max_draft_len + 1, max_seq_len=limits.max_seq_len,
-                                     forward=self.compiled.padded_forward if self.compiled else None)
+            if self.compiled is not None:
+                self.graphs = CudaGraphs(self.model, self.pool, self.compiled.buckets, self.compiled.padded_forward)
+            else:
+                self.graphs = CudaGraphs(self.model, self.pool, StepBuckets.for_limits(
+                    limits.max_batch_size, limits.max_draft_len + 1, limits.max_seq_len, tokens_per_block))
 
     def _check_dtype_runs(self) -> None:
         """Refuse, in one line and before any request, a half-precision model that this

@@ -4,8 +4,9 @@ Compiled and eager forwards run the same operations in fp32, fused and summed in
 order, so logits agree to rounding: ``atol=1e-4`` is about a thousand times the rounding
 error of a 64-wide fp32 dot product on these logits (|logit| < 10) and far below the gap
 between distinct logits, and greedy choices must be identical. One compiled runner serves
-every test (each new padded bucket costs a compile of seconds here), so the limits keep
-the buckets few: ``max_seq_len`` below ``MIN_K`` caps every context bucket at one size.
+every test (each new padded bucket costs a compile of seconds here). Attention reads the
+KV pool in place (:mod:`promptlookup.runtime.paged_attention`), so contexts of any length
+share a (batch, tokens) bucket: the tests check that too.
 """
 import pytest
 import torch
@@ -22,7 +23,8 @@ from promptlookup.runtime.torch_runner import TorchRunner
 from tests.runtime.test_greedy_equivalence import END_ID, make_prompts
 from tests.tiny import tiny_llama
 
-LIMITS = EngineLimits(max_batch_size=2, max_input_len=96, max_seq_len=128, max_draft_len=3, vocab_size=512)
+LIMITS = EngineLimits(max_batch_size=2, max_input_len=300, max_seq_len=320, max_draft_len=3, vocab_size=512)
+TOP_K = 320  # the one context size of every bucket (max_seq_len in whole blocks)
 BLOCK = 8
 ATOL = 1e-4
 
@@ -44,20 +46,23 @@ def _prefill(runner: TorchRunner, prompt: list[int], room: int) -> SequenceBlock
 
 
 @pytest.mark.slow
-def test_compiled_step_equals_eager_for_chains_trees_and_different_contexts(compiled_runner):
+def test_compiled_step_equals_eager_for_chains_trees_and_any_context(compiled_runner):
     runner = compiled_runner
-    prompts = [list(range(3, 40)), list(range(100, 171))]  # contexts 37 and 71
-    tables = [_prefill(runner, p, 8).blocks for p in prompts]
     new = [[7, 8, 9], [11, 12, 13, 14]]
-    contexts = [len(p) + len(t) for p, t in zip(prompts, new)]
     n_logits = [3, 4]
     tree = [-1, 0, 0, 1]  # the second sequence's rows branch: rows 1 and 2 both follow row 0
-    for parents in (None, [None, tree], [[-1, 0, 1], tree]):
-        eager = runner.model(build_layout(new, contexts, tables, n_logits, BLOCK, runner.model.device, parents), runner.pool)
-        compiled = runner.forward(new, contexts, tables, n_logits, parents)  # bucket (2, 4, 128)
-        torch.testing.assert_close(compiled, eager, rtol=0, atol=ATOL)
-        assert torch.equal(compiled.argmax(-1), eager.argmax(-1))
-    assert runner.compiled.shapes == {(2, 4, 128)}
+    # contexts 40 and 75, then 40 and 290: a gathering step would need two context buckets
+    for long_prompt in (list(range(100, 171)), [3 + i % 400 for i in range(286)]):
+        prompts = [list(range(3, 40)), long_prompt]
+        tables = [_prefill(runner, p, 8).blocks for p in prompts]
+        contexts = [len(p) + len(t) for p, t in zip(prompts, new)]
+        for parents in (None, [None, tree], [[-1, 0, 1], tree]):
+            eager = runner.model(build_layout(new, contexts, tables, n_logits, BLOCK, runner.model.device, parents),
+                                 runner.pool)
+            compiled = runner.forward(new, contexts, tables, n_logits, parents)
+            torch.testing.assert_close(compiled, eager, rtol=0, atol=ATOL)
+            assert torch.equal(compiled.argmax(-1), eager.argmax(-1))
+    assert runner.compiled.shapes == {(2, 4, TOP_K)}
 
 
 @pytest.mark.slow
@@ -72,7 +77,7 @@ def test_compiled_greedy_equals_eager_plain_greedy_token_for_token(compiled_runn
         assert got[0].output_ids == want
     got = generate(compiled_runner, prompts[:1], max_new_tokens=24, end_id=END_ID)
     assert got[0].output_ids == plain[0]
-    assert all(shape[0] == 1 or shape == (2, 4, 128) for shape in compiled_runner.compiled.shapes)
+    assert all(shape[2] == TOP_K for shape in compiled_runner.compiled.shapes)
 
 
 def test_bad_compile_mode_is_a_user_error():
@@ -84,17 +89,32 @@ def test_the_compiled_forward_refuses_onednn_packed_projections():
     model = PagedLlama.from_hf(tiny_llama(seed=0))  # CpuLinear on the CPU
     runner = TorchRunner(model, LIMITS, tokens_per_block=BLOCK)
     with pytest.raises(ValueError, match="dense_projections=True"):
-        CompiledForward(model, runner.pool, StepBuckets.for_limits(2, 4, 128, BLOCK))
+        CompiledForward(model, runner.pool, StepBuckets.for_limits(2, 4, 128, BLOCK, by_context=False))
 
 
-def test_buckets_cover_every_step_a_run_can_feed():
-    buckets = StepBuckets.for_limits(max_batch_size=3, max_q=5, max_seq_len=600, block_size=16)
+@pytest.mark.parametrize("by_context", [True, False])
+def test_buckets_cover_every_step_a_run_can_feed(by_context):
+    buckets = StepBuckets.for_limits(max_batch_size=3, max_q=5, max_seq_len=600, block_size=16, by_context=by_context)
     shapes = set(buckets.all_up_to(3, 600))
     assert (buckets.max_b, buckets.max_q, buckets.max_k) == (4, 8, 608)
     for batch in range(1, 4):
         for q in range(1, 6):
             for ctx in (1, 255, 256, 257, 600):
                 assert buckets.bucket(batch, q, ctx) in shapes
+    # batches 1, 2, 4 times tokens 1, 2, 4, 8; times contexts 256, 512, 608 when they split
+    assert len(shapes) == 3 * 4 * (3 if by_context else 1)
+    assert by_context or {k for _, _, k in shapes} == {608}
+
+
+def test_in_place_attention_needs_buckets_that_do_not_split_contexts():
+    model = PagedLlama.from_hf(tiny_llama(seed=0), dense_projections=True)
+    runner = TorchRunner(model, LIMITS, tokens_per_block=BLOCK)
+    if inductor_unavailable_reason(torch.device("cpu")) is not None:
+        pytest.skip(inductor_unavailable_reason(torch.device("cpu")))
+    with pytest.raises(ValueError, match="by_context=False"):
+        CompiledForward(model, runner.pool, StepBuckets.for_limits(2, 4, 600, BLOCK))
+    gather = CompiledForward(model, runner.pool, StepBuckets.for_limits(2, 4, 600, BLOCK), attention="gather")
+    assert gather.attention == "gather"
 
 
 def test_an_engine_loads_for_the_compiled_forward_with_its_weights_held_once(tiny_engine_dir):

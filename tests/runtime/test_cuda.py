@@ -128,3 +128,20 @@ def test_warmup_captures_every_bucket_a_run_needs(gpu_model_and_reference):
     got = generate(runner, prompts, max_new_tokens=MAX_NEW, end_id=END_ID, draft=draft, workflow="v2")
     assert [r.output_ids for r in got] == reference
     assert len(runner.graphs.graphs) == captured  # nothing left to capture during the run
+
+
+@cuda
+def test_compiled_graphs_reading_the_pool_in_place_are_token_identical(gpu_model_and_reference):
+    """Inductor's step with FlexAttention over the pool, captured in CUDA graphs: plain and
+    V2 lookup equal Hugging Face's greedy output, on one graph per (batch, tokens) bucket."""
+    from promptlookup.runtime.paged_llama import PagedLlama
+
+    model, prompts, reference = gpu_model_and_reference
+    limits = EngineLimits(max_batch_size=8, max_input_len=512, max_seq_len=768, max_draft_len=7, vocab_size=512)
+    runner = TorchRunner(PagedLlama.from_hf(model, dense_projections=True), limits, tokens_per_block=32,
+                         compile_mode="inductor")
+    draft = DraftConfig(prompt_lookup_num_tokens=7, max_matching_ngram_size=2)
+    for d in (None, draft):
+        got = generate(runner, prompts, max_new_tokens=MAX_NEW, end_id=END_ID, draft=d, workflow="v2")
+        assert [r.output_ids for r in got] == reference
+    assert {k for _, _, k in runner.graphs.graphs} == {768}  # no context buckets

@@ -16,7 +16,7 @@ from promptlookup.runtime.kv_cache import SequenceBlocks
 from promptlookup.runtime.paged_llama import build_layout
 from promptlookup.runtime.torch_runner import TorchRunner
 from promptlookup.runtime.tree import DraftTree, accept_path, merge_chains
-from tests.tiny import tiny_llama
+from tests.tiny import tiny_llama, zeroed_pool
 
 LIMITS = EngineLimits(max_batch_size=8, max_input_len=256, max_seq_len=400, max_draft_len=24, vocab_size=512)
 
@@ -60,10 +60,13 @@ def test_layout_mask_and_positions_follow_the_tree_rule(seed):
         assert layout.positions[0, r].item() == pos
 
 
+@pytest.mark.parametrize("in_place", [False, True], ids=["gather", "pool"])
 @pytest.mark.parametrize("seed", range(3))
-def test_padded_tree_step_equals_eager_tree_step(seed):
+def test_padded_tree_step_equals_eager_tree_step(seed, in_place):
     rng = random.Random(seed)
     runner = TorchRunner(tiny_llama(seed=seed), LIMITS, tokens_per_block=8)
+    if in_place:  # as a compiled runner's pool is
+        zeroed_pool(runner)
     new, contexts, tables, n_logits, parents = [], [], [], [], []
     for _ in range(rng.randint(1, 4)):
         prompt = [rng.randrange(3, 500) for _ in range(rng.randint(2, 60))]
@@ -78,9 +81,10 @@ def test_padded_tree_step_equals_eager_tree_step(seed):
         n_logits.append(len(tree) + 1)
         parents.append([-1] + [p + 1 if p >= 0 else 0 for p in tree.parents])
     eager = runner.forward(new, contexts, tables, n_logits, parents)
+    pool_blocks = runner.pool.num_blocks if in_place else None
     for shape in [(8, 16, 256), (len(new), max(map(len, new)), max(contexts))]:
         flat, rows = padded_inputs(shape, new, contexts, tables, n_logits, runner.pool.block_size, parents)
-        padded = runner.model(padded_layout(flat, shape), runner.pool).index_select(0, rows)
+        padded = runner.model(padded_layout(flat, shape, runner.pool.block_size, pool_blocks), runner.pool).index_select(0, rows)
         torch.testing.assert_close(padded, eager, rtol=1e-4, atol=1e-4)
 
 

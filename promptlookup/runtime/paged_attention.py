@@ -1,0 +1,110 @@
+"""Attention that reads the paged KV pool in place, through FlexAttention's block sparsity.
+
+The gather route (:meth:`~.paged_llama.PagedLlama.paged_forward` with ``read_slots``)
+copies every sequence's attended K/V rows out of the pool, per layer and step, into a
+``[B, KVH, K, D]`` tensor; a compiled or captured step then has ``K`` in its shape. Here
+the pool itself is the key and value tensor, and nothing is copied:
+
+- keys/values: one layer's pool ``[KVH, S, D]`` (``S = num_blocks * block_size`` slots),
+  viewed as ``[B, KVH, S, D]`` with a zero batch stride;
+- which blocks a sequence visits: a FlexAttention ``BlockMask`` whose KV block is the
+  pool's block, so its block indices *are* the sequence's block table. Blocks wholly
+  before the step's first row (``base``) are "full" (every row sees all of them, no mask
+  evaluated); the rest, up to the context length, are "partial";
+- inside partial blocks, a ``mask_mod`` maps a physical slot back to the sequence's
+  logical position through the inverse of its block table, and applies the step's rule
+  (:class:`~.paged_llama.SequenceRows`): a row sees every cached position ``< base`` and,
+  among the step's rows, its ancestors and itself, so chains and token trees are one path.
+
+Shapes. Everything is built from ``[B]``, ``[B, MB]`` and ``[B, Q, Q]`` integer tensors
+(``MB`` the most blocks a sequence can hold) and the pool's fixed sizes, so a step's graph
+depends on ``(B, Q)`` alone, never on the context length.
+
+Cost per layer: for sequence ``b``, ``Q`` query rows against ``ceil(ctx_b / block_size)``
+blocks; per step (shared by the layers) the block mask: an ``O(B * num_blocks)`` inverse
+table and ``O(B * MB)`` indices. Exactness: the same softmax over the same keys as the
+gather route; the summation order differs, so results agree to rounding.
+
+``flex_attention`` must run under ``torch.compile`` (:mod:`.compiled`) to be fast: called
+eagerly, PyTorch computes it densely over the whole pool (fine for tests, slow otherwise).
+"""
+from __future__ import annotations
+
+import inspect
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention.flex_attention import BlockMask, flex_attention
+
+Q_BLOCK = 128  # FlexAttention's default query block: a step's rows are one block up to 128
+NOT_OWNED = 1 << 40  # logical block number of a pool block outside a sequence's table (masked)
+
+# PyTorch >= 2.6 can skip the transposed (backward-only) indices; older ones cannot.
+_SKIP_Q_BLOCKS = {"compute_q_blocks": False} if "compute_q_blocks" in inspect.signature(BlockMask.from_kv_blocks).parameters else {}
+
+
+def pool_block_mask(
+    tables: torch.Tensor,
+    ctx: torch.Tensor,
+    base: torch.Tensor,
+    visible: torch.Tensor,
+    block_size: int,
+    num_blocks: int,
+) -> BlockMask:
+    """The block mask of a padded step over the whole pool.
+
+    ``tables[b, j]``: physical block of sequence ``b``'s logical block ``j`` (entries past
+    ``ceil(ctx[b] / block_size)`` are ignored, and a sequence's live entries are distinct).
+    ``ctx[b]``: slots of ``b`` attended, the step's rows included; ``base[b]``: the first
+    row's logical slot; ``visible[b, r, c]``: row ``r`` sees row ``c`` (nonzero). Every row
+    must see at least one slot (padded rows see row 0), so every softmax is finite.
+    """
+    B, MB = tables.shape
+    Q = visible.shape[1]
+    used = (ctx + block_size - 1) // block_size  # [B] blocks holding the context
+    full = torch.minimum(base // block_size, used)  # [B] blocks wholly before the first row
+    col = torch.arange(MB, device=tables.device).view(1, MB)
+    # physical block -> logical block, per sequence; NOT_OWNED elsewhere
+    unowned = torch.full((B, num_blocks), NOT_OWNED, dtype=torch.long, device=tables.device)
+    mine = torch.where(col < used.view(B, 1), col.expand(B, MB), NOT_OWNED)
+    logical_of = unowned.scatter_reduce(1, tables, mine, reduce="amin")
+    partial = tables.gather(1, (col + full.view(B, 1)).clamp(max=MB - 1))
+
+    # The mask reads its tables through flat (1-D) indices: inductor's CPU FlexAttention
+    # template has read 2-D indexed tables wrongly (PyTorch 2.13; the tests check the result).
+    logical_flat, visible_flat = logical_of.reshape(-1), visible.reshape(-1)
+
+    def mask_mod(b: torch.Tensor, h: torch.Tensor, row: torch.Tensor, slot: torch.Tensor) -> torch.Tensor:
+        pos = logical_flat[b * num_blocks + slot // block_size] * block_size + slot % block_size
+        rel = pos - base[b]
+        own = visible_flat[(b * Q + row) * Q + rel.clamp(0, Q - 1)] != 0
+        return (pos < ctx[b]) & ((rel < 0) | ((rel < Q) & own))
+
+    # the block mask's KV extent must cover the pool: pad the index lists to num_blocks columns
+    pad = (0, num_blocks - MB)
+    full_idx, partial = F.pad(tables, pad), F.pad(partial, pad)
+    q_blocks = -(-Q // Q_BLOCK)  # every query block of a sequence visits the same pool blocks
+
+    def per_q_block(t: torch.Tensor) -> torch.Tensor:  # [B, ...] -> [B, 1, q_blocks, ...] int32
+        return t.to(torch.int32).view(B, 1, 1, *t.shape[1:]).expand(B, 1, q_blocks, *t.shape[1:]).contiguous()
+
+    return BlockMask.from_kv_blocks(
+        per_q_block(used - full),
+        per_q_block(partial),
+        per_q_block(full),
+        per_q_block(full_idx),
+        BLOCK_SIZE=(Q_BLOCK, block_size),
+        mask_mod=mask_mod,
+        seq_lengths=(Q, num_blocks * block_size),
+        **_SKIP_Q_BLOCKS,
+    )
+
+
+def pool_attention(
+    q: torch.Tensor, pool_k: torch.Tensor, pool_v: torch.Tensor, block_mask: BlockMask, scale: float
+) -> torch.Tensor:
+    """Attention of ``q`` ``[B, H, Q, D]`` over one layer's pool ``[KVH, S, D]`` (read in place) under ``block_mask``."""
+    B = q.shape[0]
+    keys = pool_k.unsqueeze(0).expand(B, -1, -1, -1)
+    values = pool_v.unsqueeze(0).expand(B, -1, -1, -1)
+    return flex_attention(q, keys, values, block_mask=block_mask, scale=scale, enable_gqa=q.shape[1] != pool_k.shape[0])
