@@ -101,7 +101,8 @@ class CompiledForward:
         self.shapes: set[tuple[int, int, int]] = set()  # buckets run so far (each compiled once)
 
     def _step(self, inputs: torch.Tensor, B: int, Q: int, K: int) -> torch.Tensor:
-        return self.model.paged_forward(padded_layout(inputs, (B, Q, K), self.pool.block_size, self._pool_blocks), self.pool)
+        layout = padded_layout(inputs, (B, Q, K), self.pool.block_size, self._pool_blocks)
+        return self.model.paged_forward(layout, self.pool)
 
     def padded_forward(self, inputs: torch.Tensor, shape: tuple[int, int, int]) -> torch.Tensor:
         """Logits of all ``B' * Q'`` rows of the padded step ``inputs`` (:func:`padded_inputs`, on the model's device)."""

@@ -38,6 +38,7 @@ prompt lookup token for token against plain decoding and against Hugging Face.
 """
 from __future__ import annotations
 
+import functools
 import itertools
 from dataclasses import dataclass
 from typing import Callable, Sequence
@@ -46,7 +47,7 @@ import torch
 
 from .kv_cache import SCRATCH_BLOCK, KVPool
 from .paged_attention import pool_block_mask
-from .paged_llama import BatchLayout, PagedLlama, Parents, sequence_rows
+from .paged_llama import BatchLayout, PagedLlama, Parents, row_tree
 
 MIN_K = 256  # smallest attended-slot bucket
 
@@ -70,32 +71,39 @@ def padded_inputs(
     The block tables travel as ``[B, ceil(K / block_size)]`` (scratch-padded), not as
     slots: the slots, or FlexAttention's block mask, are derived on the device.
     ``parents[b]`` makes sequence ``b``'s rows a tree (:class:`~.paged_llama.SequenceRows`).
-    Cost: O(B * (Q^2 + K / block_size)) host integers."""
+    Cost: O(B * (Q^2 + K / block_size)) Python integers, one tensor built from them."""
     B, Q, K = shape
     width = -(-K // block_size)
-    ids = torch.zeros(B, Q, dtype=torch.long)
-    pos = torch.zeros(B, Q, dtype=torch.long)
-    write = torch.full((B, Q), SCRATCH_BLOCK * block_size, dtype=torch.long)
-    blocks = torch.full((B, width), SCRATCH_BLOCK, dtype=torch.long)
-    ctx = torch.ones(B, dtype=torch.long)  # padded sequences attend to key 0 only
-    base = torch.zeros(B, dtype=torch.long)
-    visible = torch.zeros(B, Q, Q, dtype=torch.long)
-    visible[:, :, 0] = 1  # padded rows see one finite key (their logits are dropped)
+    n = B * Q
+    scratch = SCRATCH_BLOCK * block_size
+    ids, pos, write = [0] * n, [0] * n, [scratch] * n
+    blocks = [SCRATCH_BLOCK] * (B * width)
+    ctx, base = [1] * B, [0] * B  # padded sequences attend to key 0 only
+    padded_row = [1] + [0] * (Q - 1)  # padded rows see one finite key (their logits are dropped)
+    visible = padded_row * n
     rows: list[int] = []
-    for b, (toks, c, table, n) in enumerate(zip(new_tokens, contexts, tables, n_logits)):
-        q = len(toks)
-        sr = sequence_rows(q, c, table, parents[b] if parents is not None else None, block_size)
-        ids[b, :q] = torch.tensor(toks, dtype=torch.long)
-        pos[b, :q] = sr.positions
-        write[b, :q] = sr.write_slots
+    for b, (toks, c, table, keep) in enumerate(zip(new_tokens, contexts, tables, n_logits)):
+        q, first = len(toks), b * Q
+        start = c - q
+        depth, seen = row_tree(parents[b] if parents is not None else None, q)
+        ids[first : first + q] = toks
+        pos[first : first + q] = [start + d for d in depth]
+        write[first : first + q] = [table[s // block_size] * block_size + s % block_size for s in range(start, c)]
         live = table[: -(-c // block_size)]
-        blocks[b, : len(live)] = torch.tensor(live, dtype=torch.long)
-        ctx[b] = c
-        base[b] = c - q
-        visible[b, :q, :q] = sr.visible if sr.visible is not None else torch.ones(q, q, dtype=torch.long).tril()
-        rows.extend(range(b * Q + q - n, b * Q + q))
-    flat = torch.cat([ids.view(-1), pos.view(-1), write.view(-1), blocks.view(-1), ctx, base, visible.view(-1)])
+        blocks[b * width : b * width + len(live)] = live
+        ctx[b], base[b] = c, start
+        for r, bits in enumerate(seen):
+            visible[(first + r) * Q : (first + r + 1) * Q] = _bit_row(bits, Q)
+        rows.extend(range(first + q - keep, first + q))
+    flat = torch.tensor(ids + pos + write + blocks + ctx + base + visible, dtype=torch.long)
     return flat, torch.tensor(rows, dtype=torch.long)
+
+
+@functools.lru_cache(maxsize=4096)
+def _bit_row(bits: int, width: int) -> tuple[int, ...]:
+    """The low ``width`` bits of ``bits`` as 0/1 values, lowest first (memoised: a chain's
+    rows repeat from step to step)."""
+    return tuple((bits >> j) & 1 for j in range(width))
 
 
 def padded_layout(

@@ -101,6 +101,24 @@ class SequenceRows:
     visible: torch.Tensor | None  # [q, q] bool (row r sees row c), None for a chain
 
 
+def row_tree(parents: Parents, q: int) -> tuple[list[int], list[int]]:
+    """Each row's depth and the bitset of rows it sees (its ancestors and itself), for a
+    step's ``q`` rows under ``parents`` (``None``: a chain). Raises ``ValueError`` unless
+    ``parents[r] < r`` for every row. Cost: O(q) Python integer operations."""
+    if parents is None:
+        return list(range(q)), [(2 << r) - 1 for r in range(q)]
+    if len(parents) != q:
+        raise ValueError(f"{len(parents)} parents for {q} rows")
+    depth = [0] * q
+    seen = [0] * q
+    for r, p in enumerate(parents):
+        if not -1 <= p < r:
+            raise ValueError(f"row {r} has parent {p}; parents must precede their children")
+        depth[r] = depth[p] + 1 if p >= 0 else 0
+        seen[r] = (seen[p] if p >= 0 else 0) | (1 << r)
+    return depth, seen
+
+
 def sequence_rows(q: int, ctx: int, table: Sequence[int], parents: Parents, block_size: int) -> SequenceRows:
     """Positions, write slots and row visibility of one sequence's ``q`` rows ending at ``ctx``."""
     base = ctx - q
@@ -109,15 +127,7 @@ def sequence_rows(q: int, ctx: int, table: Sequence[int], parents: Parents, bloc
     write = blocks[slots // block_size] * block_size + slots % block_size
     if parents is None:
         return SequenceRows(slots, write, None)
-    if len(parents) != q:
-        raise ValueError(f"{len(parents)} parents for {q} rows")
-    depth = [0] * q
-    seen = [0] * q  # bitsets of visible rows
-    for r, p in enumerate(parents):
-        if not -1 <= p < r:
-            raise ValueError(f"row {r} has parent {p}; parents must precede their children")
-        depth[r] = depth[p] + 1 if p >= 0 else 0
-        seen[r] = (seen[p] if p >= 0 else 0) | (1 << r)
+    depth, seen = row_tree(parents, q)
     bits = torch.tensor([[(m >> c) & 1 for c in range(q)] for m in seen], dtype=torch.bool)
     return SequenceRows(base + torch.tensor(depth, dtype=torch.long), write, bits)
 
