@@ -4,18 +4,14 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.bench import load_bench
 
 
-def _bench(name: str):
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "bench" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.build_parser()
+def _bench(name: str) -> argparse.ArgumentParser:
+    return load_bench(name).build_parser()
 
 
 def _parsers() -> dict[str, argparse.ArgumentParser]:
@@ -38,6 +34,7 @@ def _parsers() -> dict[str, argparse.ArgumentParser]:
     if importlib.util.find_spec("torch") is not None:
         parsers["bench_runtime"] = _bench("bench_runtime")
         parsers["bench_trees"] = _bench("bench_trees")
+        parsers["bench_scale"] = _bench("bench_scale")
     for action in list(parsers["ngram_cache"]._actions):  # the subcommands' own parsers
         if isinstance(action, argparse._SubParsersAction):
             for name, sub in action.choices.items():
