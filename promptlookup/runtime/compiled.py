@@ -1,12 +1,17 @@
 """The paged forward pass compiled by ``torch.compile`` (inductor), one graph per padded step shape.
 
-What is compiled: :meth:`PagedLlama.paged_forward` over :func:`~.cuda_graphs.padded_layout`,
-i.e. the very step the CUDA graphs capture, with the attention mask built inside the graph
-from the block tables, the context lengths and each sequence's ``[Q, Q]`` row visibility,
-so token trees (:class:`~.paged_llama.SequenceRows`) run on the same graphs as chains.
-Inductor fuses the elementwise work around the matmuls (RMSNorm with the residual add,
-the rotary embedding, SiLU times up, the mask) into a few generated kernels, C++ on the
-CPU and Triton on a GPU.
+What is compiled: the step :meth:`PagedLlama.paged_forward` runs over
+:func:`~.cuda_graphs.padded_layout` (the very step the CUDA graphs capture), compiled
+*regionally*: :meth:`PagedLlama.decoder_layer` is compiled once per bucket and that code
+serves every layer, since layers differ only in their weights, which are the compiled
+graph's inputs (dynamo does not specialise on the layer object). So compiling costs the
+same for 30 layers as for 1. Around the layers run, uncompiled, the embedding lookup, the
+rotary table, the layout (the attention mask or block mask, built from the block
+tables, the context lengths and each sequence's ``[Q, Q]`` row visibility, so token trees
+(:class:`~.paged_llama.SequenceRows`) run on the same graphs as chains) and the final norm
+and LM head; under CUDA graphs they are captured with the layers. Inductor fuses each
+layer's elementwise work around the matmuls (RMSNorm with the residual add, the rotary
+embedding, SiLU times up) into a few generated kernels, C++ on the CPU and Triton on a GPU.
 
 Attention (``attention=``):
 
@@ -97,18 +102,21 @@ class CompiledForward:
         # one compiled graph per bucket; dynamo's default allows only 8 per function
         dynamo_config.recompile_limit = max(dynamo_config.recompile_limit, n_buckets)
         dynamo_config.accumulated_recompile_limit = max(dynamo_config.accumulated_recompile_limit, 2 * n_buckets)
-        self._compiled = torch.compile(self._step, backend="inductor", dynamic=False, fullgraph=True)
+        # one decoder layer, compiled once per bucket and reused by every layer
+        self._layer = torch.compile(model.decoder_layer, backend="inductor", dynamic=False, fullgraph=True)
         self.shapes: set[tuple[int, int, int]] = set()  # buckets run so far (each compiled once)
-
-    def _step(self, inputs: torch.Tensor, B: int, Q: int, K: int) -> torch.Tensor:
-        layout = padded_layout(inputs, (B, Q, K), self.pool.block_size, self._pool_blocks)
-        return self.model.paged_forward(layout, self.pool)
 
     def padded_forward(self, inputs: torch.Tensor, shape: tuple[int, int, int]) -> torch.Tensor:
         """Logits of all ``B' * Q'`` rows of the padded step ``inputs`` (:func:`padded_inputs`, on the model's device)."""
         self.shapes.add(shape)
+        model, pool = self.model, self.pool
         with torch.no_grad():
-            return self._compiled(inputs, *shape)
+            layout = padded_layout(inputs, shape, pool.block_size, self._pool_blocks)
+            h, cos, sin = model.embed(layout)
+            write = layout.write_slots.reshape(-1)
+            for i, layer in enumerate(model.layers):
+                h = self._layer(layer, h, cos, sin, write, layout, pool.k[i], pool.v[i])
+            return model.logits(h, layout)
 
     def fits(self, batch: int, max_q: int) -> bool:
         return self.buckets.fits(batch, max_q)

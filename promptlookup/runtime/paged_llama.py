@@ -337,29 +337,54 @@ class PagedLlama(nn.Module):
         return self.paged_forward(layout, pool)
 
     def paged_forward(self, layout: BatchLayout, pool: KVPool) -> torch.Tensor:
-        """:meth:`forward` without its ``inference_mode``: what :mod:`.compiled` traces (under
-        ``no_grad``; dynamo cannot trace into ``inference_mode``)."""
-        B, Q = layout.input_ids.shape
-        H, KVH, D = self.num_heads, self.num_kv_heads, self.head_dim
-        h = F.embedding(layout.input_ids.reshape(-1), self.embed_weight)  # [B*Q, hidden]
-        cos, sin = self.rotary_emb(h, layout.positions)
+        """:meth:`forward` without its ``inference_mode``; :mod:`.compiled` runs the same parts
+        (:meth:`embed`, :meth:`decoder_layer` compiled, :meth:`logits`) under ``no_grad``, as
+        dynamo cannot trace into ``inference_mode``."""
+        h, cos, sin = self.embed(layout)
         write = layout.write_slots.reshape(-1)
         for i, layer in enumerate(self.layers):
-            qkv = layer.qkv(layer.input_layernorm(h))
-            q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
-            q = q.reshape(B, Q, H, D).transpose(1, 2)
-            k = k.reshape(B, Q, KVH, D).transpose(1, 2)
-            q, k = apply_rotary_pos_emb(q, k, cos, sin)
-            v = v.reshape(B, Q, KVH, D)
-            # [B, KVH, Q, D] -> [KVH, B*Q, D] rows in write-slot order.
-            pool.k[i].index_copy_(1, write, k.permute(1, 0, 2, 3).reshape(KVH, B * Q, D))
-            pool.v[i].index_copy_(1, write, v.permute(2, 0, 1, 3).reshape(KVH, B * Q, D))
-            o = self._attend(q, pool.k[i], pool.v[i], layout)
-            h = h + layer.o_proj(o.transpose(1, 2).reshape(B * Q, H * D))
-            gate, up = layer.gate_up(layer.post_attention_layernorm(h)).split(self.intermediate, dim=-1)
-            h = h + layer.down_proj(self.act(gate) * up)
-        h = self.norm(h.index_select(0, layout.logit_rows))
-        return self.lm_head(h).float()
+            h = self.decoder_layer(layer, h, cos, sin, write, layout, pool.k[i], pool.v[i])
+        return self.logits(h, layout)
+
+    def embed(self, layout: BatchLayout) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The step's input rows ``[B*Q, hidden]`` and their rotary ``cos``, ``sin``."""
+        h = F.embedding(layout.input_ids.reshape(-1), self.embed_weight)
+        cos, sin = self.rotary_emb(h, layout.positions)
+        return h, cos, sin
+
+    def decoder_layer(
+        self,
+        layer: nn.Module,
+        h: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        write: torch.Tensor,
+        layout: BatchLayout,
+        pool_k: torch.Tensor,
+        pool_v: torch.Tensor,
+    ) -> torch.Tensor:
+        """One decoder layer over rows ``h`` ``[B*Q, hidden]``: writes the rows' K/V into the
+        layer's pool at ``write`` and returns the new rows. Every layer runs this same code
+        on tensors of the same shapes, so :mod:`.compiled` compiles it once for all layers."""
+        B, Q = layout.input_ids.shape
+        H, KVH, D = self.num_heads, self.num_kv_heads, self.head_dim
+        qkv = layer.qkv(layer.input_layernorm(h))
+        q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        q = q.reshape(B, Q, H, D).transpose(1, 2)
+        k = k.reshape(B, Q, KVH, D).transpose(1, 2)
+        q, k = apply_rotary_pos_emb(q, k, cos, sin)
+        v = v.reshape(B, Q, KVH, D)
+        # [B, KVH, Q, D] -> [KVH, B*Q, D] rows in write-slot order.
+        pool_k.index_copy_(1, write, k.permute(1, 0, 2, 3).reshape(KVH, B * Q, D))
+        pool_v.index_copy_(1, write, v.permute(2, 0, 1, 3).reshape(KVH, B * Q, D))
+        o = self._attend(q, pool_k, pool_v, layout)
+        h = h + layer.o_proj(o.transpose(1, 2).reshape(B * Q, H * D))
+        gate, up = layer.gate_up(layer.post_attention_layernorm(h)).split(self.intermediate, dim=-1)
+        return h + layer.down_proj(self.act(gate) * up)
+
+    def logits(self, h: torch.Tensor, layout: BatchLayout) -> torch.Tensor:
+        """fp32 logits of the rows ``layout.logit_rows`` of the final hidden rows ``h``."""
+        return self.lm_head(self.norm(h.index_select(0, layout.logit_rows))).float()
 
     def _attend(self, q: torch.Tensor, pk: torch.Tensor, pv: torch.Tensor, layout: BatchLayout) -> torch.Tensor:
         """Attention of ``q`` ``[B, H, Q, D]`` over one layer's pool ``pk``/``pv`` ``[KVH, S, D]``:

@@ -10,6 +10,7 @@ share a (batch, tokens) bucket: the tests check that too.
 """
 import pytest
 import torch
+from torch._dynamo.utils import counters
 
 from promptlookup.decoding import generate
 from promptlookup.drafting.base import DraftConfig
@@ -48,6 +49,7 @@ def _prefill(runner: TorchRunner, prompt: list[int], room: int) -> SequenceBlock
 @pytest.mark.slow
 def test_compiled_step_equals_eager_for_chains_trees_and_any_context(compiled_runner):
     runner = compiled_runner
+    graphs_before = counters["stats"]["unique_graphs"]
     new = [[7, 8, 9], [11, 12, 13, 14]]
     n_logits = [3, 4]
     tree = [-1, 0, 0, 1]  # the second sequence's rows branch: rows 1 and 2 both follow row 0
@@ -63,6 +65,9 @@ def test_compiled_step_equals_eager_for_chains_trees_and_any_context(compiled_ru
             torch.testing.assert_close(compiled, eager, rtol=0, atol=ATOL)
             assert torch.equal(compiled.argmax(-1), eager.argmax(-1))
     assert runner.compiled.shapes == {(2, 4, TOP_K)}
+    # one compiled layer serves every layer, every context and every step of the bucket
+    assert runner.model.config.num_hidden_layers > 1
+    assert counters["stats"]["unique_graphs"] - graphs_before == 1
 
 
 @pytest.mark.slow
