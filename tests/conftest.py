@@ -144,6 +144,13 @@ SLOW_TESTS = (
     "tests/cli/test_threads.py::test_run_records_the_thread_count",
     "tests/evaluation/test_summarize_trtllm_flags.py::test_dataset_dir_is_a_folder_or_a_file",
     "tests/evaluation/test_summarize_trtllm_flags.py::test_output_dir_holds_the_results_and_the_sweep",
+    # an engine built with --torch_compile inductor (a compile, ~20 s) and run.py processes loading it
+    "tests/engine/test_compile_cache.py::test_the_build_stores_the_compile_caches_and_records_them",
+    "tests/engine/test_compile_cache.py::test_a_fresh_process_warms_every_bucket_from_the_caches_without_compiling",
+    "tests/engine/test_compile_cache.py::test_the_loaded_compiled_run_equals_the_eager_run_token_for_token",
+    "tests/engine/test_compile_cache.py::test_stale_artifacts_give_one_note_and_the_run_goes_on",
+    "tests/engine/test_compile_cache.py::test_unusable_artifacts_are_one_note_and_nothing_is_compiled_at_load",
+    "tests/engine/test_compile_cache.py::test_compile_mode_off_ignores_the_artifacts",
 )
 
 

@@ -5,8 +5,10 @@ import time
 from pathlib import Path
 
 from ..checkpoint.load import read_checkpoint_config
+from ..defaults import COMPILE_MODES, DEFAULT_COMPILE_MODE
 from ..engine.build import BACKENDS, GEMM_PLUGINS, SPECULATIVE_MODES, build_config, build_torch_engine, resolve_backend
 from ..engine.config import ENGINE_KIND
+from ..errors import UserError
 from ..fsutil import check_output_dir
 from .args import ArgumentParser, add_num_threads_argument
 
@@ -35,8 +37,13 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--step_costs", choices=["measure", "none"], default="measure",
                    help="PyTorch engines: measure the relative cost of each step size now, on --device, and store "
                         "it for run.py's cost-aware draft policy (none: run.py verifies full drafts)")
+    p.add_argument("--torch_compile", choices=COMPILE_MODES, default=DEFAULT_COMPILE_MODE,
+                   help="PyTorch engines: inductor compiles every decoding step shape now, on --device, and stores "
+                        "torch.compile's caches in the engine, so that run.py --torch_compile inductor loads them "
+                        "instead of compiling (off: nothing is compiled at build)")
     p.add_argument("--device", default="auto",
-                   help="PyTorch engines: where to measure step costs (auto: the GPU when one is visible, else the CPU)")
+                   help="PyTorch engines: where to measure step costs and compile (auto: the GPU when one is visible, "
+                        "else the CPU)")
     add_num_threads_argument(p)  # step costs are measured with run.py's default thread count
     return p
 
@@ -47,11 +54,22 @@ def parse_args(argv: list[str] | None):
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    compile_ahead = args.torch_compile != DEFAULT_COMPILE_MODE
+    if compile_ahead and args.backend == "trtllm":
+        raise UserError(f"--torch_compile {args.torch_compile} applies to PyTorch engines; drop it for --backend trtllm")
     backend = resolve_backend(args.backend)
-    if backend == "torch" and args.step_costs == "measure":
+    if compile_ahead and backend == "trtllm":
+        raise UserError(f"--torch_compile {args.torch_compile} applies to PyTorch engines, and --backend auto chose "
+                        "TensorRT-LLM here; pass --backend torch, or drop --torch_compile")
+    compile_device = None
+    if compile_ahead:
+        from ..engine.compile_cache import check_can_compile
+
+        compile_device = check_can_compile(args.device)  # before anything is loaded
+    if backend == "torch" and (args.step_costs == "measure" or compile_ahead):
         from ..threads import configure_threads
 
-        configure_threads(args.num_threads)
+        configure_threads(args.num_threads)  # the compiled CPU kernels are specialised on it too
     ckpt = Path(args.checkpoint_dir)
     check_output_dir(args.output_dir, ENGINE_KIND, inputs=[("--checkpoint_dir", ckpt)])
     pretrained = read_checkpoint_config(ckpt)
@@ -84,10 +102,21 @@ def main(argv: list[str] | None = None) -> int:
         )
     else:
         build_torch_engine(ckpt, args.output_dir, build,
-                           step_costs_device=args.device if args.step_costs == "measure" else None)
+                           step_costs_device=args.device if args.step_costs == "measure" else None,
+                           compile_device=compile_device)
     print(
         f"built a {backend} engine in {args.output_dir} ({time.perf_counter() - start:.1f} s): "
         f"max_batch_size={args.max_batch_size} max_input_len={args.max_input_len} "
         f"max_seq_len={max_seq_len} max_draft_len={args.max_draft_len}"
+        + (_compiled_summary(args.output_dir) if compile_ahead else "")
     )
     return 0
+
+
+def _compiled_summary(engine_dir: str) -> str:
+    """``; compiled N step buckets on <device> in S s`` from the engine's config.json."""
+    from ..engine.config import read_engine_config
+
+    parts = [f"; compiled {len(e['buckets'])} step buckets on {device} in {e['compile_s']:.1f} s"
+             for device, e in (read_engine_config(engine_dir).compiled or {}).items()]
+    return "".join(parts)

@@ -74,6 +74,14 @@ def summarize_stats(results: list[Any]) -> dict[str, Any]:
     }
 
 
+def _compile_report(runner: Any) -> dict[str, Any] | None:
+    """What the compile set-up did (``--torch_compile inductor``; within ``setup_time_s``):
+    ``{"artifacts": "loaded"|"absent"|"stale", "buckets_warmed", "warmup_s", "cache_hits",
+    "cache_misses"}`` (engine/compile_cache.py); None when nothing is compiled."""
+    setup = getattr(runner, "compile_setup", None)
+    return setup.as_json() if setup is not None else None
+
+
 def main(argv: list[str] | None = None) -> int:
     begun = time.perf_counter()  # set-up time (loading included) is reported apart from generation
     parser = build_parser()
@@ -239,6 +247,7 @@ def _run(args: Any, given: Any, begun: float) -> int:
                 },
                 "wall_time_s": wall,
                 "setup_time_s": start - begun,
+                "compile": _compile_report(runner),
                 "tokens_per_s": stats["generated_tokens"] / wall if wall > 0 else 0.0,
                 "stats": stats,
                 "sequences": [

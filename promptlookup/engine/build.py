@@ -14,7 +14,7 @@ from typing import Any
 
 from ..errors import UserError
 from ..fsutil import atomic_output_dir
-from .config import ENGINE_FORMAT_VERSION, ENGINE_KIND
+from .config import COMPILED_KEY, ENGINE_FORMAT_VERSION, ENGINE_KIND, read_engine_config
 from .load import BACKENDS
 
 SPECULATIVE_MODES = ("draft_tokens_external", "lookahead_decoding")
@@ -97,11 +97,15 @@ def build_torch_engine(
     build: dict[str, Any],
     *,
     step_costs_device: str | None = None,
+    compile_device: str | None = None,
 ) -> Path:
     """Write a PyTorch engine directory (atomically) and return its path.
 
     ``step_costs_device`` (``cpu``, ``cuda``, ``auto``; ``None``: skip) measures the step-cost
     table on that device and stores it in ``config.json`` (:mod:`.step_costs`).
+    ``compile_device`` (the same values; ``None``: skip) compiles every step bucket with
+    inductor on that device and stores the compile caches in the engine
+    (:mod:`.compile_cache`); both happen before the engine is renamed into place.
     """
     from ..checkpoint.load import load_checkpoint, read_checkpoint_config
 
@@ -128,8 +132,27 @@ def build_torch_engine(
         }
         if step_costs:
             config["step_costs"] = step_costs
-        (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+        _write_config(tmp, config)
+        if compile_device is not None:  # loads the engine just written, as run.py will
+            config[COMPILED_KEY] = compile_for_engine(tmp, compile_device)
+            _write_config(tmp, config)
     return output_dir
+
+
+def _write_config(engine_dir: Path, config: dict[str, Any]) -> None:
+    (engine_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+
+
+def compile_for_engine(engine_dir: Path, device: str) -> dict[str, Any]:
+    """The ``"compiled"`` entry of the engine in ``engine_dir`` (config.json written, no entry
+    yet), after compiling every step bucket on ``device`` and writing the caches there.
+    Loads the engine with run.py's defaults so that the compiled shapes are run.py's.
+    Cost: one load of the weights and one compile per bucket (:mod:`.compile_cache`)."""
+    from .compile_cache import compile_ahead
+    from .load import torch_runner_for
+
+    runner = torch_runner_for(read_engine_config(engine_dir), device=device, compile_mode="inductor")
+    return compile_ahead(runner, engine_dir)
 
 
 def measure_for_engine(model: Any, pretrained: dict[str, Any], build: dict[str, Any], device: str) -> dict[str, Any]:

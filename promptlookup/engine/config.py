@@ -10,9 +10,14 @@ Layout (PyTorch engine)::
                                              plugin_config: {use_paged_context_fmha,
                                                              gemm_plugin, paged_kv_cache,
                                                              tokens_per_block}},
-                            "step_costs": {<device type>: {"costs": [...], ...}}}  (optional)
+                            "step_costs": {<device type>: {"costs": [...], ...}},  (optional)
+                            "compiled": {<device type>: {"backend": "inductor", "torch", "file",
+                                                         "buckets", "compile_s", ...}}}  (optional)
     rank{N}.safetensors    the checkpoint's weights (TensorRT-LLM names, any tp/pp)
     tokenizer files        copied from the checkpoint
+    compiled/inductor-<device type>.bin
+                           torch.compile's cache artifacts (build.sh --torch_compile inductor;
+                           engine/compile_cache.py), optional
 
 A TensorRT-LLM engine directory (from the real ``trtllm-build``) has the same top-level
 ``pretrained_config`` / ``build_config`` keys and ``rank{N}.engine`` files instead.
@@ -29,6 +34,7 @@ from ..runtime.base import EngineLimits
 
 ENGINE_FORMAT_VERSION = "promptlookup-engine-1"
 ENGINE_KIND = "engine"  # the kind in an engine directory's output manifest (promptlookup.fsutil)
+COMPILED_KEY = "compiled"  # config.json's entry for the compile caches (engine/compile_cache.py)
 
 
 @dataclass(frozen=True)
@@ -38,6 +44,7 @@ class EngineConfig:
     pretrained: dict[str, Any]
     build: dict[str, Any]
     step_costs: dict[str, Any] | None = None  # {device type: {"costs": [...], ...}} (engine/step_costs.py)
+    compiled: dict[str, Any] | None = None  # {device type: {"file", "torch", ...}} (engine/compile_cache.py)
 
     @property
     def limits(self) -> EngineLimits:
@@ -82,7 +89,8 @@ def read_engine_config(engine_dir: str | Path) -> EngineConfig:
     missing = [f"rank{r}.{suffix}" for r in range(world) if not (d / f"rank{r}.{suffix}").is_file()]
     if missing:
         raise UserError(f"engine directory {d} is incomplete (missing {', '.join(missing)}); rebuild it with build.sh")
-    return EngineConfig(d, backend, pretrained, build, raw.get("step_costs") if isinstance(raw.get("step_costs"), dict) else None)
+    optional = {key: raw.get(key) if isinstance(raw.get(key), dict) else None for key in ("step_costs", COMPILED_KEY)}
+    return EngineConfig(d, backend, pretrained, build, **optional)
 
 
 def check_end_id(end_id: int, vocab_size: int) -> None:

@@ -2,14 +2,17 @@
 from __future__ import annotations
 
 import os
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from ..defaults import DEFAULT_COMPILE_MODE, DEFAULT_CPU_WEIGHT_COPIES
 from ..errors import UserError
 from ..runtime.base import Runner
-from .config import read_engine_config
+from .config import EngineConfig, read_engine_config
 
-__all__ = ["load_runner", "check_backend", "BACKENDS"]
+if TYPE_CHECKING:
+    from ..runtime.torch_runner import TorchRunner
+
+__all__ = ["load_runner", "torch_runner_for", "check_backend", "BACKENDS"]
 
 
 def load_runner(
@@ -42,7 +45,12 @@ def load_runner(
 
     ``compile_mode`` (``--torch_compile``, PyTorch engines): ``inductor`` runs decoding steps
     through ``torch.compile`` (:mod:`promptlookup.runtime.compiled`; the projections are then
-    held row-major, once, for ``F.linear``); ``off`` runs them eagerly.
+    held row-major, once, for ``F.linear``); ``off`` runs them eagerly and ignores any compiled
+    artifacts. With ``inductor``, artifacts the engine holds for this device type and this
+    torch (``build.sh --torch_compile inductor``, :mod:`.compile_cache`) are loaded and every
+    step bucket is warmed up before this returns; without usable ones, one note goes to
+    stderr and steps compile lazily. What was done: ``runner.compile_setup``
+    (:class:`~.compile_cache.CompileSetup`).
 
     ``backend`` (``--backend``): ``auto`` runs the engine on the backend it was built
     for; ``torch`` or ``trtllm`` insist on that backend and refuse an engine built for
@@ -77,6 +85,35 @@ def load_runner(
         raise UserError(
             f"device list {list(device_ids)} needs the TensorRT-LLM backend; the PyTorch engine runs on one device, use [0]"
         )
+    runner = torch_runner_for(
+        cfg,
+        device=device,
+        kv_cache_enable_block_reuse=kv_cache_enable_block_reuse,
+        max_tokens_in_paged_kv_cache=max_tokens_in_paged_kv_cache,
+        cuda_graph_mode=cuda_graph_mode,
+        cpu_weight_copies=cpu_weight_copies,
+        compile_mode=compile_mode,
+    )
+    if compile_mode == "inductor":
+        from .compile_cache import prepare_compiled
+
+        runner.compile_setup = prepare_compiled(runner, cfg)
+    return runner
+
+
+def torch_runner_for(
+    cfg: EngineConfig,
+    *,
+    device: str | None = None,
+    kv_cache_enable_block_reuse: bool = True,
+    max_tokens_in_paged_kv_cache: int | None = None,
+    cuda_graph_mode: bool | None = None,
+    cpu_weight_copies: int = DEFAULT_CPU_WEIGHT_COPIES,
+    compile_mode: str = DEFAULT_COMPILE_MODE,
+) -> "TorchRunner":
+    """The PyTorch engine ``cfg`` as a runner (the arguments as :func:`load_runner` takes them),
+    without the compile caches' set-up: the build uses it to compile ahead of time. Nothing
+    is compiled here. Cost: loading the weights onto the device."""
     from ..checkpoint.load import load_checkpoint_state
     from ..runtime.device import resolve_device
     from ..runtime.paged_llama import PagedLlama

@@ -27,9 +27,10 @@ Shapes. Every graph is compiled for static shapes (``dynamic=False``): a step ru
 graph of its bucket, and steps that fit no bucket (the prefill of a long prompt) run eagerly.
 
 Costs. Compiling one bucket takes seconds for a tiny model and far longer for a real one
-(docs/benchmarks.md); :meth:`CompiledForward.warmup` compiles ahead of a run, and inductor keeps its
+(docs/benchmarks.md); :meth:`CompiledForward.warmup` compiles ahead of a run, inductor keeps its
 own on-disk cache (``TORCHINDUCTOR_CACHE_DIR``) that makes a second process's compiles
-cheaper. A step then costs one padded forward of ``B' * Q'`` rows; with ``"pool"``
+cheaper, and an engine built with ``--torch_compile inductor`` carries PyTorch's compile
+caches for its buckets (:mod:`promptlookup.engine.compile_cache`). A step then costs one padded forward of ``B' * Q'`` rows; with ``"pool"``
 attention each sequence's rows visit only the blocks its context occupies.
 docs/benchmarks.md has the CPU measurements against the eager path.
 

@@ -23,7 +23,7 @@ the accepted path ends in a single copy (:meth:`DecodeBatch.step_trees`).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Any, Sequence
 
 import torch
 
@@ -318,6 +318,8 @@ class TorchRunner:
             raise UserError(f"--cuda_graph_mode needs the model on a CUDA device, but it is on {self.model.device}; "
                             "pass --device cuda or drop --cuda_graph_mode")
         self.compiled: CompiledForward | None = None
+        # what engine.load_runner's compile set-up did (engine/compile_cache.py: CompileSetup); None otherwise
+        self.compile_setup: Any = None
         if compiled:  # attention reads the pool in place: buckets by (batch, tokens) alone
             buckets = StepBuckets.for_limits(limits.max_batch_size, limits.max_draft_len + 1, limits.max_seq_len,
                                              tokens_per_block, by_context=False)
