@@ -10,14 +10,25 @@ a GPU the CUDA graphs' warm-up, which captures the compiled step), and stores wh
 the process's local inductor caches (``TORCHINDUCTOR_CACHE_DIR``), then warms every bucket
 up at once; each warm-up is then a cache hit instead of a compile.
 
-What is stored. Inductor's FX-graph cache entries (the generated kernel source and its
-Python wrapper, one per bucket) and AOTAutograd's cache entries, in PyTorch's own
-serialization, in ``compiled/inductor-<device type>.bin`` under the engine directory (written
-to a temporary file and renamed). ``config.json`` records it under ``"compiled"``::
+What is stored, under ``compiled/`` in the engine directory:
+
+- ``inductor-<device type>.bin``: the Mega-Cache bytes (inductor's FX-graph cache entries,
+  i.e. the generated kernel source and its Python wrapper, one per bucket, and
+  AOTAutograd's entries), in PyTorch's own serialization, written to a temporary file and
+  renamed. Portable: another machine of the same kind rebuilds the kernels from it.
+- ``inductor-<device type>-kernels/``: the build's own inductor cache folder, the compiled
+  kernels included (shared objects on the CPU, Triton binaries on a GPU). At load its files
+  are copied, where missing, into the process's inductor cache; where the machine matches
+  the build's (the cache keys include the CPU's instruction set and the compiler), a
+  warm-up then loads the kernels instead of compiling them.
+
+``config.json`` records both under ``"compiled"``::
 
     "compiled": {"<device type>": {"backend": "inductor", "torch": "2.13.0+cpu",
                                    "transformers": "...", "file": "compiled/inductor-cpu.bin",
-                                   "sha256": "...", "bytes": 123456, "buckets": [[B, Q, K], ...],
+                                   "sha256": "...", "bytes": 123456,
+                                   "kernels": "compiled/inductor-cpu-kernels", "kernel_bytes": 4200000,
+                                   "buckets": [[B, Q, K], ...],
                                    "compile_s": 61.2, "dtype": "float32", "threads": 1,
                                    "kv_blocks": 17, "source": "<sha256 of the step's code>",
                                    "device_name": "<GPU name, CUDA only>"}}
@@ -32,35 +43,40 @@ and any change to the source of the modules that define the compiled step
 (:data:`GRAPH_MODULES`). The checks are deliberately conservative: a false "stale" costs
 lazy compiles (today's behaviour), a false "loaded" would compile every bucket up front.
 
-Cost. At build: one compile per bucket (about 50 s each for SmolLM2 on one CPU thread),
-plus one more load of the weights. On disk: about 2.5 MB a bucket for SmolLM2. At load:
-reading and hashing the file, then per bucket a dynamo trace (2-3 s for SmolLM2), a cache
-lookup and, on the CPU, the C++ compiler run on the cached kernel source (the caches hold
-source, not shared objects; 6-16 s a bucket), unless the local inductor cache already
-holds those objects. Measured in docs/benchmarks.md, "Compiling at build".
+Cost. At build: one compile per bucket (of one decoder layer, reused by every layer:
+:mod:`promptlookup.runtime.compiled`), plus one more load of the weights. On disk: a few
+MB a bucket. At load: reading and hashing the file, copying the kernel folder into the
+local cache (once per machine), then per bucket a dynamo trace of one layer and a cache
+lookup that loads the compiled kernels; where they do not fit the machine, the C++
+compiler (or Triton) runs on the cached source instead. Measured in docs/benchmarks.md,
+"Compiling at build".
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import os
+import shutil
 import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 
 from ..errors import UserError
 from ..fsutil import atomic_write_bytes
 from ..runtime import compiled as compiled_module
-from ..runtime import cuda_graphs, kv_cache, paged_llama
+from ..runtime import cuda_graphs, kv_cache, paged_attention, paged_llama
 from ..runtime.compiled import CompiledForward, inductor_unavailable_reason
 from ..runtime.device import resolve_device
 from ..runtime.torch_runner import TorchRunner
 from .config import EngineConfig
 
 BACKEND = "inductor"
-GRAPH_MODULES = (compiled_module, cuda_graphs, paged_llama, kv_cache)  # their source defines the compiled step
+CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"
+GRAPH_MODULES = (compiled_module, cuda_graphs, paged_attention, paged_llama, kv_cache)  # their source defines the compiled step
 REBUILD = "rebuild the engine with build.sh --torch_compile inductor to compile ahead of time"
 
 
@@ -79,6 +95,7 @@ class CompileSetup:
     warmup_s: float = 0.0
     cache_hits: int = 0
     cache_misses: int = 0
+    kernel_files_installed: int = 0  # compiled-kernel files copied from the engine into inductor's cache
 
     def as_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -87,6 +104,49 @@ class CompileSetup:
 def artifact_file(device_type: str) -> str:
     """The artifacts' path relative to the engine directory."""
     return f"compiled/{BACKEND}-{device_type}.bin"
+
+
+def kernel_dir(device_type: str) -> str:
+    """The build's own inductor cache (compiled kernels included), relative to the engine directory."""
+    return f"compiled/{BACKEND}-{device_type}-kernels"
+
+
+@contextlib.contextmanager
+def _inductor_cache_in(directory: Path) -> Iterator[None]:
+    """Point inductor's on-disk cache (``TORCHINDUCTOR_CACHE_DIR``) at ``directory`` for the
+    block; inductor reads the variable whenever it touches its cache."""
+    before = os.environ.get(CACHE_ENV)
+    os.environ[CACHE_ENV] = str(directory)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(CACHE_ENV, None)
+        else:
+            os.environ[CACHE_ENV] = before
+
+
+def _install_kernels(source: Path) -> int:
+    """Copy the engine's compiled kernels into this process's inductor cache, skipping files
+    already there (the cache is keyed by content hashes, so a present file is the same file);
+    each copy lands under a temporary name and is renamed. Returns the files copied. Cost:
+    one read and write of the kernel folder (a few MB a bucket) the first time, then a walk."""
+    if not source.is_dir():
+        return 0
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+    target = Path(cache_dir())
+    copied = 0
+    for path in source.rglob("*"):
+        dest = target / path.relative_to(source)
+        if path.is_dir() or dest.exists():
+            continue
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = dest.with_name(f".{dest.name}.tmp-{os.getpid()}")
+        shutil.copy2(path, tmp)
+        os.replace(tmp, dest)
+        copied += 1
+    return copied
 
 
 def check_can_compile(device: str) -> str:
@@ -157,10 +217,13 @@ def compile_ahead(runner: TorchRunner, engine_dir: Path) -> dict[str, Any]:
     defaults ``run.py`` uses (KV pool size, thread count), which the entry records.
     Cost: one compile per bucket, then one serialisation of the caches."""
     device_type = runner.model.device.type
-    start = time.perf_counter()
-    warm_all(runner)
-    compile_s = time.perf_counter() - start
-    saved = torch.compiler.save_cache_artifacts()
+    kernels = engine_dir / kernel_dir(device_type)
+    with _inductor_cache_in(kernels):  # the compiled kernels themselves, kept with the engine
+        start = time.perf_counter()
+        warm_all(runner)
+        compile_s = time.perf_counter() - start
+        saved = torch.compiler.save_cache_artifacts()
+    shutil.rmtree(kernels / "locks", ignore_errors=True)  # inductor's lock files, made just now
     if saved is None:
         raise UserError("--torch_compile inductor: torch.compile recorded no cache artifacts (is inductor's FX graph "
                         "cache off, TORCHINDUCTOR_FX_GRAPH_CACHE=0?); build with --torch_compile off or enable it")
@@ -168,7 +231,9 @@ def compile_ahead(runner: TorchRunner, engine_dir: Path) -> dict[str, Any]:
     relative = artifact_file(device_type)
     atomic_write_bytes(engine_dir / relative, data)
     entry = {**_fingerprint(runner), "file": relative, "sha256": hashlib.sha256(data).hexdigest(),
-             "bytes": len(data), "compile_s": round(compile_s, 3)}
+             "bytes": len(data), "kernels": kernel_dir(device_type),
+             "kernel_bytes": sum(f.stat().st_size for f in kernels.rglob("*") if f.is_file()),
+             "compile_s": round(compile_s, 3)}
     return {device_type: entry}
 
 
@@ -219,6 +284,10 @@ def prepare_compiled(runner: TorchRunner, cfg: EngineConfig) -> CompileSetup:
     Cost: see the module docstring."""
     device_type = runner.model.device.type
     status, data, note = _read_artifacts(cfg, device_type, runner)
+    installed = 0
+    if data is not None:  # the compiled kernels first: then a warm-up compiles nothing at all
+        kernels = cfg.compiled[device_type].get("kernels")
+        installed = _install_kernels(cfg.directory / str(kernels)) if kernels else 0
     if data is not None and torch.compiler.load_cache_artifacts(data) is None:
         status, note = "stale", f"PyTorch could not read its compiled artifacts; steps will compile lazily ({REBUILD})"
     if status != "loaded":
@@ -228,7 +297,7 @@ def prepare_compiled(runner: TorchRunner, cfg: EngineConfig) -> CompileSetup:
     start = time.perf_counter()
     warmed = warm_all(runner)
     setup = CompileSetup("loaded", warmed, time.perf_counter() - start,
-                         _fxgraph_counts()[0] - hits, _fxgraph_counts()[1] - misses)
+                         _fxgraph_counts()[0] - hits, _fxgraph_counts()[1] - misses, installed)
     if setup.cache_misses:
         print(f"note: {cfg.directory}: {setup.cache_misses} of {warmed} step buckets missed its compiled artifacts "
               f"and were compiled now ({REBUILD})", file=sys.stderr)

@@ -19,7 +19,7 @@ import torch
 
 from promptlookup.cli.build import main as build_main
 from promptlookup.cli.run import main as run_main
-from promptlookup.engine.compile_cache import artifact_file
+from promptlookup.engine.compile_cache import artifact_file, kernel_dir
 from promptlookup.engine.load import load_runner
 from promptlookup.errors import run_cli
 from promptlookup.fsutil import MANIFEST
@@ -97,6 +97,10 @@ def test_the_build_stores_the_compile_caches_and_records_them(aot_engine):
     assert entry["buckets"] == BUCKETS and entry["threads"] == 1 and entry["dtype"] == "float32"
     assert (aot_engine / entry["file"]).stat().st_size == entry["bytes"] > 0
     assert entry["compile_s"] > 0
+    kernels = aot_engine / entry["kernels"]
+    assert entry["kernels"] == kernel_dir("cpu") == "compiled/inductor-cpu-kernels"
+    assert list(kernels.rglob("*.so")) and not (kernels / "locks").exists()
+    assert entry["kernel_bytes"] == sum(f.stat().st_size for f in kernels.rglob("*") if f.is_file())
     leftovers = [p.name for p in aot_engine.rglob(".*") if p.name != MANIFEST]
     assert not leftovers and json.loads((aot_engine / MANIFEST).read_text())["kind"] == "engine"
 
@@ -108,6 +112,14 @@ def test_a_fresh_process_warms_every_bucket_from_the_caches_without_compiling(lo
     assert report["cache_hits"] >= len(BUCKETS) and report["cache_misses"] == 0  # FX graph cache: hits only
     assert report["warmup_s"] <= res["setup_time_s"]
     assert not notes(err), err
+
+
+def test_the_engines_compiled_kernels_are_used_so_nothing_is_compiled_at_load(aot_engine, loaded_run):
+    res, _, cache = loaded_run
+    assert res["compile"]["kernel_files_installed"] > 0
+    shipped = {p.relative_to(aot_engine / kernel_dir("cpu")) for p in (aot_engine / kernel_dir("cpu")).rglob("*.so")}
+    present = {p.relative_to(cache) for p in cache.rglob("*.so")}
+    assert present == shipped  # every shared object in the run's cache came from the engine: none was built
 
 
 def test_the_loaded_compiled_run_equals_the_eager_run_token_for_token(aot_engine, prompt_file, loaded_run, tmp_path):
