@@ -202,3 +202,21 @@ def test_torch_compile_without_a_compiler_is_refused_before_loading(tmp_path, mo
     with pytest.raises(UserError, match="needs a C\\+\\+ compiler.*build with --torch_compile off"):
         build_main(["--checkpoint_dir", str(tmp_path / "ckpt"), "--output_dir", str(tmp_path / "engine"),
                     "--backend", "torch", "--device", "cpu", "--torch_compile", "inductor"])
+
+
+def test_installing_kernels_adds_files_and_replaces_none(tmp_path, monkeypatch):
+    from promptlookup.engine.compile_cache import _install_kernels
+
+    shipped = tmp_path / "engine_kernels"
+    (shipped / "ab").mkdir(parents=True)
+    (shipped / "ab" / "k1.so").write_bytes(b"from the engine")
+    (shipped / "ab" / "k2.py").write_bytes(b"from the engine")
+    cache = tmp_path / "cache"
+    (cache / "ab").mkdir(parents=True)
+    (cache / "ab" / "k2.py").write_bytes(b"the user's own")
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(cache))
+    assert _install_kernels(shipped) == 1
+    assert (cache / "ab" / "k1.so").read_bytes() == b"from the engine"
+    assert (cache / "ab" / "k2.py").read_bytes() == b"the user's own"
+    assert sorted(p.name for p in (cache / "ab").iterdir()) == ["k1.so", "k2.py"]  # no temporary left
+    assert _install_kernels(shipped) == 0 and _install_kernels(tmp_path / "absent") == 0
