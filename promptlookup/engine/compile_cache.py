@@ -288,16 +288,17 @@ def prepare_compiled(runner: TorchRunner, cfg: EngineConfig) -> CompileSetup:
     if data is not None:  # the compiled kernels first: then a warm-up compiles nothing at all
         kernels = cfg.compiled[device_type].get("kernels")
         installed = _install_kernels(cfg.directory / str(kernels)) if kernels else 0
-    if data is not None and torch.compiler.load_cache_artifacts(data) is None:
-        status, note = "stale", f"PyTorch could not read its compiled artifacts; steps will compile lazily ({REBUILD})"
+        if torch.compiler.load_cache_artifacts(data) is None:
+            status, note = "stale", f"PyTorch could not read its compiled artifacts; steps will compile lazily ({REBUILD})"
     if status != "loaded":
         print(f"note: {cfg.directory}: {note}", file=sys.stderr)
         return CompileSetup(status)
     hits, misses = _fxgraph_counts()
     start = time.perf_counter()
     warmed = warm_all(runner)
-    setup = CompileSetup("loaded", warmed, time.perf_counter() - start,
-                         _fxgraph_counts()[0] - hits, _fxgraph_counts()[1] - misses, installed)
+    warmup_s = time.perf_counter() - start
+    hits_after, misses_after = _fxgraph_counts()
+    setup = CompileSetup("loaded", warmed, warmup_s, hits_after - hits, misses_after - misses, installed)
     if setup.cache_misses:
         print(f"note: {cfg.directory}: {setup.cache_misses} of {warmed} step buckets missed its compiled artifacts "
               f"and were compiled now ({REBUILD})", file=sys.stderr)

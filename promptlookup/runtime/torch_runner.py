@@ -320,17 +320,16 @@ class TorchRunner:
         self.compiled: CompiledForward | None = None
         # what engine.load_runner's compile set-up did (engine/compile_cache.py: CompileSetup); None otherwise
         self.compile_setup: Any = None
-        if compiled:  # attention reads the pool in place: buckets by (batch, tokens) alone
-            buckets = StepBuckets.for_limits(limits.max_batch_size, limits.max_draft_len + 1, limits.max_seq_len,
-                                             tokens_per_block, by_context=False)
+        # the compiled step reads the pool in place, so its buckets are (batch, tokens) alone;
+        # the eager step gathers the attended slots, so its buckets split contexts too
+        buckets = StepBuckets.for_limits(limits.max_batch_size, limits.max_draft_len + 1, limits.max_seq_len,
+                                         tokens_per_block, by_context=not compiled)
+        if compiled:
             self.compiled = CompiledForward(self.model, self.pool, buckets)
         self.graphs: CudaGraphs | None = None
         if on_cuda and cuda_graph_mode is not False:
-            if self.compiled is not None:
-                self.graphs = CudaGraphs(self.model, self.pool, self.compiled.buckets, self.compiled.padded_forward)
-            else:
-                self.graphs = CudaGraphs(self.model, self.pool, StepBuckets.for_limits(
-                    limits.max_batch_size, limits.max_draft_len + 1, limits.max_seq_len, tokens_per_block))
+            self.graphs = CudaGraphs(self.model, self.pool, buckets,
+                                     self.compiled.padded_forward if self.compiled is not None else None)
 
     def _check_dtype_runs(self) -> None:
         """Refuse, in one line and before any request, a half-precision model that this
