@@ -107,4 +107,17 @@ def pool_attention(
     B = q.shape[0]
     keys = pool_k.unsqueeze(0).expand(B, -1, -1, -1)
     values = pool_v.unsqueeze(0).expand(B, -1, -1, -1)
-    return flex_attention(q, keys, values, block_mask=block_mask, scale=scale, enable_gqa=q.shape[1] != pool_k.shape[0])
+    return flex_attention(q, keys, values, block_mask=block_mask, scale=scale, enable_gqa=q.shape[1] != pool_k.shape[0],
+                          kernel_options=gpu_kernel_options(q, block_mask.BLOCK_SIZE[1]))
+
+
+def gpu_kernel_options(q: torch.Tensor, block_size: int) -> dict | None:
+    """Triton kernel options for a step of ``q.shape[2]`` rows over pool blocks of ``block_size`` slots.
+
+    On a GPU, inductor picks its "decoding" kernel for short queries; with more than one
+    row per sequence under a grouped-query mask it gave wrong logits (PyTorch 2.11, H100;
+    ``tests/runtime/test_cuda.py`` checks the result), so steps of several rows use the
+    general kernel, whose key tile (``BLOCK_N``) must divide the pool's block."""
+    if q.device.type != "cuda" or q.shape[2] == 1:
+        return None
+    return {"FORCE_USE_FLEX_ATTENTION": True, "BLOCK_N": min(block_size, 64)}
