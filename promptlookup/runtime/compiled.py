@@ -57,6 +57,7 @@ from ..errors import UserError
 from .cpu_linear import CpuLinear
 from .cuda_graphs import StepBuckets, padded_inputs, padded_layout
 from .kv_cache import KVPool
+from .paged_attention import check_block_size, check_compiled_attention
 from .paged_llama import PagedLlama, Parents
 
 ATTENTION_MODES = ("pool", "gather")  # see the module docstring
@@ -78,8 +79,11 @@ class CompiledForward:
     ``attention``: ``"pool"`` (in place; ``buckets`` must not split contexts, i.e. be made
     with ``by_context=False``) or ``"gather"`` (see the module docstring).
     Graphs are compiled lazily, at the first step of their bucket, or by :meth:`warmup`.
-    Raises :class:`UserError` when inductor is unavailable or the model holds oneDNN-packed
-    projections (build it with ``dense_projections=True``).
+    Raises :class:`UserError` when inductor is unavailable or the pool's blocks are too
+    small for its attention kernels, and, before the first compiled step, when that kernel
+    fails :func:`~.paged_attention.check_compiled_attention` for these shapes on this
+    machine; ``ValueError`` when the model holds oneDNN-packed projections (build it with
+    ``dense_projections=True``).
     """
 
     def __init__(self, model: PagedLlama, pool: KVPool, buckets: StepBuckets, attention: str = "pool") -> None:
@@ -92,6 +96,9 @@ class CompiledForward:
             raise ValueError(f"attention must be one of {ATTENTION_MODES}, got {attention!r}")
         if (attention == "pool") == buckets.by_context:
             raise ValueError(f"{attention!r} attention needs buckets with by_context={attention == 'gather'}")
+        if attention == "pool":
+            check_block_size(pool.block_size)
+        self._probed = attention != "pool"  # the pool attention is probed before its first compiled step
         self.attention = attention
         self._pool_blocks = pool.num_blocks if attention == "pool" else None
         import torch._dynamo.config as dynamo_config
@@ -109,8 +116,12 @@ class CompiledForward:
 
     def padded_forward(self, inputs: torch.Tensor, shape: tuple[int, int, int]) -> torch.Tensor:
         """Logits of all ``B' * Q'`` rows of the padded step ``inputs`` (:func:`padded_inputs`, on the model's device)."""
-        self.shapes.add(shape)
         model, pool = self.model, self.pool
+        if not self._probed:  # here, not at construction: an engine's compile caches are loaded by now
+            check_compiled_attention(str(model.device), model.dtype, model.num_heads, model.num_kv_heads,
+                                     model.head_dim, pool.block_size)
+            self._probed = True
+        self.shapes.add(shape)
         with torch.no_grad():
             layout = padded_layout(inputs, shape, pool.block_size, self._pool_blocks)
             h, cos, sin = model.embed(layout)

@@ -27,16 +27,39 @@ gather route; the summation order differs, so results agree to rounding.
 
 ``flex_attention`` must run under ``torch.compile`` (:mod:`.compiled`) to be fast: called
 eagerly, PyTorch computes it densely over the whole pool (fine for tests, slow otherwise).
+
+Where the compiled kernels are wrong, and what guards against it:
+
+- **CPU, AVX2, 8-slot blocks** (PyTorch 2.13). Inductor's CPU FlexAttention template forms
+  ``q @ k.T`` per KV block with a micro-GEMM whose key tile is 16 columns. A block of fewer
+  columns goes to its "n-tail" kernel, and that kernel's transposing variant (taken when
+  the head dimension is a multiple of the vector width and below 24) computes and stores
+  a whole 16-column tile anyway: it reads keys of the neighbouring pool block and writes
+  over the next query row's scores. With 256-bit vectors (8 floats) an 8-slot block meets
+  every condition for head dimensions 8 and 16; 512-bit vectors never take that variant
+  below 16 columns, which is why AVX-512 machines passed. Hence :data:`MIN_BLOCK_SLOTS`:
+  the compiled route refuses pool blocks below a whole key tile, on every device (Triton's
+  tiles on a GPU need at least 16 keys as well).
+- **GPU, several rows per sequence** (PyTorch 2.11, H100): see :func:`gpu_kernel_options`.
+- Beside both rules, :func:`check_compiled_attention` compiles this module's attention for
+  a runner's exact shapes and compares it with the eager computation before the first
+  step; a mismatch refuses the compiled route in one line (``UserError``).
 """
 from __future__ import annotations
 
+import functools
 import inspect
+import warnings
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
+
+from ..errors import UserError
 from torch.nn.attention.flex_attention import BlockMask, flex_attention
 
 Q_BLOCK = 128  # FlexAttention's default query block: a step's rows are one block up to 128
+MIN_BLOCK_SLOTS = 16  # the compiled kernels' key tile: smaller pool blocks are refused (module docstring)
 NOT_OWNED = 1 << 40  # logical block number of a pool block outside a sequence's table (masked)
 
 # PyTorch >= 2.6 can skip the transposed (backward-only) indices; older ones cannot.
@@ -121,3 +144,69 @@ def gpu_kernel_options(q: torch.Tensor, block_size: int) -> dict | None:
     if q.device.type != "cuda" or q.shape[2] == 1:
         return None
     return {"FORCE_USE_FLEX_ATTENTION": True, "BLOCK_N": min(block_size, 64)}
+
+
+PROBE_ATOL = 1e-3  # fp32 attention outputs of unit-scale inputs agree to ~1e-6; a wrong kernel is off by O(1)
+
+
+def check_block_size(block_size: int) -> None:
+    """Refuse (one line, :class:`UserError`) pool blocks smaller than the compiled kernels' key tile."""
+    if block_size < MIN_BLOCK_SLOTS:
+        raise UserError(f"--torch_compile inductor needs KV blocks of at least {MIN_BLOCK_SLOTS} tokens (the compiled "
+                        f"attention kernels' key tile), but this engine's --tokens_per_block is {block_size}; rebuild "
+                        f"it with --tokens_per_block {MIN_BLOCK_SLOTS} or more, or use --torch_compile off")
+
+
+def check_compiled_attention(device: str, dtype: torch.dtype, heads: int, kv_heads: int, head_dim: int,
+                             block_size: int, rows: int = 4) -> float:
+    """Compile :func:`pool_attention` for these shapes and compare it with the eager result
+    on a probe step (two sequences over shuffled blocks, contexts ending mid-block, a
+    two-branch token tree of ``rows`` rows). Returns the largest difference; raises
+    :class:`UserError` (one line) when it exceeds :data:`PROBE_ATOL` (scaled for half
+    precision), or when ``block_size`` fails :func:`check_block_size`.
+
+    Cost: one compile of the attention alone (seconds on a CPU; memoised per process, for
+    each vector width inductor is told to use, and cached by inductor across processes)
+    and two small attention calls."""
+    import torch._inductor.config as inductor_config
+
+    return _probe(device, dtype, heads, kv_heads, head_dim, block_size, rows, inductor_config.cpp.simdlen)
+
+
+def _compile_attention() -> Callable[..., torch.Tensor]:
+    """:func:`pool_attention` compiled as the compiled forward compiles it (static shapes, one graph)."""
+    return torch.compile(pool_attention, backend="inductor", dynamic=False, fullgraph=True)
+
+
+@functools.lru_cache(maxsize=None)
+def _probe(device: str, dtype: torch.dtype, heads: int, kv_heads: int, head_dim: int, block_size: int, rows: int,
+           simdlen: int | None) -> float:
+    check_block_size(block_size)
+    gen = torch.Generator().manual_seed(0)
+    num_blocks, width = 12, 4
+    pool_k = torch.randn(kv_heads, num_blocks * block_size, head_dim, generator=gen)
+    pool_v = torch.randn(kv_heads, num_blocks * block_size, head_dim, generator=gen)
+    q = torch.randn(2, heads, rows, head_dim, generator=gen)
+    tables = torch.tensor([[7, 2, 10, 0], [4, 9, 1, 5]])[:, :width]
+    ctx = torch.tensor([2 * block_size + 3, 3 * block_size + rows])
+    base = ctx - rows
+    parents = [-1] + [0] * (rows > 1) + list(range(1, rows - 1))  # rows 1 and 2 both follow row 0
+    visible = torch.zeros(rows, rows, dtype=torch.long)
+    for r, p in enumerate(parents):
+        visible[r] = visible[p] if p >= 0 else 0
+        visible[r, r] = 1
+    visible = visible.expand(2, rows, rows).contiguous()
+    args = [t.to(device=device, dtype=dtype) for t in (q, pool_k, pool_v)]
+    mask = pool_block_mask(*(t.to(device) for t in (tables, ctx, base, visible)), block_size, num_blocks)
+    scale = head_dim ** -0.5
+    with warnings.catch_warnings():  # eager flex_attention warns that it is unfused: here that is the point
+        warnings.simplefilter("ignore", UserWarning)
+        want = pool_attention(*args, mask, scale).float()
+    got = _compile_attention()(*args, mask, scale).float()
+    err = (got - want).abs().max().item()
+    tolerance = PROBE_ATOL if dtype == torch.float32 else 50 * PROBE_ATOL
+    if not err <= tolerance:
+        raise UserError(f"--torch_compile inductor computes wrong attention on this machine ({device}, "
+                        f"--tokens_per_block {block_size}, head size {head_dim}: off by {err:.3g} in a probe step); "
+                        f"use --torch_compile off, or another --tokens_per_block")
+    return err

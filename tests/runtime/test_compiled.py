@@ -7,6 +7,12 @@ between distinct logits, and greedy choices must be identical. One compiled runn
 every test (each new padded bucket costs a compile of seconds here). Attention reads the
 KV pool in place (:mod:`promptlookup.runtime.paged_attention`), so contexts of any length
 share a (batch, tokens) bucket: the tests check that too.
+
+Inductor generates different code for each vector width, and an AVX2-only CPU once got
+wrong attention where AVX-512 machines passed (see :mod:`promptlookup.runtime.paged_attention`).
+So the compiled runner is built twice: at the widest width this machine has and at AVX2's
+256 bits (``torch._inductor.config.cpp.simdlen``), and every compiled-vs-eager test runs on
+both; a machine with AVX-512 thereby checks the AVX2 code too.
 """
 import pytest
 import torch
@@ -19,6 +25,7 @@ from promptlookup.runtime.base import EngineLimits
 from promptlookup.runtime.compiled import CompiledForward, inductor_unavailable_reason
 from promptlookup.runtime.cuda_graphs import StepBuckets
 from promptlookup.runtime.kv_cache import SequenceBlocks
+from promptlookup.runtime.paged_attention import check_compiled_attention
 from promptlookup.runtime.paged_llama import PagedLlama, build_layout
 from promptlookup.runtime.torch_runner import TorchRunner
 from tests.runtime.test_greedy_equivalence import END_ID, make_prompts
@@ -26,16 +33,29 @@ from tests.tiny import tiny_llama
 
 LIMITS = EngineLimits(max_batch_size=2, max_input_len=300, max_seq_len=320, max_draft_len=3, vocab_size=512)
 TOP_K = 320  # the one context size of every bucket (max_seq_len in whole blocks)
-BLOCK = 8
+BLOCK = 16  # the smallest block the compiled route takes (paged_attention.MIN_BLOCK_SLOTS)
 ATOL = 1e-4
+# inductor's vector width for the CPU code: None is the widest this machine has; 256 bits is AVX2's
+VECTOR_WIDTHS = {"widest": None, "avx2": 256}
 
 
-@pytest.fixture(scope="module")
-def compiled_runner() -> TorchRunner:
+@pytest.fixture(scope="module", params=list(VECTOR_WIDTHS))
+def compiled_runner(request) -> TorchRunner:
     reason = inductor_unavailable_reason(torch.device("cpu"))
     if reason is not None:
         pytest.skip(reason)
-    return TorchRunner(tiny_llama(seed=0), LIMITS, tokens_per_block=BLOCK, compile_mode="inductor")
+    width = VECTOR_WIDTHS[request.param]
+    if width is not None and torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"):
+        pytest.skip(f"this CPU cannot run {request.param} code ({torch.backends.cpu.get_cpu_capability()})")
+    # dynamo keeps compiled code on the function, guarded by shapes, not by inductor's settings:
+    # reset it, so this width compiles afresh instead of reusing the other width's code
+    torch._dynamo.reset()
+    with torch._inductor.config.patch({"cpp.simdlen": width}):  # compiles happen lazily, inside the tests
+        runner = TorchRunner(tiny_llama(seed=0), LIMITS, tokens_per_block=BLOCK, compile_mode="inductor")
+        m = runner.model  # the probe the first compiled step runs (memoised): its graphs are counted apart
+        assert check_compiled_attention("cpu", m.dtype, m.num_heads, m.num_kv_heads, m.head_dim, BLOCK) < ATOL
+        yield runner
+    torch._dynamo.reset()
 
 
 def _prefill(runner: TorchRunner, prompt: list[int], room: int) -> SequenceBlocks:
@@ -83,6 +103,29 @@ def test_compiled_greedy_equals_eager_plain_greedy_token_for_token(compiled_runn
     got = generate(compiled_runner, prompts[:1], max_new_tokens=24, end_id=END_ID)
     assert got[0].output_ids == plain[0]
     assert all(shape[2] == TOP_K for shape in compiled_runner.compiled.shapes)
+
+
+def test_the_compiled_route_refuses_blocks_smaller_than_the_kernels_key_tile():
+    if inductor_unavailable_reason(torch.device("cpu")) is not None:
+        pytest.skip(inductor_unavailable_reason(torch.device("cpu")))
+    with pytest.raises(UserError, match="--tokens_per_block is 8; rebuild it with --tokens_per_block 16 or more"):
+        TorchRunner(tiny_llama(seed=0), LIMITS, tokens_per_block=8, compile_mode="inductor")
+
+
+def test_a_compiled_attention_that_disagrees_with_eager_is_refused(monkeypatch):
+    """The load-time probe: a compiled kernel that is off (here: shifted by 1) refuses the route in one line."""
+    from promptlookup.runtime import paged_attention
+
+    def off_by_one() -> object:
+        return lambda *args: paged_attention.pool_attention(*args) + 1.0
+
+    paged_attention._probe.cache_clear()
+    monkeypatch.setattr(paged_attention, "_compile_attention", off_by_one)
+    try:
+        with pytest.raises(UserError, match="computes wrong attention on this machine .* off by 1 in a probe step"):
+            paged_attention.check_compiled_attention("cpu", torch.float32, 4, 2, 16, BLOCK)
+    finally:
+        paged_attention._probe.cache_clear()
 
 
 def test_bad_compile_mode_is_a_user_error():
