@@ -140,10 +140,13 @@ def gpu_kernel_options(q: torch.Tensor, block_size: int) -> dict | None:
     On a GPU, inductor picks its "decoding" kernel for short queries; with more than one
     row per sequence under a grouped-query mask it gave wrong logits (PyTorch 2.11, H100;
     ``tests/runtime/test_cuda.py`` checks the result), so steps of several rows use the
-    general kernel, whose key tile (``BLOCK_N``) must divide the pool's block."""
-    if q.device.type != "cuda" or q.shape[2] == 1:
+    general kernel. Either kernel's key tile (``BLOCK_N``) must divide the pool's block
+    (the general kernel also serves one-row steps where the head groups are not a power
+    of two, as SmolLM2's 9 heads over 3)."""
+    if q.device.type != "cuda":
         return None
-    return {"FORCE_USE_FLEX_ATTENTION": True, "BLOCK_N": min(block_size, 64)}
+    tile = {"BLOCK_N": min(block_size, 64)}  # the key tile must divide a pool block, whichever kernel runs
+    return tile if q.shape[2] == 1 else {**tile, "FORCE_USE_FLEX_ATTENTION": True}
 
 
 PROBE_ATOL = 1e-3  # fp32 attention outputs of unit-scale inputs agree to ~1e-6; a wrong kernel is off by O(1)
