@@ -72,8 +72,11 @@ class ScheduledDrafting:
             tokens = [int(t) for t in request.get_tokens(0)]
             tracked = self._tracked.get(request.request_id)
             if tracked is None:
-                max_seq_len = int(request.py_orig_prompt_len) + int(request.py_max_new_tokens)
-                tracked = _Tracked(self.drafter.new_request(tokens, max_seq_len=max_seq_len), len(tokens))
+                prompt_len = int(request.py_orig_prompt_len)
+                max_seq_len = prompt_len + int(request.py_max_new_tokens)
+                tracked = _Tracked(self.drafter.new_request(tokens[:prompt_len], max_seq_len=max_seq_len), len(tokens))
+                if tokens[prompt_len:]:  # what the context step generated: as this project's V2 loop feeds it
+                    tracked.request.extend(tokens[prompt_len:])
                 self._tracked[request.request_id] = tracked
             else:
                 new = tokens[tracked.seen:]
