@@ -12,7 +12,7 @@ from .config import EngineConfig, read_engine_config
 if TYPE_CHECKING:
     from ..runtime.torch_runner import TorchRunner
 
-__all__ = ["load_runner", "torch_runner_for", "check_backend", "BACKENDS"]
+__all__ = ["load_runner", "torch_runner_for", "check_backend", "check_trtllm_only_flags", "BACKENDS"]
 
 
 def load_runner(
@@ -90,11 +90,7 @@ def load_runner(
             enable_chunked_context=enable_chunked_context,
             hf_model_dir=hf_model_dir,
         )
-    for flag, given in (("--kv_cache_free_gpu_memory_fraction", kv_cache_free_gpu_memory_fraction is not None),
-                        ("--enable_chunked_context", enable_chunked_context)):
-        if given:
-            raise UserError(f"{flag} applies to TensorRT-LLM engines; the PyTorch engine sizes its KV cache with "
-                            "--max_tokens_in_paged_kv_cache and runs whole prompts: drop it")
+    check_trtllm_only_flags(cfg.backend, kv_cache_free_gpu_memory_fraction, enable_chunked_context)
     if device_ids is not None and list(device_ids) not in ([], [0]):
         raise UserError(
             f"device list {list(device_ids)} needs the TensorRT-LLM backend; the PyTorch engine runs on one device, use [0]"
@@ -153,6 +149,18 @@ def torch_runner_for(
 
 
 BACKENDS = ("auto", "torch", "trtllm")
+
+
+def check_trtllm_only_flags(built_for: str, kv_cache_free_gpu_memory_fraction: float | None,
+                            enable_chunked_context: bool) -> None:
+    """Refuse (one line) TensorRT-LLM's KV-cache flags for an engine of another backend."""
+    if built_for == "trtllm":
+        return
+    for flag, given in (("--kv_cache_free_gpu_memory_fraction", kv_cache_free_gpu_memory_fraction is not None),
+                        ("--enable_chunked_context", enable_chunked_context)):
+        if given:
+            raise UserError(f"{flag} applies to TensorRT-LLM engines; the PyTorch engine sizes its KV cache with "
+                            "--max_tokens_in_paged_kv_cache and runs whole prompts: drop it")
 
 
 def check_backend(requested: str, built_for: str, engine_dir: str | os.PathLike[str]) -> None:

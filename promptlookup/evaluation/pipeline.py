@@ -234,10 +234,11 @@ def evaluate(
     if s.test_engine or s.sweep:
         from ..engine.config import read_engine_config
 
-        from ..engine.load import check_backend
+        from ..engine.load import check_backend, check_trtllm_only_flags
 
         engine_cfg = read_engine_config(s.engine_dir)
         check_backend(s.backend, engine_cfg.backend, s.engine_dir)
+        check_trtllm_only_flags(engine_cfg.backend, s.kv_cache_free_gpu_memory_fraction, s.enable_chunked_context)
         limits = engine_cfg.limits
         _check_limits(limits, s, lengths)
         result.engine_limits = asdict(limits)
