@@ -175,7 +175,7 @@ def test_v2_longest_is_sa_on_main_and_this_projects_drafter_on_1_0(release, hf_d
     spec = llm.kwargs["speculative_config"]
     if which == "main":
         assert type(spec) is modules["tensorrt_llm.llmapi"].SADecodingConfig
-        assert (spec.max_draft_len, spec.max_matching_ngram_size) == (4, -1)
+        assert (spec.max_draft_len, spec.max_matching_ngram_size, spec.enable_global_pool) == (4, -1, True)
         assert "disable_overlap_scheduler" not in llm.kwargs  # SA supports the overlap scheduler
     else:
         assert type(spec) is modules["tensorrt_llm.llmapi"].UserProvidedDecodingConfig
@@ -267,6 +267,11 @@ def test_v2_through_the_engine_runner_forwards_the_kv_flags(release, tmp_path, h
     kv = llm.kwargs["kv_cache_config"]
     assert (kv.max_tokens, kv.free_gpu_memory_fraction, llm.kwargs["enable_chunked_prefill"]) == (512, 0.6, True)
     runner.close()
+    other = TrtllmRunner(read_trtllm_engine_config(engine), device_ids=[1], hf_model_dir=hf_dir)
+    with pytest.raises(UserError) as exc:
+        generate(other, [[1, 2]], max_new_tokens=6, end_id=END, draft=DraftConfig(prompt_lookup_num_tokens=4),
+                 workflow="v2")
+    assert "CUDA_VISIBLE_DEVICES=1" in one_line(exc)
 
 
 # ------------------------------------------------------------------ the user-provided drafter itself
@@ -314,3 +319,41 @@ def test_user_drafter_module_imports_without_tensorrt_llm(no_tensorrt_llm):
     with pytest.raises(TypeError, match="draft_len_schedule"):
         module.make_user_drafter(make_drafter(DraftConfig(), workflow="v2"), max_draft_len=10, base_cls=Base,
                                  draft_len_schedule={4: 10})
+
+
+# ------------------------------------------------------------------ promptlookup.LLM(..., backend="trtllm")
+
+
+def test_llm_api_backend_trtllm(release, tmp_path, smollm2_tokenizer_dir):
+    import shutil
+
+    from promptlookup import LLM, KvCacheConfig, NGramDecodingConfig, SamplingParams
+
+    which, modules = release
+    hf = tmp_path / "hf"
+    shutil.copytree(smollm2_tokenizer_dir, hf)
+    (hf / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"]}))
+    spec = NGramDecodingConfig(max_draft_len=4, mode="longest", max_concurrency=8)
+    with LLM(str(hf), speculative_config=spec, kv_cache_config=KvCacheConfig(max_tokens=1024), backend="trtllm") as llm:
+        a, b = llm.generate(["one two one two", [1, 11, 41, 31, 1]], SamplingParams(max_tokens=6, end_id=END))
+        want = greedy(FakeLLM.instances[-1].target, b.prompt_token_ids, 6, END)
+        assert b.outputs[0].token_ids == want and a.finished and b.outputs[0].finish_reason == "length"
+        sent = FakeLLM.instances[-1].kwargs
+        assert sent["kv_cache_config"].max_tokens == 1024 and sent["speculative_config"].max_concurrency == 8
+        expected = "SADecodingConfig" if which == "main" else "UserProvidedDecodingConfig"
+        assert type(sent["speculative_config"]) is getattr(modules["tensorrt_llm.llmapi"], expected)
+        with pytest.raises(UserError, match="generate\\(\\) only"):
+            llm.generate_async("x")
+        with pytest.raises(UserError, match="stop strings"):
+            llm.generate("x", SamplingParams(max_tokens=2, stop="two"))
+    for kwargs, needle in ((dict(device="cpu"), "takes no device"), (dict(draft_length_policy="cost"), "in full"),
+                           (dict(kv_cache_config=KvCacheConfig(enable_block_reuse=False)), "always reuses")):
+        with pytest.raises(UserError, match=needle):
+            LLM(str(hf), speculative_config=spec, backend="trtllm", **kwargs)
+
+
+def test_llm_api_backend_trtllm_without_tensorrt_llm(no_tensorrt_llm, tmp_path, smollm2_tokenizer_dir):
+    from promptlookup import LLM, NGramDecodingConfig
+
+    with pytest.raises(UserError, match="tensorrt_llm is not installed"):
+        LLM(str(smollm2_tokenizer_dir), speculative_config=NGramDecodingConfig(), backend="trtllm")

@@ -119,7 +119,9 @@ def plan_speculation(draft: DraftConfig | None, lookahead: Any, release: Release
                                     is_keep_all=draft.is_keep_all, is_use_oldest=draft.is_use_oldest,
                                     is_public_pool=draft.is_public_pool, **load))
     if own == ["--drafter_mode longest"] and release.has("sa_decoding"):
-        return SpecPlan(SA, dict(max_draft_len=k, max_matching_ngram_size=-1, **load))
+        # the longest mode also searches the public pool of other requests' text: SA's global pool
+        return SpecPlan(SA, dict(max_draft_len=k, max_matching_ngram_size=-1, enable_global_pool=draft.is_public_pool,
+                                 **load))
     release.require("user_provided_drafter", " and ".join(own) + " on --backend trtllm --workflow v2")
     return SpecPlan(USER_PROVIDED, dict(max_draft_len=k, **load), needs_own_drafter=tuple(own))
 

@@ -245,6 +245,12 @@ class TrtllmRunner:
                 "V2 prompt lookup on TensorRT-LLM runs the LLM API's NGram decoding, which loads the "
                 "Hugging Face checkpoint, not the engine; pass its directory (--hf_model_dir) or use --workflow v1"
             )
+        if self.device_ids != list(range(self.config.world_size)):
+            raise UserError(
+                f"device list {self.device_ids}: TensorRT-LLM's LLM API (v2) places its ranks on the visible GPUs "
+                f"itself; set CUDA_VISIBLE_DEVICES={','.join(map(str, self.device_ids))} and pass "
+                "--prompt_lookup_config \"[k,n]\", or use --workflow v1"
+            )
         if self._lookup is None:
             cls = self._lookup_generator_cls or TrtllmLookupGenerator
             self._lookup = cls(
