@@ -119,6 +119,9 @@ def _run(args: Any, given: Any, begun: float) -> int:
     from ..runtime import load_tokenizer
 
     engine_cfg = read_engine_config(args.engine_dir)  # a missing or incomplete engine is reported first
+    from ..drafting.concurrency import refuse_unrouted
+
+    refuse_unrouted(draft, inside_tensorrt_llm=engine_cfg.backend == "trtllm" and args.workflow == "v2")
     if engine_cfg.backend == "trtllm" and "draft_length_policy" in given and args.draft_length_policy == "cost":
         raise UserError("--draft_length_policy cost needs a PyTorch engine's step-cost table; TensorRT-LLM verifies "
                         "every draft in full: pass --draft_length_policy full or drop it")

@@ -80,11 +80,9 @@ def generate(
                 f"prompt_lookup_num_tokens {k} exceeds the engine's max_draft_len {limits.max_draft_len}; "
                 f"lower k or rebuild with --max_draft_len {k}"
             )
-    if config is not None and (config.max_concurrency is not None or config.draft_len_schedule is not None) \
-            and not (workflow == "v2" and caps.own_speculation):
-        raise UserError("max_concurrency/draft_len_schedule (--max_concurrency, --draft_len_schedule) are honoured by "
-                        "TensorRT-LLM (--backend trtllm --workflow v2) and by promptlookup.LLM's scheduler, not by "
-                        "this loop; drop them here")
+    from ..drafting.concurrency import refuse_unrouted
+
+    refuse_unrouted(config, inside_tensorrt_llm=workflow == "v2" and caps.own_speculation)
     if lookahead is not None and caps.token_trees:  # this project's engine rule (TensorRT-LLM checks its own)
         need = step_tokens(lookahead, config.prompt_lookup_num_tokens if config is not None else 0)
         if need > limits.max_draft_len:

@@ -56,6 +56,18 @@ def check_concurrency(max_concurrency: int | None, schedule: Schedule | None) ->
                         "give max_concurrency for a cut-off or draft_len_schedule for lengths by batch size")
 
 
+def refuse_unrouted(config: object, inside_tensorrt_llm: bool) -> None:
+    """Refuse (one line) ``max_concurrency``/``draft_len_schedule`` on a path that would not
+    honour them: only TensorRT-LLM's V2 (``inside_tensorrt_llm``) and ``promptlookup.LLM``'s
+    scheduler do."""
+    if config is None or inside_tensorrt_llm:
+        return
+    if getattr(config, "max_concurrency", None) is not None or getattr(config, "draft_len_schedule", None) is not None:
+        raise UserError("max_concurrency/draft_len_schedule (--max_concurrency, --draft_len_schedule) are honoured by "
+                        "TensorRT-LLM (--backend trtllm --workflow v2) and by promptlookup.LLM's scheduler, not by "
+                        "this loop; drop them here")
+
+
 def draft_len_for(live: int, max_draft_len: int, max_concurrency: int | None = None,
                   schedule: Schedule | None = None) -> int:
     """The draft length to use with ``live`` requests in the batch (0: speculation off)."""
@@ -74,4 +86,5 @@ def schedule_as_dict(schedule: Schedule | None) -> dict[int, int] | None:
     return None if schedule is None else {b: d for b, d in schedule}
 
 
-__all__ = ["Schedule", "check_concurrency", "draft_len_for", "normalize_schedule", "schedule_as_dict"]
+__all__ = ["Schedule", "check_concurrency", "draft_len_for", "normalize_schedule", "refuse_unrouted",
+           "schedule_as_dict"]

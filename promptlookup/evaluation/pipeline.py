@@ -239,6 +239,9 @@ def evaluate(
         engine_cfg = read_engine_config(s.engine_dir)
         check_backend(s.backend, engine_cfg.backend, s.engine_dir)
         check_trtllm_only_flags(engine_cfg.backend, s.kv_cache_free_gpu_memory_fraction, s.enable_chunked_context)
+        from ..drafting.concurrency import refuse_unrouted
+
+        refuse_unrouted(s.draft, inside_tensorrt_llm=engine_cfg.backend == "trtllm" and s.workflow == "v2")
         limits = engine_cfg.limits
         _check_limits(limits, s, lengths)
         result.engine_limits = asdict(limits)
