@@ -45,11 +45,18 @@ class NGramDecodingConfig:
     adaptive: bool = False
     static_cache: str | None = None  # persisted n-gram cache built offline (read only)
     dynamic_cache: str | None = None  # persisted n-gram cache that learns from finished requests
+    # TensorRT-LLM's DecodingBaseConfig knobs, same names and semantics (drafting.concurrency):
+    # speculation off above max_concurrency live requests; draft_len_schedule {batch_size: draft_len}
+    max_concurrency: int | None = None
+    draft_len_schedule: dict[int, int] | None = None
 
     def __post_init__(self) -> None:
+        from ..drafting.concurrency import normalize_schedule
         from ..drafting.drafter import validate_config
 
         _int("max_draft_len", self.max_draft_len, 1)
+        object.__setattr__(self, "draft_len_schedule", None if self.draft_len_schedule is None else
+                           dict(normalize_schedule(self.draft_len_schedule, self.max_draft_len)))
         for name in ("is_keep_all", "is_use_oldest", "is_public_pool", "adaptive"):
             _bool(name, getattr(self, name))
         validate_config(self.draft_config())  # the drafter's own rules (sizes, mode, min <= max)
@@ -66,6 +73,8 @@ class NGramDecodingConfig:
             min_matching_ngram_size=self.min_matching_ngram_size,
             static_cache=self.static_cache,
             dynamic_cache=self.dynamic_cache,
+            max_concurrency=self.max_concurrency,
+            draft_len_schedule=None if self.draft_len_schedule is None else tuple(sorted(self.draft_len_schedule.items())),
         )
 
 

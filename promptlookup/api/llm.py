@@ -175,6 +175,11 @@ class LLM:
     ``None`` (plain decoding). ``draft_token_budget``: see
     :mod:`promptlookup.serving.draft_budget`. Close it (``shutdown()`` or ``with``) to stop
     the scheduler thread.
+
+    ``backend``: ``"auto"``/``"torch"`` (this project's runtime, above) or ``"trtllm"``:
+    ``model`` is a Hugging Face checkpoint directory run by TensorRT-LLM's own LLM API, with
+    the speculative config mapped onto the installed release (:mod:`.trtllm_llm`; ``generate``
+    only, and whatever TensorRT-LLM would not honour is refused in one line).
     """
 
     def __init__(
@@ -189,6 +194,7 @@ class LLM:
         device: str | None = None,
         draft_length_policy: str = "full",
         draft_token_budget: int | None = None,
+        backend: str = "auto",
     ) -> None:
         from ..drafting import make_drafter
         from ..engine.load import load_runner
@@ -206,10 +212,22 @@ class LLM:
         if not isinstance(kv, KvCacheConfig):
             raise UserError(f"kv_cache_config must be a KvCacheConfig, got {type(kv).__name__}")
         self.speculative_config = speculative_config
+        if backend not in ("auto", "torch", "trtllm"):
+            raise UserError(f"backend {backend!r} is not a backend; choose auto, torch or trtllm")
+        self.trtllm: Any = None
+        if backend == "trtllm":
+            from .trtllm_llm import TrtllmGeneration, refuse_unmapped
+
+            refuse_unmapped(draft_length_policy=draft_length_policy, draft_token_budget=draft_token_budget,
+                            device=device, cache_dir=cache_dir, build=build, kv=kv)
+            self.tokenizer = load_tokenizer(tokenizer or model)
+            self.trtllm = TrtllmGeneration(model, self.tokenizer, speculative_config, kv)
+            self.runner = self.drafter = self.scheduler = None
+            return
         self.engine_dir: Path = resolve_engine(model, cache_dir=cache_dir, build=build or AutoBuild())
         self.tokenizer = load_tokenizer(tokenizer or self.engine_dir)
         self.runner = load_runner(self.engine_dir, kv_cache_enable_block_reuse=kv.enable_block_reuse,
-                                  max_tokens_in_paged_kv_cache=kv.max_tokens, device=device)
+                                  max_tokens_in_paged_kv_cache=kv.max_tokens, device=device, backend=backend)
         if not isinstance(self.runner, TorchRunner):
             raise UserError(f"{self.engine_dir} is a TensorRT-LLM engine; the promptlookup LLM API runs PyTorch "
                             "engines (use TensorRT-LLM's own LLM API for it)")
@@ -298,6 +316,9 @@ class LLM:
             params = list(sampling_params)
             if len(params) != len(prompts):
                 raise UserError(f"got {len(params)} SamplingParams for {len(prompts)} prompts")
+        if self.trtllm is not None:
+            done = self.trtllm.generate([self.encode(p) for p in prompts], params, self.default_end_id, self.decode)
+            return done[0] if single else done
         outputs: list[RequestOutput] = []
         try:
             for i, (p, sp) in enumerate(zip(prompts, params)):
@@ -318,6 +339,9 @@ class LLM:
         """Submit one prompt and return at once. In async code, ``async for`` the result to
         stream (every update with ``streaming=True``, else only the final one) or
         ``await out.aresult()``; in sync code, iterate it or call ``result()``."""
+        if self.trtllm is not None:
+            raise UserError("LLM(backend='trtllm') offers generate() only; stream with TensorRT-LLM's own "
+                            "LLM.generate_async, or use backend='torch'")
         try:
             loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
@@ -330,6 +354,9 @@ class LLM:
     def shutdown(self) -> None:
         """Cancel what is running, stop the scheduler thread (idempotent) and save the
         dynamic n-gram cache, if one is configured."""
+        if self.trtllm is not None:
+            self.trtllm.shutdown()
+            return
         self.scheduler.close()
         if self.drafter is not None:
             self.drafter.save()

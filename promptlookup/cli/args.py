@@ -83,18 +83,25 @@ def finite_float(text: str) -> float:
     return value
 
 
-def parse_prompt_lookup_config(text: str) -> tuple[int, int, list[int]]:
-    """Parse TensorRT-LLM's ``--prompt_lookup_config "[k, n, [device ids]]"`` safely.
+def parse_prompt_lookup_config(text: str) -> tuple[int, int, list[int] | None]:
+    """Parse TensorRT-LLM's ``--prompt_lookup_config "[k, n, [device ids]]"`` or its V2 form
+    ``"[k, n]"`` (TensorRT-LLM's prompt-lookup README) safely.
 
     ``k`` is prompt_lookup_num_tokens (>= 1), ``n`` max_matching_ngram_size (>= 1), the
-    device list names the GPUs of the target engine (non-negative, no repeats).
+    device list names the GPUs of the target engine (non-negative, no repeats); without it
+    the device list is None (the engine's own ranks).
     """
-    hint = 'expected "[k, n, [devices]]", e.g. "[10,2,[0]]"'
-    value = parse_list_literal(text, "--prompt_lookup_config", hint, items=3)
-    k, n, devices = value
+    hint = 'expected "[k, n]" or "[k, n, [devices]]", e.g. "[10,2]" or "[10,2,[0]]"'
+    value = parse_list_literal(text, "--prompt_lookup_config", hint)
+    if len(value) not in (2, 3):
+        raise UserError(f"--prompt_lookup_config {text!r} must have 2 or 3 items; {hint}")
+    k, n = value[0], value[1]
     for name, v in (("k (prompt_lookup_num_tokens)", k), ("n (max_matching_ngram_size)", n)):
         if not isinstance(v, int) or isinstance(v, bool) or v < 1:
             raise UserError(f"--prompt_lookup_config: {name} must be an integer >= 1, got {v!r}; {hint}")
+    if len(value) == 2:
+        return k, n, None
+    devices = value[2]
     if (
         not isinstance(devices, (list, tuple))
         or not devices
@@ -105,6 +112,24 @@ def parse_prompt_lookup_config(text: str) -> tuple[int, int, list[int]]:
             f"--prompt_lookup_config: the device list must be distinct non-negative integers, got {devices!r}; {hint}"
         )
     return k, n, list(devices)
+
+
+def parse_draft_len_schedule(text: str | None, max_draft_len: int):
+    """``--draft_len_schedule "{4:4, 8:2, 32:1}"`` (TensorRT-LLM's dict) as sorted pairs, or None."""
+    if text is None:
+        return None
+    import ast
+
+    from ..drafting.concurrency import normalize_schedule
+
+    hint = 'expected "{batch_size: draft_len, ...}", e.g. "{4:4,8:2,32:1}"'
+    try:
+        value = ast.literal_eval(text.strip())
+    except (ValueError, SyntaxError, MemoryError, RecursionError, TypeError):
+        raise UserError(f"--draft_len_schedule {text!r} is malformed; {hint}") from None
+    if not isinstance(value, dict):
+        raise UserError(f"--draft_len_schedule {text!r} is not a dict; {hint}")
+    return normalize_schedule(value, max_draft_len)
 
 
 def add_pool_options(group: Any) -> None:
@@ -134,7 +159,13 @@ def add_common_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     g.add_argument("--engine_dir", default="engine_outputs", help="engine folder written by build.sh")
     g.add_argument("--tokenizer_dir", default=None, help="tokenizer folder; default: the engine directory")
     g.add_argument("--max_tokens_in_paged_kv_cache", type=int, default=None,
-                   help="KV cache capacity in tokens; default: twice max_batch_size full sequences (PyTorch engines)")
+                   help="KV cache capacity in tokens; default: twice max_batch_size full sequences (PyTorch engines), "
+                        "TensorRT-LLM's own sizing (TensorRT-LLM)")
+    g.add_argument("--kv_cache_free_gpu_memory_fraction", type=finite_float, default=None,
+                   help="TensorRT-LLM: fraction of free GPU memory for the KV cache, in (0, 1]; default: TensorRT-LLM's")
+    g.add_argument("--enable_chunked_context", action="store_true",
+                   help="TensorRT-LLM: process long prompts in chunks (V1: ModelRunnerCpp's enable_chunked_context; "
+                        "V2: the LLM API's enable_chunked_prefill)")
     add_block_reuse_argument(g, "calls")
     g.add_argument("--device", default="auto",
                    help="PyTorch engines: auto (default: the GPU when one is visible, else the CPU), cpu, cuda or cuda:N")
@@ -158,7 +189,8 @@ def add_common_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     g.add_argument("--random_seed", type=int, default=0, help="seed of the sampler")
     g = parser.add_argument_group("prompt lookup")
     g.add_argument("--prompt_lookup_config", default=None,
-                   help='turn prompt lookup on: "[k, n, [devices]]", e.g. "[10,2,[0]]"; default: off (plain decoding)')
+                   help='turn prompt lookup on: "[k, n, [devices]]", e.g. "[10,2,[0]]", or "[k, n]" (TensorRT-LLM\'s V2 '
+                        'form, e.g. "[10,2]": the engine\'s own devices); default: off (plain decoding)')
     g.add_argument("--ngram_config", default=None,
                    help="TensorRT-LLM 1.0's name for --prompt_lookup_config (same format)")
     g.add_argument("--workflow", choices=list(WORKFLOWS), default=DEFAULT_WORKFLOW,
@@ -183,6 +215,12 @@ def add_common_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     g.add_argument("--prompt_lookup_candidates", type=int, default=1, metavar="G",
                    help="candidate continuations verified per step as one token tree (TensorRT-LLM's Lookahead "
                         "calls this the verification set size G); 1: one chain draft")
+    g.add_argument("--max_concurrency", type=int, default=None,
+                   help="speculation off while more than this many requests are live (TensorRT-LLM's "
+                        "DecodingBaseConfig.max_concurrency; --backend trtllm)")
+    g.add_argument("--draft_len_schedule", default=None,
+                   help='draft length by live batch size, "{4:4,8:2,32:1}": sizes 1-4 draft 4, 5-8 draft 2, 9-32 draft '
+                        "1, above: off (TensorRT-LLM's DecodingBaseConfig.draft_len_schedule; --backend trtllm)")
     g.add_argument("--lookahead_config", default=None,
                    help='Lookahead decoding "[W,N,G]": window size, n-gram size, verification set size, '
                         'e.g. "[4,3,4]"; with --prompt_lookup_config too, both work together')
@@ -209,6 +247,8 @@ LOOKUP_ONLY_FLAGS = {
     "ngram_dynamic_cache": "--ngram_dynamic_cache",
     "pool_rules": "--pool_rules",
     "prompt_lookup_candidates": "--prompt_lookup_candidates",
+    "max_concurrency": "--max_concurrency",
+    "draft_len_schedule": "--draft_len_schedule",
 }
 WITH_LOOKAHEAD = ("workflow", "draft_length_policy")  # meaningful for --lookahead_config alone
 
@@ -239,7 +279,7 @@ def require_lookup_config(args: argparse.Namespace, given: Collection[str], allo
     if stray:
         verb = "applies" if len(stray) == 1 else "apply"
         raise UserError(f"{', '.join(stray)} {verb} only to prompt lookup, which is off; add --prompt_lookup_config "
-                        '"[k, n, [devices]]" (e.g. "[10,2,[0]]") or drop them')
+                        '"[k, n]" or "[k, n, [devices]]" (e.g. "[10,2,[0]]") or drop them')
 
 
 def sampling_from_args(args: argparse.Namespace):
@@ -278,6 +318,8 @@ def draft_from_args(args: argparse.Namespace):
         max_candidates=candidates_from_args(args),
         pool_rules=args.pool_rules,
         min_matching_ngram_size=args.prompt_lookup_min_ngram,
+        max_concurrency=getattr(args, "max_concurrency", None),
+        draft_len_schedule=parse_draft_len_schedule(getattr(args, "draft_len_schedule", None), k),
     )
 
 

@@ -118,7 +118,13 @@ def _run(args: Any, given: Any, begun: float) -> int:
     from ..engine.load import load_runner
     from ..runtime import load_tokenizer
 
-    read_engine_config(args.engine_dir)  # a missing or incomplete engine is reported first
+    engine_cfg = read_engine_config(args.engine_dir)  # a missing or incomplete engine is reported first
+    from ..drafting.concurrency import refuse_unrouted
+
+    refuse_unrouted(draft, inside_tensorrt_llm=engine_cfg.backend == "trtllm" and args.workflow == "v2")
+    if engine_cfg.backend == "trtllm" and "draft_length_policy" in given and args.draft_length_policy == "cost":
+        raise UserError("--draft_length_policy cost needs a PyTorch engine's step-cost table; TensorRT-LLM verifies "
+                        "every draft in full: pass --draft_length_policy full or drop it")
 
     tokenizer = load_tokenizer(args.tokenizer_dir or args.engine_dir)
     sampling = sampling_with_run_flags(sampling, args, tokenizer)
@@ -127,6 +133,8 @@ def _run(args: Any, given: Any, begun: float) -> int:
         kv_cache_enable_block_reuse=args.kv_cache_enable_block_reuse,
         device_ids=device_ids,
         max_tokens_in_paged_kv_cache=args.max_tokens_in_paged_kv_cache,
+        kv_cache_free_gpu_memory_fraction=args.kv_cache_free_gpu_memory_fraction,
+        enable_chunked_context=args.enable_chunked_context,
         hf_model_dir=args.hf_model_dir,
         device=args.device,
         cuda_graph_mode=args.cuda_graph_mode,
@@ -164,7 +172,10 @@ def _run(args: Any, given: Any, begun: float) -> int:
     printer = StreamPrinter(tokenizer, sys.stdout, color=use_color, num_sequences=len(prompts)) if args.streaming else None
 
     drafter = None
-    if draft is not None and not (args.workflow == "v2" and runner.capabilities.own_speculation):
+    own_v2 = args.workflow == "v2" and runner.capabilities.own_speculation
+    # TensorRT-LLM (v2) drafts inside itself; persisted caches still need this side's drafter,
+    # which knows the tokenizer, to run there (UserProvidedDecodingConfig).
+    if draft is not None and (not own_v2 or draft.static_cache or draft.dynamic_cache):
         from ..drafting import make_drafter
 
         drafter = make_drafter(draft, tokenizer, workflow=args.workflow, end_id=end_id)

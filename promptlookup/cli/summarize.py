@@ -100,6 +100,8 @@ def settings_from_args(args: argparse.Namespace):
         device_ids=device_ids_from_args(args),
         kv_cache_enable_block_reuse=args.kv_cache_enable_block_reuse,
         max_tokens_in_paged_kv_cache=args.max_tokens_in_paged_kv_cache,
+        kv_cache_free_gpu_memory_fraction=args.kv_cache_free_gpu_memory_fraction,
+        enable_chunked_context=args.enable_chunked_context,
         workflow=args.workflow,
         draft_length_policy=args.draft_length_policy,
         use_chat_template=args.use_chat_template,

@@ -80,6 +80,9 @@ def generate(
                 f"prompt_lookup_num_tokens {k} exceeds the engine's max_draft_len {limits.max_draft_len}; "
                 f"lower k or rebuild with --max_draft_len {k}"
             )
+    from ..drafting.concurrency import refuse_unrouted
+
+    refuse_unrouted(config, inside_tensorrt_llm=workflow == "v2" and caps.own_speculation)
     if lookahead is not None and caps.token_trees:  # this project's engine rule (TensorRT-LLM checks its own)
         need = step_tokens(lookahead, config.prompt_lookup_num_tokens if config is not None else 0)
         if need > limits.max_draft_len:
@@ -113,12 +116,11 @@ def generate(
     if workflow == "v2" and config is not None:
         if not caps.own_speculation:
             raise UserError("this backend has no single-call (v2) prompt lookup; use --workflow v1")
-        if config is not None and config.min_matching_ngram_size > 1:
-            raise UserError("TensorRT-LLM's own (v2) n-gram drafter has no minimum match length; "
-                            "drop --prompt_lookup_min_ngram or use --workflow v1")
         kwargs.pop("step_costs", None)
         if sampling.stop_words:
             raise UserError("stop words need the orchestrator loop on this backend; use --workflow v1")
+        if drafter is not None:  # runs inside the backend where its own drafter cannot keep the settings
+            kwargs["drafter"] = drafter
         return runner.generate_lookup(prompts, draft=config, **kwargs)
     return run_orchestrator(runner, prompts, drafter=drafter, max_candidates=max_candidates,
                             lookahead=lookahead, trees=tree_mode, **kwargs)

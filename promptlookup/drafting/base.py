@@ -56,6 +56,11 @@ class DraftConfig:
     # draft whose match is shorter (pool: n-gram size; longest: match length; caches:
     # n-gram size) is dropped. 1 keeps every match.
     min_matching_ngram_size: int = 1
+    # Speculation under load (TensorRT-LLM's DecodingBaseConfig names; see .concurrency):
+    # off above max_concurrency live requests, or draft lengths by batch size from
+    # draft_len_schedule ((batch_size, draft_len) pairs, sorted). None: always k.
+    max_concurrency: int | None = None
+    draft_len_schedule: tuple[tuple[int, int], ...] | None = None
 
 
 class RequestDrafter(Protocol):

@@ -81,6 +81,13 @@ def validate_config(config: DraftConfig) -> None:
                         f"got {config.max_candidates!r}")
     if config.pool_rules not in POOL_RULES:
         raise UserError(f"unknown pool rules {config.pool_rules!r}; choose one of {', '.join(POOL_RULES)}")
+    from .concurrency import check_concurrency, normalize_schedule
+
+    check_concurrency(config.max_concurrency, config.draft_len_schedule)
+    if config.draft_len_schedule is not None and normalize_schedule(
+            config.draft_len_schedule, config.prompt_lookup_num_tokens) != config.draft_len_schedule:
+        raise UserError("draft_len_schedule must be sorted (batch_size, draft_len) pairs; build it with "
+                        "promptlookup.drafting.concurrency.normalize_schedule")
 
 
 def resolve_pool_rules(config: DraftConfig, workflow: str) -> str:

@@ -12,7 +12,7 @@ from .config import EngineConfig, read_engine_config
 if TYPE_CHECKING:
     from ..runtime.torch_runner import TorchRunner
 
-__all__ = ["load_runner", "torch_runner_for", "check_backend", "BACKENDS"]
+__all__ = ["load_runner", "torch_runner_for", "check_backend", "check_trtllm_only_flags", "BACKENDS"]
 
 
 def load_runner(
@@ -21,6 +21,8 @@ def load_runner(
     kv_cache_enable_block_reuse: bool = True,
     device_ids: Sequence[int] | None = None,
     max_tokens_in_paged_kv_cache: int | None = None,
+    kv_cache_free_gpu_memory_fraction: float | None = None,
+    enable_chunked_context: bool = False,
     hf_model_dir: str | os.PathLike[str] | None = None,
     device: str | None = None,
     cuda_graph_mode: bool | None = None,
@@ -36,6 +38,10 @@ def load_runner(
     one-line :class:`UserError` naming the fix. TensorRT-LLM engines run on the GPUs
     of ``device_ids`` and refuse any other ``device``. ``cuda_graph_mode`` (PyTorch engines
     on a GPU; ``None``: on there) replays captured CUDA graphs for decoding steps.
+
+    ``max_tokens_in_paged_kv_cache`` sizes the KV cache of either backend;
+    ``kv_cache_free_gpu_memory_fraction`` and ``enable_chunked_context`` exist on TensorRT-LLM
+    only (both of its paths get them) and are refused for a PyTorch engine.
 
     ``hf_model_dir`` is used by the TensorRT-LLM backend's single-call (v2) workflow only,
     whose LLM API loads a Hugging Face checkpoint.
@@ -79,8 +85,12 @@ def load_runner(
             read_trtllm_engine_config(engine_dir),
             device_ids=list(device_ids) if device_ids is not None else list(range(cfg.world_size)),
             kv_cache_enable_block_reuse=kv_cache_enable_block_reuse,
+            max_tokens_in_paged_kv_cache=max_tokens_in_paged_kv_cache,
+            kv_cache_free_gpu_memory_fraction=kv_cache_free_gpu_memory_fraction,
+            enable_chunked_context=enable_chunked_context,
             hf_model_dir=hf_model_dir,
         )
+    check_trtllm_only_flags(cfg.backend, kv_cache_free_gpu_memory_fraction, enable_chunked_context)
     if device_ids is not None and list(device_ids) not in ([], [0]):
         raise UserError(
             f"device list {list(device_ids)} needs the TensorRT-LLM backend; the PyTorch engine runs on one device, use [0]"
@@ -139,6 +149,18 @@ def torch_runner_for(
 
 
 BACKENDS = ("auto", "torch", "trtllm")
+
+
+def check_trtllm_only_flags(built_for: str, kv_cache_free_gpu_memory_fraction: float | None,
+                            enable_chunked_context: bool) -> None:
+    """Refuse (one line) TensorRT-LLM's KV-cache flags for an engine of another backend."""
+    if built_for == "trtllm":
+        return
+    for flag, given in (("--kv_cache_free_gpu_memory_fraction", kv_cache_free_gpu_memory_fraction is not None),
+                        ("--enable_chunked_context", enable_chunked_context)):
+        if given:
+            raise UserError(f"{flag} applies to TensorRT-LLM engines; the PyTorch engine sizes its KV cache with "
+                            "--max_tokens_in_paged_kv_cache and runs whole prompts: drop it")
 
 
 def check_backend(requested: str, built_for: str, engine_dir: str | os.PathLike[str]) -> None:

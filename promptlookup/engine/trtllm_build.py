@@ -98,7 +98,8 @@ def run_trtllm_build(
 ) -> Path:
     """Run ``trtllm-build``, copying its output line by line to ``stream`` (default stdout).
 
-    Raises :class:`UserError` when TensorRT-LLM or a suitable GPU is unavailable, when
+    Raises :class:`UserError` when TensorRT-LLM or a suitable GPU is unavailable, when the
+    installed release no longer has the engine workflow (1.3 and later), when
     ``trtllm-build`` is not on ``PATH``, when the checkpoint has no ``config.json``, or when
     the build fails. ``executable`` and ``require_tensorrt_llm=False`` exist for tests.
     Returns the engine directory.
@@ -109,6 +110,9 @@ def run_trtllm_build(
         reason = trtllm_unavailable_reason()
         if reason is not None:
             raise UserError(f"cannot build a TensorRT-LLM engine: {reason}")
+        from ..runtime.trtllm.releases import installed_release
+
+        installed_release().require("engine_workflow", "building a TensorRT-LLM engine (trtllm-build)")
     exe = executable or shutil.which(TRTLLM_BUILD)
     if exe is None:
         raise UserError(

@@ -86,6 +86,7 @@ class EngineBackend:
 
     def __init__(self, engine_dir: str, settings: DecodeSettings, *, kv_cache_enable_block_reuse: bool = DEFAULT_KV_CACHE_ENABLE_BLOCK_REUSE,
                  device_ids: list[int] | None = None, max_tokens_in_paged_kv_cache: int | None = None,
+                 kv_cache_free_gpu_memory_fraction: float | None = None, enable_chunked_context: bool = False,
                  tokenizer: Any = None, device: str | None = None, cuda_graph_mode: bool | None = None,
                  backend: str = "auto", cpu_weight_copies: int = DEFAULT_CPU_WEIGHT_COPIES,
                  compile_mode: str = DEFAULT_COMPILE_MODE) -> None:
@@ -97,6 +98,8 @@ class EngineBackend:
         self.cuda_graph_mode = cuda_graph_mode
         self.tokenizer = tokenizer  # persisted n-gram caches check it against the files
         self.max_tokens_in_paged_kv_cache = max_tokens_in_paged_kv_cache
+        self.kv_cache_free_gpu_memory_fraction = kv_cache_free_gpu_memory_fraction
+        self.enable_chunked_context = enable_chunked_context
         self.settings = settings
         self.kv_cache_enable_block_reuse = kv_cache_enable_block_reuse
         self.device_ids = device_ids
@@ -107,6 +110,8 @@ class EngineBackend:
 
         return load_runner(self.engine_dir, kv_cache_enable_block_reuse=self.kv_cache_enable_block_reuse,
                            device_ids=self.device_ids, max_tokens_in_paged_kv_cache=self.max_tokens_in_paged_kv_cache,
+                           kv_cache_free_gpu_memory_fraction=self.kv_cache_free_gpu_memory_fraction,
+                           enable_chunked_context=self.enable_chunked_context,
                            device=self.device, cuda_graph_mode=self.cuda_graph_mode, backend=self.backend,
                            cpu_weight_copies=self.cpu_weight_copies, compile_mode=self.compile_mode)
 

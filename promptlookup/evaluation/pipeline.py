@@ -53,6 +53,8 @@ class EvalSettings:
     device_ids: list[int] | None = None
     kv_cache_enable_block_reuse: bool = DEFAULT_KV_CACHE_ENABLE_BLOCK_REUSE
     max_tokens_in_paged_kv_cache: int | None = None
+    kv_cache_free_gpu_memory_fraction: float | None = None  # TensorRT-LLM engines only
+    enable_chunked_context: bool = False  # TensorRT-LLM engines only
     workflow: str = DEFAULT_WORKFLOW
     draft_length_policy: str = "cost"
     use_chat_template: bool = False
@@ -232,15 +234,21 @@ def evaluate(
     if s.test_engine or s.sweep:
         from ..engine.config import read_engine_config
 
-        from ..engine.load import check_backend
+        from ..engine.load import check_backend, check_trtllm_only_flags
 
         engine_cfg = read_engine_config(s.engine_dir)
         check_backend(s.backend, engine_cfg.backend, s.engine_dir)
+        check_trtllm_only_flags(engine_cfg.backend, s.kv_cache_free_gpu_memory_fraction, s.enable_chunked_context)
+        from ..drafting.concurrency import refuse_unrouted
+
+        refuse_unrouted(s.draft, inside_tensorrt_llm=engine_cfg.backend == "trtllm" and s.workflow == "v2")
         limits = engine_cfg.limits
         _check_limits(limits, s, lengths)
         result.engine_limits = asdict(limits)
         engine = EngineBackend(s.engine_dir, decode_settings, kv_cache_enable_block_reuse=s.kv_cache_enable_block_reuse,
                                device_ids=s.device_ids, max_tokens_in_paged_kv_cache=s.max_tokens_in_paged_kv_cache,
+                               kv_cache_free_gpu_memory_fraction=s.kv_cache_free_gpu_memory_fraction,
+                               enable_chunked_context=s.enable_chunked_context,
                                tokenizer=tokenizer, device=s.device, cuda_graph_mode=s.cuda_graph_mode,
                                cpu_weight_copies=s.cpu_weight_copies, compile_mode=s.compile_mode,
                                backend=s.backend)

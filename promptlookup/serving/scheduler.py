@@ -42,6 +42,7 @@ from ..runtime.batch_costs import BatchStepCosts
 from ..runtime.base import SamplingConfig
 from ..runtime.torch_runner import TorchRunner
 from ..runtime.tree import DraftTree
+from ..drafting.concurrency import draft_len_for
 from .draft_budget import allot, allot_by_cost, default_token_budget
 
 FINISH_STOP, FINISH_LENGTH, FINISH_CANCELLED, FINISH_ERROR = "stop", "length", "cancelled", "error"
@@ -165,6 +166,14 @@ class Scheduler:
         self.trees = lookahead is not None or self.max_candidates > 1  # steps verify token trees
         if lookahead is not None:
             self.k = step_tokens(lookahead, self.k)  # the widest step a request can feed
+        config = drafter.config if drafter is not None else None
+        # speculation under load (TensorRT-LLM's semantics, drafting.concurrency): off above
+        # max_concurrency live requests, or draft lengths by live batch size
+        self.max_concurrency = config.max_concurrency if config is not None else None
+        self.draft_len_schedule = config.draft_len_schedule if config is not None else None
+        if self.trees and (self.max_concurrency is not None or self.draft_len_schedule is not None):
+            raise UserError("max_concurrency/draft_len_schedule size chain drafts; they do not combine with Lookahead "
+                            "or several candidates per step: drop one of them")
         self.token_budget = token_budget if token_budget is not None else default_token_budget(self.k)
         if self.token_budget < 1:
             raise UserError(f"draft token budget must be >= 1, got {self.token_budget}")
@@ -335,6 +344,9 @@ class Scheduler:
                 granted = allot_by_cost(lengths, rates, self.step_costs, self.token_budget, self.batch_costs)
             else:
                 granted = allot(lengths, self.token_budget)
+            if self.max_concurrency is not None or self.draft_len_schedule is not None:
+                cap = draft_len_for(len(live), self.k, self.max_concurrency, self.draft_len_schedule)
+                granted = [min(g, cap) for g in granted]
             trees = [DraftTree.chain(p[:g]) for p, g in zip(proposals, granted)]
             for h, tree in zip(live, trees):  # what is verified is the granted part
                 h.state.last_trees[0] = tree  # type: ignore[union-attr]

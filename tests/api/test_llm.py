@@ -152,3 +152,30 @@ def test_dynamic_cache_is_saved_at_shutdown(tiny_engine_dir, tmp_path):
     assert path.is_file() and path.stat().st_size > 0
     with LLM(str(tiny_engine_dir), speculative_config=spec) as again:  # loads it back
         assert again.drafter.dynamic_cache is not None
+
+
+def test_max_concurrency_and_draft_len_schedule_are_honoured_by_the_scheduler(tiny_engine_dir, plain, monkeypatch):
+    from promptlookup.serving import scheduler as sched
+
+    seen: list[tuple[int, int]] = []
+    real = sched.draft_len_for
+
+    def recording(live, k, max_concurrency=None, schedule=None):
+        seen.append((live, real(live, k, max_concurrency, schedule)))
+        return seen[-1][1]
+
+    monkeypatch.setattr(sched, "draft_len_for", recording)
+    prompts = ["one two three four one two three four one two three", "a b c a b c a b c a b"]
+    params = SamplingParams(max_tokens=10)
+    want = [o.outputs[0].token_ids for o in plain.generate(prompts, params)]
+    for cfg, rule in ((dict(max_concurrency=1), lambda live: 4 if live <= 1 else 0),
+                      (dict(draft_len_schedule={1: 4, 2: 1}), lambda live: {1: 4, 2: 1}.get(live, 0))):
+        seen.clear()
+        with LLM(str(tiny_engine_dir), speculative_config=NGramDecodingConfig(max_draft_len=4, **cfg)) as m:
+            got = [o.outputs[0].token_ids for o in m.generate(prompts, params)]
+        assert got == want
+        assert seen and all(length == rule(live) for live, length in seen)
+    with pytest.raises(UserError, match="mutually exclusive"):
+        NGramDecodingConfig(max_draft_len=4, max_concurrency=2, draft_len_schedule={1: 4})
+    with pytest.raises(UserError, match="must equal max_draft_len"):
+        NGramDecodingConfig(max_draft_len=4, draft_len_schedule={2: 3})

@@ -105,7 +105,7 @@ def test_token_id_prompts_get_no_chat_template(tiny_engine_dir, tmp_path):
         (["--prompt_lookup_config", "[0,2,[0]]"], "k (prompt_lookup_num_tokens) must be an integer >= 1"),
         (["--prompt_lookup_config", "[4,0,[0]]"], "n (max_matching_ngram_size) must be an integer >= 1"),
         (["--prompt_lookup_config", "[4,2,[]]"], "device list"),
-        (["--prompt_lookup_config", "[4,2]"], "must have 3 items"),
+        (["--prompt_lookup_config", "[4,2,[0],1]"], "must have 2 or 3 items"),
         (["--prompt_lookup_config", "[17,2,[0]]"], "exceeds the engine's max_draft_len 16"),
         (["--prompt_lookup_config", "[4,2,[0,1]]"], "needs the TensorRT-LLM backend"),
         (["--max_output_len", "0"], "--max_output_len must be at least 1"),

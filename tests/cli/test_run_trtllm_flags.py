@@ -203,3 +203,55 @@ def test_output_csv_and_npy_hold_tensorrt_llm_rows(tiny_engine_dir, tmp_path, ca
     assert sorted(f.name for f in (tmp_path / "o").iterdir()) == ["out.csv", "out.npy"]  # no temporaries
     (tmp_path / "d").mkdir()
     refused(tiny_engine_dir, tmp_path, capsys, "is a directory", "--output_npy", tmp_path / "d")
+
+
+# TensorRT-LLM's forms and flags (issue 24) ------------------------------------------------
+
+def test_prompt_lookup_config_takes_tensorrt_llms_v2_form(tiny_engine_dir, tmp_path, capsys, plain):
+    res, _ = gen(tiny_engine_dir, tmp_path, capsys, "--input_text", TEXT, "--prompt_lookup_config", "[4,2]")
+    assert res["config"]["draft"]["prompt_lookup_num_tokens"] == 4 and res["stats"]["drafted"] > 0
+    assert ids(res) == [plain]
+    refused(tiny_engine_dir, tmp_path, capsys, "must have 2 or 3 items", "--prompt_lookup_config", "[4]")
+    code, out, _ = run(["--help"], capsys)
+    assert code == 0 and '"[k, n]"' in " ".join(out.split())
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--kv_cache_free_gpu_memory_fraction", "0.5"], "--kv_cache_free_gpu_memory_fraction applies to TensorRT-LLM"),
+    (["--enable_chunked_context"], "--enable_chunked_context applies to TensorRT-LLM"),
+    (["--prompt_lookup_config", "[4,2]", "--max_concurrency", "2"], "max_concurrency/draft_len_schedule"),
+    (["--prompt_lookup_config", "[4,2]", "--draft_len_schedule", "{1:4,4:2}"], "max_concurrency/draft_len_schedule"),
+    (["--prompt_lookup_config", "[4,2]", "--draft_len_schedule", "{1:3}"], "must equal max_draft_len 4"),
+    (["--draft_len_schedule", "{1:4}"], "applies only to prompt lookup"),
+])
+def test_settings_the_pytorch_engine_cannot_honour_are_refused(tiny_engine_dir, tmp_path, capsys, args, needle):
+    refused(tiny_engine_dir, tmp_path, capsys, needle, *args)
+
+
+@pytest.mark.parametrize("args", [
+    ["--prompt_lookup_config", "[4,2]"],
+    ["--prompt_lookup_config", "[4,2,[0]]", "--workflow", "v1", "--drafter_mode", "longest"],
+    ["--prompt_lookup_config", "[4,2]", "--drafter_mode", "llamacpp", "--max_concurrency", "4"],
+    ["--lookahead_config", "[4,3,2]"],
+    ["--prompt_lookup_config", "[4,2]", "--kv_cache_free_gpu_memory_fraction", "0.5", "--enable_chunked_context",
+     "--max_tokens_in_paged_kv_cache", "4096"],
+])
+def test_every_trtllm_path_without_tensorrt_llm_exits_2_in_one_line(tmp_path, capsys, monkeypatch,
+                                                                     smollm2_tokenizer_dir, args):
+    import sys
+
+    from tests.runtime_trtllm.fakes import write_engine
+
+    monkeypatch.setitem(sys.modules, "tensorrt_llm", None)  # as on a machine without it
+    engine = write_engine(tmp_path / "trt_engine")
+    refused(engine, tmp_path, capsys, "tensorrt_llm is not installed", "--backend", "trtllm",
+            "--tokenizer_dir", smollm2_tokenizer_dir, *args)
+
+
+def test_cost_policy_is_refused_for_a_tensorrt_llm_engine(tmp_path, capsys, smollm2_tokenizer_dir):
+    from tests.runtime_trtllm.fakes import write_engine
+
+    engine = write_engine(tmp_path / "trt_engine")
+    refused(engine, tmp_path, capsys, "--draft_length_policy cost needs a PyTorch engine",
+            "--tokenizer_dir", smollm2_tokenizer_dir, "--prompt_lookup_config", "[4,2]",
+            "--draft_length_policy", "cost")

@@ -98,3 +98,14 @@ def test_backend(engine_dir, jsonl_dataset, tmp_path, capsys):
     refused(args(engine_dir, "--dataset_path", jsonl_dataset, "--backend", "trtllm",
                  "--output_json", tmp_path / "t.json"), capsys, "--backend trtllm")
     assert not (tmp_path / "t.json").exists()
+
+
+@pytest.mark.parametrize("flag", [["--kv_cache_free_gpu_memory_fraction", "0.5"], ["--enable_chunked_context"]])
+def test_tensorrt_llm_kv_flags_are_refused_for_a_pytorch_engine(engine_dir, jsonl_dataset, tmp_path, capsys, flag):
+    refused(args(engine_dir, "--dataset_path", jsonl_dataset, *flag, "--output_json", tmp_path / "k.json"), capsys,
+            f"{flag[0]} applies to TensorRT-LLM engines")
+
+
+def test_load_knobs_are_refused_up_front_for_a_pytorch_engine(engine_dir, jsonl_dataset, tmp_path, capsys):
+    refused(args(engine_dir, "--dataset_path", jsonl_dataset, "--prompt_lookup_config", "[4,2]", "--max_concurrency",
+                 "2", "--output_json", tmp_path / "m.json"), capsys, "max_concurrency/draft_len_schedule")

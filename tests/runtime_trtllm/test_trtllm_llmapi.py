@@ -49,6 +49,7 @@ def make(hf_dir: Path, llm_cls, **kw) -> TrtllmLookupGenerator:
     return TrtllmLookupGenerator(
         hf_dir,
         llm_cls=llm_cls,
+        engine_llm_cls=llm_cls,
         ngram_config_cls=FakeNGramDecodingConfig,
         kv_cache_config_cls=FakeKvCacheConfig,
         sampling_params_cls=FakeSamplingParams,
@@ -146,10 +147,7 @@ def test_llm_reused_for_same_draft_and_rebuilt_for_another(hf_dir, llm_cls):
 @pytest.mark.parametrize(
     "draft, message",
     [
-        (DraftConfig(mode="longest"), "PyTorch backend only"),
-        (DraftConfig(adaptive=True), "adaptive drafting"),
-        (DraftConfig(static_cache="x.bin"), "static n-gram cache"),
-        (DraftConfig(dynamic_cache="y.bin"), "dynamic n-gram cache"),
+        (DraftConfig(max_candidates=2), "--prompt_lookup_candidates 2: TensorRT-LLM verifies one draft chain"),
         (DraftConfig(prompt_lookup_num_tokens=0), "prompt_lookup_num_tokens >= 1"),
     ],
 )
@@ -160,6 +158,23 @@ def test_unsupported_draft_configs_are_user_errors(hf_dir, llm_cls, draft, messa
     with pytest.raises(UserError):
         gen.generate([[1]], max_new_tokens=2, end_id=END, draft=draft)
     assert FakeLLM.instances == []
+
+
+@pytest.mark.parametrize(
+    "draft, settings",
+    [
+        (DraftConfig(mode="longest"), ("--drafter_mode longest",)),
+        (DraftConfig(adaptive=True), ("--adaptive_draft",)),
+        (DraftConfig(static_cache="x.bin"), ("--ngram_static_cache",)),
+        (DraftConfig(dynamic_cache="y.bin"), ("--ngram_dynamic_cache",)),
+        (DraftConfig(pool_rules="v1"), ("--pool_rules v1",)),
+        (DraftConfig(min_matching_ngram_size=2), ("--prompt_lookup_min_ngram 2",)),
+        (DraftConfig(mode="longest", max_match_len=8), ("--drafter_mode longest", "max_match_len 8")),
+    ],
+)
+def test_settings_without_an_ngram_field_run_this_projects_drafter_inside_tensorrt_llm(draft, settings):
+    plan = check_llmapi_draft(draft)  # 1.0: UserProvidedDecodingConfig, never a plain NGram run
+    assert plan.config_class == "UserProvidedDecodingConfig" and plan.needs_own_drafter == settings
 
 
 def test_engine_dir_is_not_a_model_for_the_llm_api(tmp_path, llm_cls):

@@ -1,5 +1,7 @@
-"""What the LLM API's NGram decoding accepts: checks run before any TensorRT-LLM object is made."""
+"""Checks run before any TensorRT-LLM LLM-API object is made: the draft settings and the model directory."""
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 import json
 from pathlib import Path
@@ -7,33 +9,19 @@ from pathlib import Path
 from ...drafting.base import DraftConfig
 from ...errors import UserError
 
+if TYPE_CHECKING:
+    from .releases import Release
+    from .spec_plan import SpecPlan
 
-def check_llmapi_draft(draft: DraftConfig) -> None:
-    """Raise :class:`UserError` unless ``draft`` maps onto ``NGramDecodingConfig``."""
-    if draft.mode != "pool":
-        raise UserError(
-            f"draft mode {draft.mode!r} is implemented by the PyTorch backend only; TensorRT-LLM's "
-            "NGramDecodingConfig supports the pool mode only (use --backend torch)"
-        )
-    extras = [
-        name
-        for name, on in (
-            ("adaptive drafting", draft.adaptive),
-            ("a static n-gram cache", draft.static_cache is not None),
-            ("a dynamic n-gram cache", draft.dynamic_cache is not None),
-        )
-        if on
-    ]
-    if extras:
-        raise UserError(
-            f"{' and '.join(extras)} is implemented by the PyTorch backend only; "
-            "TensorRT-LLM's NGramDecodingConfig has no such option (use --backend torch)"
-        )
-    if draft.prompt_lookup_num_tokens < 1 or draft.max_matching_ngram_size < 1:
-        raise UserError(
-            "NGramDecodingConfig needs prompt_lookup_num_tokens >= 1 and max_matching_ngram_size >= 1, "
-            f"got {draft.prompt_lookup_num_tokens} and {draft.max_matching_ngram_size}"
-        )
+
+def check_llmapi_draft(draft: DraftConfig, release: "Release | None" = None) -> "SpecPlan":
+    """The speculative config ``draft`` runs as on ``release`` (default: the targeted 1.0), or
+    a one-line :class:`UserError` when no route keeps every setting (:func:`.spec_plan.plan_speculation`)."""
+    from .env import TARGET_VERSION
+    from .releases import Release
+    from .spec_plan import plan_speculation
+
+    return plan_speculation(draft, None, release or Release(TARGET_VERSION))
 
 
 def check_hf_model_dir(model: str) -> None:

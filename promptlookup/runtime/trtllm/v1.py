@@ -20,6 +20,7 @@ from ...drafting.tree import common_prefix_len
 from ..base import EngineLimits, GenerationOutput, RunnerCapabilities, RunnerStats, SamplingConfig, validate_batch
 from .config import TrtllmEngineConfig, is_draft_tokens_external
 from .env import lazy, require_trtllm
+from .releases import installed_release
 from .v2 import TrtllmLookupGenerator
 
 
@@ -71,6 +72,7 @@ class TrtllmRunner:
         device_ids: Sequence[int] | None = None,
         kv_cache_enable_block_reuse: bool = DEFAULT_KV_CACHE_ENABLE_BLOCK_REUSE,
         kv_cache_free_gpu_memory_fraction: float | None = None,
+        max_tokens_in_paged_kv_cache: int | None = None,
         max_batch_size: int | None = None,
         enable_chunked_context: bool = False,
         pad_id: int | None = None,
@@ -80,12 +82,16 @@ class TrtllmRunner:
     ) -> None:
         if model_runner_cls is None:
             require_trtllm()
+            installed_release().require("engine_workflow", f"the TensorRT-LLM engine {config.directory}")
             model_runner_cls = lazy("tensorrt_llm.runtime", "ModelRunnerCpp")
         self.engine_dir = config.directory
         self.config = config
         self.limits: EngineLimits = self.config.limits
         self.device_ids = list(device_ids) if device_ids is not None else list(range(self.config.world_size))
         self.kv_cache_enable_block_reuse = kv_cache_enable_block_reuse
+        self.kv_cache_free_gpu_memory_fraction = kv_cache_free_gpu_memory_fraction
+        self.max_tokens_in_paged_kv_cache = max_tokens_in_paged_kv_cache
+        self.enable_chunked_context = enable_chunked_context
         self.pad_id = pad_id
         self.hf_model_dir = hf_model_dir
         self._lookup_generator_cls = lookup_generator_cls
@@ -110,7 +116,14 @@ class TrtllmRunner:
             enable_chunked_context=enable_chunked_context,
         )
         if kv_cache_free_gpu_memory_fraction is not None:
+            if not 0.0 < kv_cache_free_gpu_memory_fraction <= 1.0:
+                raise UserError(f"--kv_cache_free_gpu_memory_fraction must be in (0, 1], "
+                                f"got {kv_cache_free_gpu_memory_fraction}")
             kwargs["kv_cache_free_gpu_memory_fraction"] = kv_cache_free_gpu_memory_fraction
+        if max_tokens_in_paged_kv_cache is not None:
+            if max_tokens_in_paged_kv_cache < 1:
+                raise UserError(f"--max_tokens_in_paged_kv_cache must be at least 1, got {max_tokens_in_paged_kv_cache}")
+            kwargs["max_tokens_in_paged_kv_cache"] = max_tokens_in_paged_kv_cache
         self._runner = model_runner_cls.from_dir(**kwargs)
 
     # -- validation ------------------------------------------------------------------
@@ -217,6 +230,7 @@ class TrtllmRunner:
         sampling: SamplingConfig = SamplingConfig(),
         on_step: StepCallback | None = None,
         lookahead: Any = None,
+        drafter: Any = None,
     ) -> list[SequenceResult]:
         """V2 (single call) for ``decoding.generate``: delegates to :class:`TrtllmLookupGenerator`
         (NGram drafting with ``draft``, or TensorRT-LLM's own Lookahead with ``lookahead``).
@@ -231,6 +245,12 @@ class TrtllmRunner:
                 "V2 prompt lookup on TensorRT-LLM runs the LLM API's NGram decoding, which loads the "
                 "Hugging Face checkpoint, not the engine; pass its directory (--hf_model_dir) or use --workflow v1"
             )
+        if self.device_ids != list(range(self.config.world_size)):
+            raise UserError(
+                f"device list {self.device_ids}: TensorRT-LLM's LLM API (v2) places its ranks on the visible GPUs "
+                f"itself; set CUDA_VISIBLE_DEVICES={','.join(map(str, self.device_ids))} and pass "
+                "--prompt_lookup_config \"[k,n]\", or use --workflow v1"
+            )
         if self._lookup is None:
             cls = self._lookup_generator_cls or TrtllmLookupGenerator
             self._lookup = cls(
@@ -239,10 +259,14 @@ class TrtllmRunner:
                 pipeline_parallel_size=self.config.pp_size,
                 max_batch_size=self.limits.max_batch_size,
                 max_seq_len=self.limits.max_seq_len,
+                kv_cache_free_gpu_memory_fraction=self.kv_cache_free_gpu_memory_fraction,
+                max_tokens_in_paged_kv_cache=self.max_tokens_in_paged_kv_cache,
+                enable_chunked_context=self.enable_chunked_context,
             )
+        extra = {} if drafter is None else {"drafter": drafter}
         return self._lookup.generate(
             prompts, max_new_tokens=max_new_tokens, end_id=end_id, draft=draft, sampling=sampling, on_step=on_step,
-            lookahead=lookahead,
+            lookahead=lookahead, **extra,
         )
 
     def close(self) -> None:
