@@ -122,7 +122,8 @@ def linear_fp32(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         return _rows_reference(w, x)
     x = x.contiguous()
     y = torch.empty(x.shape[0], out)
-    c.fp32(x.data_ptr(), w.data_ptr(), y.data_ptr(), x.shape[0], in_, out)
+    if y.numel():
+        c.fp32(x.data_ptr(), w.data_ptr(), y.data_ptr(), x.shape[0], in_, out)
     return y
 
 
@@ -135,7 +136,8 @@ def linear_int8(x: torch.Tensor, qweight: torch.Tensor, scale: torch.Tensor) -> 
         return _rows_reference(qweight.float() * scale.view(-1, 1), x)
     x = x.contiguous()
     y = torch.empty(x.shape[0], out)
-    c.int8(x.data_ptr(), qweight.data_ptr(), scale.data_ptr(), y.data_ptr(), x.shape[0], in_, out)
+    if y.numel():
+        c.int8(x.data_ptr(), qweight.data_ptr(), scale.data_ptr(), y.data_ptr(), x.shape[0], in_, out)
     return y
 
 
@@ -165,8 +167,9 @@ def linear_int4(x: torch.Tensor, qweight: torch.Tensor, scale: torch.Tensor, off
         return _rows_reference(dequantize_int4(qweight, scale, offset, group_size), x)
     x = x.contiguous()
     y = torch.empty(x.shape[0], out)
-    c.int4(x.data_ptr(), qweight.data_ptr(), scale.data_ptr(), offset.data_ptr(), y.data_ptr(), x.shape[0], in_,
-           out, group_size)
+    if y.numel():
+        c.int4(x.data_ptr(), qweight.data_ptr(), scale.data_ptr(), offset.data_ptr(), y.data_ptr(), x.shape[0], in_,
+               out, group_size)
     return y
 
 
