@@ -8,7 +8,8 @@ from memory, as in a real step), plus one LM head: the time of a candidate at a 
 is the median over ``--repeats`` passes, and the candidates take turns inside every
 repetition (a busy machine slows them alike). Candidates:
 
-- ``mkl``: ``torch.mm(x, W.T)`` on the row-major fp32 weight;
+- ``mkl``: ``torch.mm`` on the row-major fp32 weight, as ``W @ x.T`` (one row padded to two:
+  :func:`promptlookup.runtime.cpu_linear._mkl`, MKL's fastest route for few rows);
 - ``onednn``: ``torch.ops.mkldnn._linear_pointwise`` on the weight reordered once, fewer
   than 4 rows padded to 4 (as :mod:`promptlookup.runtime.cpu_linear` runs it);
 - ``c_fp32``, ``c_int8``, ``c_int4`` (group 32): :mod:`promptlookup.runtime.kernels` on the
@@ -43,6 +44,7 @@ import torch  # noqa: E402
 
 from promptlookup.fsutil import atomic_write_json  # noqa: E402
 from promptlookup.runtime import kernels  # noqa: E402
+from promptlookup.runtime.cpu_linear import _mkl  # noqa: E402  (W @ x.T, one row padded to two)
 from promptlookup.threads import configure_threads  # noqa: E402
 
 # SmolLM2-135M: fused QKV, o_proj, fused gate/up, down (per layer), and the LM head (once)
@@ -134,28 +136,16 @@ def products(w: Weights, isas: list[str]) -> dict[str, list[tuple[Product, int]]
         return run
 
     out: dict[str, list[tuple[Product, int]]] = {
-        "mkl": [((lambda x, m=m: torch.mm(x, m.t())), nbytes(m)) for m in w.fp32],
+        "mkl": [((lambda x, m=m: _mkl(m, x)), nbytes(m)) for m in w.fp32],
     }
     if w.onednn is not None:
         out["onednn"] = [(onednn(p), nbytes(m)) for p, m in zip(w.onednn, w.fp32)]
     for i, name in enumerate(isas):
-        tag = "" if i == 0 else f"@{name}"
-
-        def on(fn: Callable[..., torch.Tensor], *args: object, path: str = name) -> Product:
-            if tag == "":
-                return lambda x: fn(x, *args)
-
-            def run(x: torch.Tensor) -> torch.Tensor:
-                kernels.set_isa(path)
-                try:
-                    return fn(x, *args)
-                finally:
-                    kernels.set_isa(isas[0])
-            return run
-
-        out[f"c_fp32{tag}"] = [(on(kernels.linear_fp32, m), nbytes(m)) for m in w.fp32]
-        out[f"c_int8{tag}"] = [(on(kernels.linear_int8, q, s), nbytes(q, s)) for q, s in w.int8]
-        out[f"c_int4{tag}"] = [(on(kernels.linear_int4, q, s, o, GROUP), nbytes(q, s, o)) for q, s, o in w.int4]
+        tag = "" if i == 0 else f"@{name}"  # measure() switches the path before a tagged candidate
+        out[f"c_fp32{tag}"] = [(kernels.fp32_product(m), nbytes(m)) for m in w.fp32]  # as CpuLinear calls it
+        out[f"c_int8{tag}"] = [((lambda x, q=q, s=s: kernels.linear_int8(x, q, s)), nbytes(q, s)) for q, s in w.int8]
+        out[f"c_int4{tag}"] = [((lambda x, q=q, s=s, o=o: kernels.linear_int4(x, q, s, o, GROUP)), nbytes(q, s, o))
+                               for q, s, o in w.int4]
     if w.aten_int8 is not None:
         out["aten_int8"] = [((lambda x, q=q, s=s: torch.ops.aten._weight_int8pack_mm(x, q, s)), nbytes(q, s))
                             for q, s in w.aten_int8]
@@ -189,9 +179,12 @@ def measure(groups: dict[str, dict[str, list[tuple[Product, int]]]], rows_list: 
     names = list(next(iter(groups.values())))
     times: dict[str, dict[int, dict[str, list[float]]]] = {n: {r: {s: [] for s in groups} for r in rows_list} for n in names}
     xs = {r: {s: torch.randn(r, in_sizes[s]) for s in groups} for r in rows_list}
+    default_isa = kernels.isa() if kernels.isa() != "reference" else None
     for _ in range(repeats):
         for rows in rows_list:
             for name in names:
+                if default_isa is not None:
+                    kernels.set_isa(name.split("@")[1] if "@" in name else default_isa)
                 for shape, cands in groups.items():
                     x = xs[rows][shape]
                     start = time.perf_counter()
@@ -207,6 +200,7 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--rows", default=",".join(map(str, ROWS)), help="comma-separated row counts")
     p.add_argument("--layers", type=int, default=30, help="layers of distinct weights (SmolLM2 has 30)")
     p.add_argument("--repeats", type=int, default=7, help="passes per candidate and row count (the median is kept)")
+    p.add_argument("--candidates", default="", help="comma-separated candidates to keep (default: all that run here)")
     p.add_argument("--isa", default="", help="comma-separated narrower C paths to measure too (e.g. avx2,generic)")
     p.add_argument("--scale", type=float, default=1.0, help="shrink every shape by this factor (smoke tests)")
     add_num_threads_argument(p, None)
@@ -242,6 +236,12 @@ def main(argv: list[str] | None = None) -> int:
         in_sizes[name] = in_
         weight_bytes[name] = {c: sum(b for _, b in prods) for c, prods in groups[name].items()}
     common = set.intersection(*(set(g) for g in groups.values()))
+    wanted = {c.strip() for c in args.candidates.split(",") if c.strip()}
+    unknown = wanted - common
+    if unknown:
+        print(f"error: --candidates: {', '.join(sorted(unknown))} not among {', '.join(sorted(common))}", file=sys.stderr)
+        return 2
+    common = wanted or common
     groups = {s: {c: v for c, v in g.items() if c in common} for s, g in groups.items()}
     bw = bandwidth_gbs(3)
     limit = max(bw.values())

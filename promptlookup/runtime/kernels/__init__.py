@@ -35,6 +35,7 @@ from __future__ import annotations
 import importlib
 import os
 from types import ModuleType
+from typing import Callable
 
 import torch
 
@@ -113,18 +114,45 @@ def _rows_reference(w: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     return torch.stack([torch.mv(w, row) for row in x]) if x.shape[0] else x.new_zeros(0, w.shape[0])
 
 
+_F32 = torch.float32
+
+
 def linear_fp32(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     """``x @ w.T`` for a float32 row-major ``w`` ``[out, in]`` (row-invariant)."""
-    c = _native()
+    c = _C if _env_applied else _native()
+    if (c is not None and x.dtype is _F32 and w.dtype is _F32 and x.is_cpu and w.is_cpu and x.dim() == 2
+            and w.dim() == 2 and x.shape[1] == w.shape[1] and w.is_contiguous()):  # the checks, cheaply
+        x = x.contiguous()
+        y = torch.empty(x.shape[0], w.shape[0])
+        if y.numel():
+            c.fp32(x.data_ptr(), w.data_ptr(), y.data_ptr(), x.shape[0], w.shape[1], w.shape[0])
+        return y
     out, in_ = w.shape
     _check(x, out, in_, (w, torch.float32, (out, in_)))
+    return _rows_reference(w, x.contiguous())
+
+
+def fp32_product(w: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor]:
+    """:func:`linear_fp32` bound to ``w``, which is checked once here: each call checks only
+    ``x`` (dtype, device, width), for the ~120 products of a decoding step. The C path is
+    the one in use when the product is called (:func:`set_isa` applies)."""
+    c = _native()
+    out, in_ = w.shape
+    _check(torch.empty(0, in_), out, in_, (w, torch.float32, (out, in_)))
     if c is None:
-        return _rows_reference(w, x)
-    x = x.contiguous()
-    y = torch.empty(x.shape[0], out)
-    if y.numel():
-        c.fp32(x.data_ptr(), w.data_ptr(), y.data_ptr(), x.shape[0], in_, out)
-    return y
+        return lambda x: linear_fp32(x, w)
+    run, w_ptr = c.fp32, w.data_ptr()
+
+    def product(x: torch.Tensor) -> torch.Tensor:
+        if x.dtype is not _F32 or not x.is_cpu or x.dim() != 2 or x.shape[1] != in_:
+            return linear_fp32(x, w)  # the one-line refusal
+        x = x.contiguous()
+        y = torch.empty(x.shape[0], out)
+        if y.numel():
+            run(x.data_ptr(), w_ptr, y.data_ptr(), x.shape[0], in_, out)
+        return y
+
+    return product  # its closure holds w, whose address it reads
 
 
 def linear_int8(x: torch.Tensor, qweight: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
