@@ -52,7 +52,7 @@ LAYER_SHAPES = {"qkv": (1728, 576), "o_proj": (576, 576), "gate_up": (3072, 576)
 LM_HEAD = (49152, 576)
 ROWS = (1, 2, 4, 11, 16, 33)
 GROUP = 32
-PROBE_BYTES = 512 << 20
+PROBE_MIB = 512
 
 Product = Callable[[torch.Tensor], torch.Tensor]
 
@@ -155,9 +155,10 @@ def products(w: Weights, isas: list[str]) -> dict[str, list[tuple[Product, int]]
     return out
 
 
-def bandwidth_gbs(repeats: int) -> dict[str, float]:
-    """Read bandwidth (GB/s): the C probe over a 512 MiB buffer, and MKL's mv over a 512 MiB matrix."""
-    buf = torch.rand(PROBE_BYTES // 4)
+def bandwidth_gbs(repeats: int, mib: int) -> dict[str, float]:
+    """Read bandwidth (GB/s): the C probe over a ``mib`` MiB buffer, and MKL's mv over a matrix of that size."""
+    probe_bytes = mib << 20
+    buf = torch.rand(probe_bytes // 4)
     mat = buf.view(-1, 4096)
     vec = torch.rand(4096)
     result = {"c_read": 0.0, "mkl_mv": 0.0}
@@ -166,10 +167,10 @@ def bandwidth_gbs(repeats: int) -> dict[str, float]:
         if probe is not None:
             t = time.perf_counter()
             probe(buf)
-            result["c_read"] = max(result["c_read"], PROBE_BYTES / (time.perf_counter() - t) / 1e9)
+            result["c_read"] = max(result["c_read"], probe_bytes / (time.perf_counter() - t) / 1e9)
         t = time.perf_counter()
         torch.mv(mat, vec)
-        result["mkl_mv"] = max(result["mkl_mv"], PROBE_BYTES / (time.perf_counter() - t) / 1e9)
+        result["mkl_mv"] = max(result["mkl_mv"], probe_bytes / (time.perf_counter() - t) / 1e9)
     return result
 
 
@@ -203,6 +204,7 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--candidates", default="", help="comma-separated candidates to keep (default: all that run here)")
     p.add_argument("--isa", default="", help="comma-separated narrower C paths to measure too (e.g. avx2,generic)")
     p.add_argument("--scale", type=float, default=1.0, help="shrink every shape by this factor (smoke tests)")
+    p.add_argument("--probe_mib", type=int, default=PROBE_MIB, help="MiB read by the bandwidth measurement")
     add_num_threads_argument(p, None)
     p.add_argument("--output_json", default=str(ROOT / "bench/results/kernels.json"), help="where to write the results")
     return p
@@ -243,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     common = wanted or common
     groups = {s: {c: v for c, v in g.items() if c in common} for s, g in groups.items()}
-    bw = bandwidth_gbs(3)
+    bw = bandwidth_gbs(3, args.probe_mib)
     limit = max(bw.values())
     header = (f"{cpu_model()}; flags {' '.join(cpu_flags())}; C path {kernels.isa()}; {threads} threads; "
               f"torch {torch.__version__}; bandwidth {limit:.1f} GB/s (C read {bw['c_read']:.1f}, MKL mv {bw['mkl_mv']:.1f})")
