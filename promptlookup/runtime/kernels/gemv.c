@@ -26,6 +26,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #ifdef _OPENMP
 #include <omp.h>
@@ -169,15 +170,19 @@ T_AVX2 ALWAYS_INLINE __m256 avx2_w_tail(const Product *p, Py_ssize_t n, Py_ssize
     return _mm256_loadu_ps(buf);
 }
 
-/* kind 0: fp32, 1: int8 (sums scaled per output at the end). */
-T_AVX2 ALWAYS_INLINE void avx2_block(const Product *p, Py_ssize_t m0, int mb, Py_ssize_t n0, int nb, int kind) {
+/* kind 0: fp32, 1: int8 (sums scaled per output at the end); with `scr` (rows of weights
+ * already as floats, from avx2_dequant) also 2: int4. */
+T_AVX2 ALWAYS_INLINE void avx2_block(const Product *p, Py_ssize_t m0, int mb, Py_ssize_t n0, int nb, int kind,
+                                     const float *scr) {
     __m256 acc[AVX2_MB][NB_MAX], wv[NB_MAX];
     for (int i = 0; i < mb; i++)
         for (int j = 0; j < nb; j++) acc[i][j] = _mm256_setzero_ps();
     const float *x = p->x + m0 * p->K;
     Py_ssize_t k = 0;
     for (; k + 8 <= p->K; k += 8) {
-        for (int j = 0; j < nb; j++) wv[j] = kind == 0 ? avx2_w_f32(p, n0 + j, k) : avx2_w_i8(p, n0 + j, k);
+        for (int j = 0; j < nb; j++)
+            wv[j] = scr != NULL ? _mm256_loadu_ps(scr + j * p->K + k)
+                    : kind == 0 ? avx2_w_f32(p, n0 + j, k) : avx2_w_i8(p, n0 + j, k);
         for (int i = 0; i < mb; i++) {
             __m256 xv = _mm256_loadu_ps(x + i * p->K + k);
             for (int j = 0; j < nb; j++) acc[i][j] = _mm256_fmadd_ps(xv, wv[j], acc[i][j]);
@@ -186,7 +191,8 @@ T_AVX2 ALWAYS_INLINE void avx2_block(const Product *p, Py_ssize_t m0, int mb, Py
     if (k < p->K) {
         Py_ssize_t len = p->K - k;
         __m256i mask = avx2_tail_mask(len);
-        for (int j = 0; j < nb; j++) wv[j] = avx2_w_tail(p, n0 + j, k, len, kind);
+        for (int j = 0; j < nb; j++)
+            wv[j] = scr != NULL ? _mm256_maskload_ps(scr + j * p->K + k, mask) : avx2_w_tail(p, n0 + j, k, len, kind);
         for (int i = 0; i < mb; i++) {
             __m256 xv = _mm256_maskload_ps(x + i * p->K + k, mask);
             for (int j = 0; j < nb; j++) acc[i][j] = _mm256_fmadd_ps(xv, wv[j], acc[i][j]);
@@ -195,7 +201,7 @@ T_AVX2 ALWAYS_INLINE void avx2_block(const Product *p, Py_ssize_t m0, int mb, Py
     for (int i = 0; i < mb; i++)
         for (int j = 0; j < nb; j++) {
             float s = avx2_reduce(acc[i][j]);
-            p->y[(m0 + i) * p->N + n0 + j] = kind == 0 ? s : s * p->scale[n0 + j];
+            p->y[(m0 + i) * p->N + n0 + j] = kind == 1 ? s * p->scale[n0 + j] : s;
         }
 }
 
@@ -230,26 +236,56 @@ T_AVX2 ALWAYS_INLINE void avx2_i4_block(const Product *p, Py_ssize_t m0, int mb,
         for (int j = 0; j < nb; j++) p->y[(m0 + i) * p->N + n0 + j] = avx2_reduce(acc[i][j]);
 }
 
-#define AVX2_RANGE(NAME, BLOCK_CALL)                                                        \
+/* Rows [n0, n0 + nb) of a quantized weight as floats into scr [nb][K]: the values the direct
+ * loads give (int4: 16 columns as two halves, in the order avx2_i4_block adds them). */
+T_AVX2 static void avx2_dequant(const Product *p, Py_ssize_t n0, int nb, int kind, float *scr) {
+    for (int j = 0; j < nb; j++) {
+        float *row = scr + j * p->K;
+        Py_ssize_t k = 0;
+        if (kind == 2) {
+            __m256 lo, hi;
+            for (; k < p->K; k += 16) {
+                avx2_i4_w(p, n0 + j, k, &lo, &hi);
+                _mm256_storeu_ps(row + k, lo);
+                _mm256_storeu_ps(row + k + 8, hi);
+            }
+            continue;
+        }
+        for (; k + 8 <= p->K; k += 8) _mm256_storeu_ps(row + k, avx2_w_i8(p, n0 + j, k));
+        if (k < p->K) _mm256_maskstore_ps(row + k, avx2_tail_mask(p->K - k), avx2_w_tail(p, n0 + j, k, p->K - k, 1));
+    }
+}
+
+/* Quantized weights with more rows than one block: each block of weight rows is dequantized
+ * once into a per-thread scratch instead of once per block of rows. */
+#define AVX2_RANGE(NAME, KIND)                                                              \
     T_AVX2 static void NAME(const Product *p, Py_ssize_t n0, Py_ssize_t n1) {               \
+        float *scr = NULL;                                                                  \
+        if (KIND != 0 && p->M > AVX2_MB)                                                    \
+            scr = aligned_alloc(64, ((size_t)NB_MAX * p->K * sizeof(float) + 63) / 64 * 64); \
         for (Py_ssize_t n = n0; n < n1; n += NB_MAX) {                                      \
             int nb = n1 - n < NB_MAX ? (int)(n1 - n) : NB_MAX;                              \
+            if (scr != NULL) avx2_dequant(p, n, nb, KIND, scr);                             \
             Py_ssize_t m = 0;                                                               \
             for (; m + AVX2_MB <= p->M; m += AVX2_MB) {                                     \
-                if (nb == NB_MAX) BLOCK_CALL(m, AVX2_MB, NB_MAX); else BLOCK_CALL(m, AVX2_MB, nb); \
+                if (nb == NB_MAX) AVX2_CALL(KIND, m, AVX2_MB, NB_MAX); else AVX2_CALL(KIND, m, AVX2_MB, nb); \
             }                                                                               \
             if (m < p->M) {                                                                 \
-                if (nb == NB_MAX) BLOCK_CALL(m, 1, NB_MAX); else BLOCK_CALL(m, 1, nb);      \
+                if (nb == NB_MAX) AVX2_CALL(KIND, m, 1, NB_MAX); else AVX2_CALL(KIND, m, 1, nb); \
             }                                                                               \
         }                                                                                   \
+        free(scr);                                                                          \
     }
-
-#define AVX2_F32(m, mb, nb) avx2_block(p, m, mb, n, nb, 0)
-#define AVX2_I8(m, mb, nb) avx2_block(p, m, mb, n, nb, 1)
-#define AVX2_I4(m, mb, nb) avx2_i4_block(p, m, mb, n, nb)
-AVX2_RANGE(avx2_f32, AVX2_F32)
-AVX2_RANGE(avx2_i8, AVX2_I8)
-AVX2_RANGE(avx2_i4, AVX2_I4)
+/* the block for KIND: from the scratch when there is one; int4 otherwise avx2_i4_block */
+#define AVX2_CALL(KIND, m, mb, nb)                                                          \
+    do {                                                                                    \
+        if (scr != NULL) avx2_block(p, m, mb, n, nb, KIND, scr);                            \
+        else if (KIND == 2) avx2_i4_block(p, m, mb, n, nb);                                 \
+        else avx2_block(p, m, mb, n, nb, KIND, NULL);                                       \
+    } while (0)
+AVX2_RANGE(avx2_f32, 0)
+AVX2_RANGE(avx2_i8, 1)
+AVX2_RANGE(avx2_i4, 2)
 
 /* ------------------------------------------------------------------ AVX-512 (16 lanes) */
 
@@ -270,34 +306,6 @@ T_512 ALWAYS_INLINE __m512 avx512_w(const Product *p, Py_ssize_t n, Py_ssize_t k
     return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b));
 }
 
-T_512 ALWAYS_INLINE void avx512_block(const Product *p, Py_ssize_t m0, int mb, Py_ssize_t n0, int nb, int kind) {
-    __m512 acc[AVX512_MB][NB_MAX], wv[NB_MAX];
-    for (int i = 0; i < mb; i++)
-        for (int j = 0; j < nb; j++) acc[i][j] = _mm512_setzero_ps();
-    const float *x = p->x + m0 * p->K;
-    Py_ssize_t k = 0;
-    for (; k + 16 <= p->K; k += 16) {
-        for (int j = 0; j < nb; j++) wv[j] = avx512_w(p, n0 + j, k, 0xFFFF, kind);
-        for (int i = 0; i < mb; i++) {
-            __m512 xv = _mm512_loadu_ps(x + i * p->K + k);
-            for (int j = 0; j < nb; j++) acc[i][j] = _mm512_fmadd_ps(xv, wv[j], acc[i][j]);
-        }
-    }
-    if (k < p->K) {
-        __mmask16 mask = (__mmask16)((1u << (p->K - k)) - 1u);
-        for (int j = 0; j < nb; j++) wv[j] = avx512_w(p, n0 + j, k, mask, kind);
-        for (int i = 0; i < mb; i++) {
-            __m512 xv = _mm512_maskz_loadu_ps(mask, x + i * p->K + k);
-            for (int j = 0; j < nb; j++) acc[i][j] = _mm512_fmadd_ps(xv, wv[j], acc[i][j]);
-        }
-    }
-    for (int i = 0; i < mb; i++)
-        for (int j = 0; j < nb; j++) {
-            float s = avx512_reduce(acc[i][j]);
-            p->y[(m0 + i) * p->N + n0 + j] = kind == 0 ? s : s * p->scale[n0 + j];
-        }
-}
-
 /* int4, group_size % 16 == 0: 16 columns (8 bytes) of a weight row per step. */
 T_512 ALWAYS_INLINE __m512 avx512_i4_w(const Product *p, Py_ssize_t n, Py_ssize_t k) {
     const uint8_t *w = (const uint8_t *)p->w + n * (p->K / 2) + k / 2;
@@ -309,20 +317,58 @@ T_512 ALWAYS_INLINE __m512 avx512_i4_w(const Product *p, Py_ssize_t n, Py_ssize_
                            _mm512_set1_ps(p->offset[gi]));
 }
 
-T_512 ALWAYS_INLINE void avx512_i4_block(const Product *p, Py_ssize_t m0, int mb, Py_ssize_t n0, int nb) {
+/* The 16 weights of row n at columns [k, k + 16) as floats, lanes outside `mask` zero
+ * (int4 has no tail: K % 16 == 0). `scr`, when given, holds them already ([nb][K] floats
+ * from avx512_dequant, the same values), for blocks of many rows. */
+T_512 ALWAYS_INLINE __m512 avx512_load_w(const Product *p, Py_ssize_t n0, int j, Py_ssize_t k, __mmask16 mask, int kind,
+                                         const float *scr) {
+    if (scr != NULL) return _mm512_maskz_loadu_ps(mask, scr + j * p->K + k);
+    if (kind == 2) return avx512_i4_w(p, n0 + j, k);
+    return avx512_w(p, n0 + j, k, mask, kind);
+}
+
+/* kind 0: fp32; 1: int8 (sums scaled per output at the end); 2: int4. */
+T_512 ALWAYS_INLINE void avx512_block(const Product *p, Py_ssize_t m0, int mb, Py_ssize_t n0, int nb, int kind,
+                                      const float *scr) {
     __m512 acc[AVX512_MB][NB_MAX], wv[NB_MAX];
     for (int i = 0; i < mb; i++)
         for (int j = 0; j < nb; j++) acc[i][j] = _mm512_setzero_ps();
     const float *x = p->x + m0 * p->K;
-    for (Py_ssize_t k = 0; k < p->K; k += 16) {
-        for (int j = 0; j < nb; j++) wv[j] = avx512_i4_w(p, n0 + j, k);
+    Py_ssize_t k = 0;
+    for (; k + 16 <= p->K; k += 16) {
+        for (int j = 0; j < nb; j++) wv[j] = avx512_load_w(p, n0, j, k, 0xFFFF, kind, scr);
         for (int i = 0; i < mb; i++) {
             __m512 xv = _mm512_loadu_ps(x + i * p->K + k);
             for (int j = 0; j < nb; j++) acc[i][j] = _mm512_fmadd_ps(xv, wv[j], acc[i][j]);
         }
     }
+    if (k < p->K) {
+        __mmask16 mask = (__mmask16)((1u << (p->K - k)) - 1u);
+        for (int j = 0; j < nb; j++) wv[j] = avx512_load_w(p, n0, j, k, mask, kind, scr);
+        for (int i = 0; i < mb; i++) {
+            __m512 xv = _mm512_maskz_loadu_ps(mask, x + i * p->K + k);
+            for (int j = 0; j < nb; j++) acc[i][j] = _mm512_fmadd_ps(xv, wv[j], acc[i][j]);
+        }
+    }
     for (int i = 0; i < mb; i++)
-        for (int j = 0; j < nb; j++) p->y[(m0 + i) * p->N + n0 + j] = avx512_reduce(acc[i][j]);
+        for (int j = 0; j < nb; j++) {
+            float s = avx512_reduce(acc[i][j]);
+            p->y[(m0 + i) * p->N + n0 + j] = kind == 1 ? s * p->scale[n0 + j] : s;
+        }
+}
+
+/* Rows [n0, n0 + nb) of a quantized weight as floats into scr [nb][K]: the very values the
+ * direct loads give, so a block reading them computes bitwise what it would without. */
+T_512 static void avx512_dequant(const Product *p, Py_ssize_t n0, int nb, int kind, float *scr) {
+    for (int j = 0; j < nb; j++) {
+        float *row = scr + j * p->K;
+        Py_ssize_t k = 0;
+        for (; k + 16 <= p->K; k += 16) _mm512_storeu_ps(row + k, avx512_load_w(p, n0, j, k, 0xFFFF, kind, NULL));
+        if (k < p->K) {
+            __mmask16 mask = (__mmask16)((1u << (p->K - k)) - 1u);
+            _mm512_mask_storeu_ps(row + k, mask, avx512_load_w(p, n0, j, k, mask, kind, NULL));
+        }
+    }
 }
 
 /* Rows in blocks of 4, then one block of the 1-3 left (each its own specialisation). */
@@ -338,19 +384,31 @@ T_512 ALWAYS_INLINE void avx512_i4_block(const Product *p, Py_ssize_t m0, int mb
         }                                                                                   \
     } while (0)
 
-#define AVX512_RANGE(NAME, BLOCK_CALL)                                                      \
+/* Quantized weights with more rows than one block: each block of weight rows is dequantized
+ * once into a per-thread scratch (L1/L2-resident) instead of once per block of rows. */
+#define AVX512_RANGE(NAME, KIND)                                                            \
     T_512 static void NAME(const Product *p, Py_ssize_t n0, Py_ssize_t n1) {                \
+        const int kind = KIND;                                                              \
+        float *scr = NULL;                                                                  \
+        if (KIND != 0 && p->M > AVX512_MB)                                                  \
+            scr = aligned_alloc(64, ((size_t)NB_MAX * p->K * sizeof(float) + 63) / 64 * 64); \
         Py_ssize_t n = n0;                                                                  \
-        for (; n + NB_MAX <= n1; n += NB_MAX) AVX512_ROWS(BLOCK_CALL, NB_MAX);              \
-        for (; n < n1; n++) AVX512_ROWS(BLOCK_CALL, 1);                                     \
+        for (; n + NB_MAX <= n1; n += NB_MAX) {                                             \
+            if (scr != NULL) {                                                              \
+                avx512_dequant(p, n, NB_MAX, KIND, scr);                                    \
+                AVX512_ROWS(SCR_512, NB_MAX);                                               \
+            } else {                                                                        \
+                AVX512_ROWS(DIRECT_512, NB_MAX);                                            \
+            }                                                                               \
+        }                                                                                   \
+        for (; n < n1; n++) AVX512_ROWS(DIRECT_512, 1);                                     \
+        free(scr);                                                                          \
     }
-
-#define AVX512_F32(m, mb, nb) avx512_block(p, m, mb, n, nb, 0)
-#define AVX512_I8(m, mb, nb) avx512_block(p, m, mb, n, nb, 1)
-#define AVX512_I4(m, mb, nb) avx512_i4_block(p, m, mb, n, nb)
-AVX512_RANGE(avx512_f32, AVX512_F32)
-AVX512_RANGE(avx512_i8, AVX512_I8)
-AVX512_RANGE(avx512_i4, AVX512_I4)
+#define DIRECT_512(m, mb, nb) avx512_block(p, m, mb, n, nb, kind, NULL)
+#define SCR_512(m, mb, nb) avx512_block(p, m, mb, n, nb, kind, scr)
+AVX512_RANGE(avx512_f32, 0)
+AVX512_RANGE(avx512_i8, 1)
+AVX512_RANGE(avx512_i4, 2)
 #endif /* PLD_X86 */
 
 /* ------------------------------------------------------------------ dispatch */
