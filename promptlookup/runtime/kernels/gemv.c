@@ -39,7 +39,8 @@
 #define PLD_X86 0
 #endif
 
-#define NB_MAX 4 /* weight rows per block (every path) */
+#define NB_MAX 4 /* weight rows per block (generic and AVX2; AVX-512: AVX512_NB) */
+#define SPLIT 24 /* threads take outputs in multiples of this (of every path's block of weight rows) */
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 
 enum { ISA_GENERIC = 0, ISA_AVX2 = 1, ISA_AVX512 = 2 };
@@ -290,7 +291,8 @@ AVX2_RANGE(avx2_i4, 2)
 /* ------------------------------------------------------------------ AVX-512 (16 lanes) */
 
 #define T_512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma")))
-#define AVX512_MB 4 /* 4 weight rows x 4 rows: 16 accumulators + 4 weights + 1 x of 32 registers */
+#define AVX512_MB 4 /* 4 weight rows x 4 rows: 16 accumulators + 4 weights + 1 x of 32 registers (6 x 4 measured slower) */
+#define AVX512_NB 4
 
 T_512 ALWAYS_INLINE float avx512_reduce(__m512 a) {
     __m256 h = _mm256_add_ps(_mm512_castps512_ps256(a), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1)));
@@ -330,7 +332,7 @@ T_512 ALWAYS_INLINE __m512 avx512_load_w(const Product *p, Py_ssize_t n0, int j,
 /* kind 0: fp32; 1: int8 (sums scaled per output at the end); 2: int4. */
 T_512 ALWAYS_INLINE void avx512_block(const Product *p, Py_ssize_t m0, int mb, Py_ssize_t n0, int nb, int kind,
                                       const float *scr) {
-    __m512 acc[AVX512_MB][NB_MAX], wv[NB_MAX];
+    __m512 acc[AVX512_MB][AVX512_NB], wv[AVX512_NB];
     for (int i = 0; i < mb; i++)
         for (int j = 0; j < nb; j++) acc[i][j] = _mm512_setzero_ps();
     const float *x = p->x + m0 * p->K;
@@ -391,14 +393,14 @@ T_512 static void avx512_dequant(const Product *p, Py_ssize_t n0, int nb, int ki
         const int kind = KIND;                                                              \
         float *scr = NULL;                                                                  \
         if (KIND != 0 && p->M > AVX512_MB)                                                  \
-            scr = aligned_alloc(64, ((size_t)NB_MAX * p->K * sizeof(float) + 63) / 64 * 64); \
+            scr = aligned_alloc(64, ((size_t)AVX512_NB * p->K * sizeof(float) + 63) / 64 * 64); \
         Py_ssize_t n = n0;                                                                  \
-        for (; n + NB_MAX <= n1; n += NB_MAX) {                                             \
+        for (; n + AVX512_NB <= n1; n += AVX512_NB) {                                             \
             if (scr != NULL) {                                                              \
-                avx512_dequant(p, n, NB_MAX, KIND, scr);                                    \
-                AVX512_ROWS(SCR_512, NB_MAX);                                               \
+                avx512_dequant(p, n, AVX512_NB, KIND, scr);                                    \
+                AVX512_ROWS(SCR_512, AVX512_NB);                                               \
             } else {                                                                        \
-                AVX512_ROWS(DIRECT_512, NB_MAX);                                            \
+                AVX512_ROWS(DIRECT_512, AVX512_NB);                                            \
             }                                                                               \
         }                                                                                   \
         for (; n < n1; n++) AVX512_ROWS(DIRECT_512, 1);                                     \
@@ -453,7 +455,7 @@ static void run_product(const Product *p, int kind) {
 #ifdef _OPENMP
     if ((double)p->M * (double)p->N * (double)p->K >= PARALLEL_MIN_WORK) threads = omp_get_max_threads();
 #endif
-    Py_ssize_t blocks = (p->N + NB_MAX - 1) / NB_MAX;
+    Py_ssize_t blocks = (p->N + SPLIT - 1) / SPLIT;
     if (threads > blocks) threads = (int)blocks;
     if (threads <= 1) {
         fn(p, 0, p->N);
@@ -464,7 +466,7 @@ static void run_product(const Product *p, int kind) {
     {
         int t = omp_get_thread_num(), nt = omp_get_num_threads();
         Py_ssize_t b0 = blocks * t / nt, b1 = blocks * (t + 1) / nt;
-        Py_ssize_t n0 = b0 * NB_MAX, n1 = b1 * NB_MAX < p->N ? b1 * NB_MAX : p->N;
+        Py_ssize_t n0 = b0 * SPLIT, n1 = b1 * SPLIT < p->N ? b1 * SPLIT : p->N;
         if (n0 < n1) fn(p, n0, n1);
     }
 #endif
