@@ -133,6 +133,13 @@ static void gen_i8_scaled(const Product *p, Py_ssize_t n0, Py_ssize_t n1) {
         for (Py_ssize_t n = n0; n < n1; n++) p->y[m * p->N + n] *= p->scale[n];
 }
 
+/* int8 on the scratch path: the fp32 code's sums times the output's scale, the one rounding
+ * the direct int8 blocks apply too. */
+static void scale_outputs(const Product *p, Py_ssize_t n0, int nb) {
+    for (Py_ssize_t m = 0; m < p->M; m++)
+        for (int j = 0; j < nb; j++) p->y[m * p->N + n0 + j] *= p->scale[n0 + j];
+}
+
 #if PLD_X86
 /* ------------------------------------------------------------------ AVX2 + FMA (8 lanes) */
 
@@ -274,13 +281,14 @@ T_AVX2 static void avx2_dequant(const Product *p, Py_ssize_t n0, int nb, int kin
             if (m < p->M) {                                                                 \
                 if (nb == NB_MAX) AVX2_CALL(KIND, m, 1, NB_MAX); else AVX2_CALL(KIND, m, 1, nb); \
             }                                                                               \
+            if (scr != NULL && KIND == 1) scale_outputs(p, n, nb);                          \
         }                                                                                   \
         free(scr);                                                                          \
     }
 /* the block for KIND: from the scratch when there is one; int4 otherwise avx2_i4_block */
 #define AVX2_CALL(KIND, m, mb, nb)                                                          \
     do {                                                                                    \
-        if (scr != NULL) avx2_block(p, m, mb, n, nb, KIND, scr);                            \
+        if (scr != NULL) avx2_block(p, m, mb, n, nb, 0, scr);                               \
         else if (KIND == 2) avx2_i4_block(p, m, mb, n, nb);                                 \
         else avx2_block(p, m, mb, n, nb, KIND, NULL);                                       \
     } while (0)
@@ -399,6 +407,7 @@ T_512 static void avx512_dequant(const Product *p, Py_ssize_t n0, int nb, int ki
             if (scr != NULL) {                                                              \
                 avx512_dequant(p, n, AVX512_NB, KIND, scr);                                    \
                 AVX512_ROWS(SCR_512, AVX512_NB);                                               \
+                if (kind == 1) scale_outputs(p, n, AVX512_NB);                                 \
             } else {                                                                        \
                 AVX512_ROWS(DIRECT_512, AVX512_NB);                                            \
             }                                                                               \
@@ -407,7 +416,7 @@ T_512 static void avx512_dequant(const Product *p, Py_ssize_t n0, int nb, int ki
         free(scr);                                                                          \
     }
 #define DIRECT_512(m, mb, nb) avx512_block(p, m, mb, n, nb, kind, NULL)
-#define SCR_512(m, mb, nb) avx512_block(p, m, mb, n, nb, kind, scr)
+#define SCR_512(m, mb, nb) avx512_block(p, m, mb, n, nb, 0, scr) /* the fp32 code itself on the scratch */
 AVX512_RANGE(avx512_f32, 0)
 AVX512_RANGE(avx512_i8, 1)
 AVX512_RANGE(avx512_i4, 2)
