@@ -251,6 +251,8 @@ def main(argv: list[str] | None = None) -> int:
               f"torch {torch.__version__}; bandwidth {limit:.1f} GB/s (C read {bw['c_read']:.1f}, MKL mv {bw['mkl_mv']:.1f})")
     print(header)
     times = measure(groups, rows_list, args.repeats, in_sizes)
+    if isas[0] != "reference":
+        kernels.set_isa(isas[0])  # measure() left the last candidate's path in use
 
     names = list(next(iter(groups.values())))
     base = "mkl"
