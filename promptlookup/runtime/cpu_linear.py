@@ -44,7 +44,7 @@ import torch
 
 from . import kernels
 
-GEMV_MAX_ROWS = 48  # with the C kernels, products of this many rows or fewer use them (MKL beyond: measured faster at 64)
+GEMV_MAX_ROWS = 33  # with the C kernels, products of this many rows or fewer use them (MKL beyond: faster at 48)
 MKL_MAX_ROWS = 2  # with a shared row-major weight, products of this many rows or fewer use MKL
 ONEDNN_MIN_ROWS = 4  # oneDNN runs fewer rows faster when padded to this many (its small-row kernels are slower)
 
