@@ -10,9 +10,12 @@
  * Every path keeps one accumulator per (row, output) pair -- a vector of L lanes (16, 8,
  * or 8 emulated lanes on the generic path), lane l summing the products of the columns k
  * with k % L == l in increasing k -- reduced by a fixed tree at the end. Rows are blocked
- * (up to MB_MAX rows share each weight load) and outputs are blocked (NB_MAX weight rows
- * per step), but a block of fewer rows runs the very same operations on each of its
- * accumulators, so the blocking changes which loads are shared, never the arithmetic.
+ * (4 rows share each weight load on the AVX-512 and generic paths, 2 on AVX2's 16
+ * registers) and outputs are blocked (4 weight rows per step), but a block of fewer rows
+ * runs the very same operations on each of its accumulators, so the blocking changes which
+ * loads are shared, never the arithmetic. Quantized weights times more rows than one block
+ * are first dequantized, a block of weight rows at a time, into a scratch that the fp32
+ * block then reads: the same values the direct loads give, so the same results.
  * The file is built with -ffp-contract=off, so the compiler never fuses a multiply and an
  * add differently in two specialisations of a block.
  *
