@@ -28,8 +28,8 @@ $(STAMP): requirements.txt pyproject.toml
 	@$(PY) -m pip install -q --no-deps --no-build-isolation -e . 2>&1 | { grep -v "^WARNING: Location" || true; }
 	@touch $@
 
-# The drafters' C modules (a no-op when up to date; without a compiler, or where this
-# platform cannot link an extension, a note and the pure-Python drafters).
+# The C modules, drafters and CPU kernels (a no-op when up to date; without a compiler, or where this
+# platform cannot link an extension, a note, the pure-Python drafters and PyTorch products).
 native: $(STAMP)
 	@$(PY) -m promptlookup.drafting.native.build --strict
 
@@ -74,4 +74,5 @@ bench: $(ENGINE)/config.json native
 	$(PY) bench/bench_runtime.py --engine_dir $(ENGINE)
 
 clean:
-	rm -rf artifacts $(OUT) promptlookup/drafting/native/_*.so promptlookup/drafting/native/_*.so.buildhash
+	rm -rf artifacts $(OUT) promptlookup/drafting/native/_*.so promptlookup/drafting/native/_*.so.buildhash \
+		promptlookup/runtime/kernels/_*.so promptlookup/runtime/kernels/_*.so.buildhash

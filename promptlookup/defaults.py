@@ -19,9 +19,11 @@ DEFAULT_WORKFLOW = "v2"
 DEFAULT_KV_CACHE_ENABLE_BLOCK_REUSE = True  # reuse cached KV blocks of earlier prompts and calls
 DRAFT_LENGTH_POLICIES = ("cost", "full")  # see promptlookup.decoding.draft_policy
 
-# PyTorch engines on a CPU: 1 keeps each projection's weight once (oneDNN's reordered copy);
-# 2 also keeps the row-major weight, whose one- and two-row products (plain decoding steps)
-# run faster through MKL. See promptlookup.runtime.cpu_linear; no effect on a GPU.
+# PyTorch engines on a CPU: 1 keeps each projection's weight once (row-major for the C
+# kernels; oneDNN's reordered copy where they are not built); 2 also keeps a second copy
+# (oneDNN's, for many-row products; without the C kernels the row-major weight, whose one-
+# and two-row products run faster through MKL). See promptlookup.runtime.cpu_linear; no
+# effect on a GPU.
 CPU_WEIGHT_COPIES = (1, 2)
 DEFAULT_CPU_WEIGHT_COPIES = 1
 

@@ -170,8 +170,8 @@ def add_common_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     g.add_argument("--device", default="auto",
                    help="PyTorch engines: auto (default: the GPU when one is visible, else the CPU), cpu, cuda or cuda:N")
     g.add_argument("--cpu_weight_copies", type=int, choices=CPU_WEIGHT_COPIES, default=DEFAULT_CPU_WEIGHT_COPIES,
-                   help="PyTorch engines on a CPU: 1 holds the weights once; 2 also keeps row-major copies, "
-                        "for faster plain decoding steps at about 1.7x the memory")
+                   help="PyTorch engines on a CPU: 1 holds the weights once; 2 also keeps a second copy (with "
+                        "the C kernels oneDNN's, for prefill; without them row-major, for plain steps), ~1.7x the memory")
     g.add_argument("--torch_compile", choices=COMPILE_MODES, default=DEFAULT_COMPILE_MODE,
                    help="PyTorch engines: inductor compiles each decoding step shape with torch.compile (seconds to "
                         "minutes per shape on a CPU); off (default) runs eagerly, which measured faster on a CPU")

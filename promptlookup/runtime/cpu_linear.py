@@ -3,8 +3,19 @@
 A decode step multiplies every weight matrix by one row; a verification step by
 ``1 + draft length`` rows (2 to ~33). PyTorch's default route for these (MKL's sgemm
 through ``F.linear``) is tuned for large matrices: its cost grows steeply with the row
-count, which would eat most of what verifying a long draft saves. This module runs the
-product through oneDNN (``torch.ops.mkldnn._linear_pointwise``) on a copy of the weight
+count, which would eat most of what verifying a long draft saves.
+
+Where the C kernels are built (:mod:`promptlookup.runtime.kernels`, route ``gemv``), the
+layer holds the row-major weight only, and products of up to :data:`GEMV_MAX_ROWS` rows run
+through :func:`~promptlookup.runtime.kernels.fp32_product`: it streams the weight once for
+every row count and is row-invariant, so a one-row decoding step and a verification step
+compute bitwise the same values for the same row. Larger products (prefill) run through
+MKL on the same weight (``W @ x.T`` is what MKL streams fastest); with ``packed_copy`` a
+oneDNN-reordered second copy serves them instead (``gemv+onednn``). A tied LM head streams
+the embedding table itself. docs/benchmarks.md ("CPU kernels") has the measurements that
+chose these routes.
+
+Without the C kernels, the product runs through oneDNN (``torch.ops.mkldnn._linear_pointwise``) on a copy of the weight
 reordered once, at load time, into oneDNN's blocked layout, and then **drops the
 row-major original**, so the weights live in memory once. oneDNN's JIT kernels use the
 widest vector instructions the CPU has, and their cost is nearly flat from 4 to ~16
@@ -31,6 +42,9 @@ from __future__ import annotations
 
 import torch
 
+from . import kernels
+
+GEMV_MAX_ROWS = 33  # with the C kernels, products of this many rows or fewer use them (MKL beyond: faster at 48)
 MKL_MAX_ROWS = 2  # with a shared row-major weight, products of this many rows or fewer use MKL
 ONEDNN_MIN_ROWS = 4  # oneDNN runs fewer rows faster when padded to this many (its small-row kernels are slower)
 
@@ -59,14 +73,17 @@ def _mkl(weight: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
 class CpuLinear:
     """A frozen linear layer's product on CPU, holding its weight once.
 
-    ``weight`` ``[out, in]`` is reordered for oneDNN and the row-major tensor is not kept
-    (unless oneDNN cannot take it). ``small_rows_weight``, when given, must equal ``weight``
-    and is held by someone else anyway; products of at most :data:`MKL_MAX_ROWS` rows then
-    stream it through MKL. Cost per call: one GEMM of ``rows x in x out``, bound by
-    reading the weight for the row counts of decoding.
+    With the C kernels: the row-major ``weight`` ``[out, in]`` is kept (or, when given,
+    ``small_rows_weight``, which must equal it and is held by someone else anyway) and serves
+    every row count (:data:`GEMV_MAX_ROWS` or fewer through the C kernel, more through MKL);
+    ``packed_copy`` adds oneDNN's reordered copy for the larger products. Without them:
+    ``weight`` is reordered for oneDNN and the row-major tensor is not kept (unless oneDNN
+    cannot take it); ``small_rows_weight`` then serves products of at most
+    :data:`MKL_MAX_ROWS` rows through MKL. Cost per call: one product of ``rows x in x
+    out``, bound by reading the weight for the row counts of decoding.
     """
 
-    __slots__ = ("packed", "plain", "small_rows_weight", "bias")
+    __slots__ = ("packed", "plain", "small_rows_weight", "bias", "gemv")
 
     def __init__(
         self,
@@ -74,22 +91,43 @@ class CpuLinear:
         bias: torch.Tensor | None = None,
         *,
         small_rows_weight: torch.Tensor | None = None,
+        packed_copy: bool = False,
     ) -> None:
         weight = weight.detach()
         self.bias = None if bias is None else bias.detach()
+        self.small_rows_weight = None if small_rows_weight is None else small_rows_weight.detach()
+        self.gemv = None
+        if kernels.isa() != "reference" and weight.dtype == torch.float32 and weight.device.type == "cpu":
+            row_major = (self.small_rows_weight if self.small_rows_weight is not None else weight).contiguous()
+            self.gemv = kernels.fp32_product(row_major)
+            if self.small_rows_weight is not None and row_major.data_ptr() != self.small_rows_weight.data_ptr():
+                self.small_rows_weight = None  # a contiguous copy was made: hold that one instead
+            self.plain = row_major if self.small_rows_weight is None else None
+            self.packed = _pack_for_onednn(weight) if packed_copy else None
+            return
         self.packed = _pack_for_onednn(weight)
         self.plain = weight if self.packed is None else None  # the fallback route keeps it
-        self.small_rows_weight = None if small_rows_weight is None else small_rows_weight.detach()
 
     @property
     def kernel(self) -> str:
-        """``onednn`` (every row count), ``mkl+onednn`` (few rows on the shared weight) or ``mkl``."""
+        """``gemv`` (the C kernel; MKL for many rows), ``gemv+onednn`` (oneDNN's copy for many
+        rows); without the C kernels ``onednn`` (every row count), ``mkl+onednn`` (few rows on
+        the shared weight) or ``mkl``."""
+        if self.gemv is not None:
+            return "gemv" if self.packed is None else "gemv+onednn"
         if self.packed is None:
             return "mkl"
         return "mkl+onednn" if self.small_rows_weight is not None else "onednn"
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.shape[0]
+        if self.gemv is not None and (rows <= GEMV_MAX_ROWS or self.packed is None):
+            if rows <= GEMV_MAX_ROWS:
+                y = self.gemv(x)
+            else:
+                w = self.plain if self.plain is not None else self.small_rows_weight
+                y = torch.mm(x.contiguous(), w.t())
+            return y if self.bias is None else y + self.bias
         x = x.contiguous()
         if self.packed is not None and (self.small_rows_weight is None or rows > MKL_MAX_ROWS):
             if rows < ONEDNN_MIN_ROWS:

@@ -14,8 +14,8 @@ One call processes a batch of sequences, each contributing ``q_len[b]`` new toke
 ctx[b] - 1`` of its block table and attend to the slots before them and, among
 themselves, causally (a chain) or along a token tree (:class:`SequenceRows`). Cost per call: the model's FLOPs for ``sum(q_len)`` tokens, plus a gather
 of ``max(ctx)`` K/V rows per layer (skipped when a single sequence's blocks are contiguous).
-On CPU the projections run through :class:`~.cpu_linear.CpuLinear` (oneDNN on weights
-reordered once; the row-major originals are not kept).
+On CPU the projections run through :class:`~.cpu_linear.CpuLinear` (the C kernels of
+:mod:`.kernels` on the row-major weights, else oneDNN on weights reordered once).
 """
 from __future__ import annotations
 
@@ -216,7 +216,7 @@ class PagedLlama(nn.Module):
     Built from a state dict with Hugging Face names (:meth:`from_hf` takes them from a
     ``LlamaForCausalLM`` without changing it). The constructor *consumes* the dict: Q/K/V
     and gate/up are fused into one matrix each (gpt-fast's load-time fusion) and the
-    parts are dropped from it; on CPU each projection keeps only its oneDNN-reordered copy
+    parts are dropped from it; on CPU each projection keeps one copy of its weight
     (:class:`~.cpu_linear.CpuLinear`). So when the caller holds no other reference, the
     resident weights are one copy: the engine's tensors (which store the LM head even when
     it is tied to the embeddings) and nothing more. Cost: one pass over the weights.
@@ -230,8 +230,9 @@ class PagedLlama(nn.Module):
         cpu_weight_copies: int = DEFAULT_CPU_WEIGHT_COPIES,
         dense_projections: bool = False,
     ) -> None:
-        """``cpu_weight_copies`` (CPU only): 1 holds each projection once; 2 also keeps the
-        row-major weight for the faster one- and two-row products (:mod:`.cpu_linear`).
+        """``cpu_weight_copies`` (CPU only): 1 holds each projection once; 2 keeps a second copy
+        (:mod:`.cpu_linear`: with the C kernels, oneDNN's for many-row products; without, the
+        row-major weight for the faster one- and two-row products).
         ``dense_projections``: :class:`DenseLinear` on the CPU too (one row-major copy), which
         the compiled forward needs (:mod:`.compiled`: oneDNN's packed weights cannot be traced)."""
         super().__init__()
@@ -249,7 +250,8 @@ class PagedLlama(nn.Module):
         def proj(weight: torch.Tensor, bias: torch.Tensor | None = None, *, shared: torch.Tensor | None = None) -> Projection:
             if not on_cpu or dense_projections:
                 return DenseLinear(weight, bias)
-            return CpuLinear(weight, bias, small_rows_weight=weight if cpu_weight_copies == 2 else shared)
+            two = cpu_weight_copies == 2
+            return CpuLinear(weight, bias, small_rows_weight=weight if two else shared, packed_copy=two)
 
         def take(name: str) -> torch.Tensor | None:
             t = state.pop(name, None)

@@ -19,7 +19,26 @@ def test_no_compiler_is_a_note_and_exit_0(capsys):
 
 def test_every_source_has_a_module_name():
     names = {build.module_path(s).name.split(".")[0] for s in build.sources()}
-    assert names == {"_pool", "_suffix_automaton"}
+    assert names == {"_pool", "_suffix_automaton", "_gemv"}
+    assert {s.name for s in build.sources((build.HERE,))} == {"pool.c", "suffix_automaton.c"}  # what --sanitize builds
+
+
+def test_the_kernels_fall_back_to_a_build_without_openmp(monkeypatch, tmp_path):
+    """Where the compiler has no OpenMP, the kernels' second flag set (no -fopenmp) is used."""
+    source = tmp_path / "k.c"
+    source.write_text("int x;\n")
+    monkeypatch.setitem(build.FOLDERS, tmp_path, build.FOLDERS[build.KERNELS])
+    tried = []
+
+    def fake_build_one(cc, src, link=None, *, cflags=build.CFLAGS, directory=None):
+        tried.append(cflags)
+        if "-fopenmp" in cflags:
+            raise RuntimeError("cc ...\ncc: error: unrecognized command-line option '-fopenmp'")
+        return tmp_path / "_k.so"
+
+    monkeypatch.setattr(build, "build_one", fake_build_one)
+    assert build.build_best(["cc"], source) == tmp_path / "_k.so"
+    assert ["-fopenmp" in flags for flags in tried] == [True, False]
 
 
 def test_forcing_python_is_reported_and_honoured(monkeypatch):

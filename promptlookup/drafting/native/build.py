@@ -1,8 +1,11 @@
-"""Compile the drafters' C extensions: ``python -m promptlookup.drafting.native.build``.
+"""Compile the project's C extensions: ``python -m promptlookup.drafting.native.build``.
 
-Every ``<name>.c`` in this folder becomes the extension module ``_<name>`` next to it
-(``_<name>`` + the interpreter's ``EXT_SUFFIX``), built with the C compiler Python was
-configured with (``CC``, else ``cc``) against this interpreter's headers. Each module is
+Every ``<name>.c`` in the folders of :data:`FOLDERS` (the drafters', this one, and the
+CPU products', ``promptlookup/runtime/kernels``) becomes the extension module ``_<name>``
+next to it (``_<name>`` + the interpreter's ``EXT_SUFFIX``), built with the C compiler
+Python was configured with (``CC``, else ``cc``) against this interpreter's headers, with
+the folder's own extra flags (the kernels: ``-O3 -ffp-contract=off -fopenmp``; where the
+compiler has no OpenMP, the kernels are built once more without it, single-threaded). Each module is
 written to a temporary file and renamed into place, so an interrupted build never leaves
 a half-written module.
 
@@ -39,8 +42,26 @@ import sys
 import sysconfig
 import tempfile
 from pathlib import Path
+from typing import NamedTuple
 
 HERE = Path(__file__).resolve().parent
+KERNELS = HERE.parent.parent / "runtime" / "kernels"
+
+
+class Folder(NamedTuple):
+    """A folder of C sources: its extra compiler flag sets (best first; the first that
+    builds is used) and what runs instead when a module of it is not built."""
+
+    flag_sets: tuple[tuple[str, ...], ...]
+    fallback: str
+
+
+FOLDERS = {
+    HERE: Folder(((),), "the drafters use their pure-Python twin for it"),
+    # -fopenmp links libgomp.so.1, the soname of the libgomp torch loads: one OpenMP runtime
+    KERNELS: Folder((("-O3", "-ffp-contract=off", "-fopenmp"), ("-O3", "-ffp-contract=off")),
+                    "the CPU products use PyTorch for it"),
+}
 HEADERS = ("common.h",)
 CFLAGS = ["-O2", "-std=c11", "-fPIC", "-Wall", "-Wextra", "-Wno-unused-parameter"]
 SANITIZE_CFLAGS = ["-O1", "-g", "-std=c11", "-fPIC", "-fno-omit-frame-pointer", "-fsanitize=address,undefined",
@@ -52,8 +73,14 @@ PyMODINIT_FUNC PyInit__probe(void) { return PyModule_Create(&probe); }
 """
 
 
-def sources() -> list[Path]:
-    return sorted(HERE.glob("*.c"))
+def sources(folders: tuple[Path, ...] | None = None) -> list[Path]:
+    """The C sources of ``folders`` (default: every folder of :data:`FOLDERS`)."""
+    return [s for folder in (folders or tuple(FOLDERS)) for s in sorted(folder.glob("*.c"))]
+
+
+def folder(source: Path) -> Folder:
+    """``source``'s folder settings (the drafters' for a source outside :data:`FOLDERS`)."""
+    return FOLDERS.get(source.parent, FOLDERS[HERE])
 
 
 def module_path(source: Path, directory: Path | None = None) -> Path:
@@ -133,11 +160,28 @@ def _command(cc: list[str], cflags: list[str], link: list[str], source: Path) ->
 
 
 def up_to_date(cc: list[str], link: list[str], source: Path, cflags: list[str] = CFLAGS) -> bool:
+    """Whether ``source``'s module was built from this source with ``cflags`` plus one of its
+    folder's flag sets."""
     target = module_path(source)
     stamp = stamp_path(target)
     if not (target.is_file() and stamp.is_file()):
         return False
-    return stamp.read_text().strip() == build_hash(_command(cc, cflags, link, source), source)
+    built = stamp.read_text().strip()
+    return any(built == build_hash(_command(cc, [*cflags, *extra], link, source), source)
+               for extra in folder(source).flag_sets)
+
+
+def build_best(cc: list[str], source: Path, link: list[str] | None = None) -> Path:
+    """:func:`build_one` with the first of the folder's flag sets that builds; raises the
+    first set's ``RuntimeError`` when none does."""
+    first: RuntimeError | None = None
+    for extra in folder(source).flag_sets:
+        try:
+            return build_one(cc, source, link, cflags=[*CFLAGS, *extra])
+        except RuntimeError as exc:
+            first = first or exc
+    assert first is not None
+    raise first
 
 
 def build_one(
@@ -172,7 +216,7 @@ def build_one(
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description="compile the drafters' C extensions", allow_abbrev=False)
+    p = argparse.ArgumentParser(description="compile the project's C extensions (drafters, CPU kernels)", allow_abbrev=False)
     p.add_argument("--strict", action="store_true", help="exit 2 if the toolchain works but a module fails to build")
     p.add_argument("--force", action="store_true", help="rebuild even if up to date")
     p.add_argument("--has_compiler", action="store_true",
@@ -193,14 +237,15 @@ def main(argv: list[str] | None = None) -> int:
             why = "no C compiler (or no Python.h) found"
         else:
             why = f"{shlex.join(cc)} cannot link a Python extension here ({_toolchain(tuple(cc), sys.platform)[1]})"
-        print(f"note: {why}; the drafters will use their pure-Python implementations (same drafts, slower). "
+        print(f"note: {why}; the drafters will use their pure-Python implementations (same drafts, slower) "
+              "and the CPU products PyTorch's. "
               "Install gcc and the Python headers, then run `python -m promptlookup.drafting.native.build`.")
         return 0
     cc, link = chain
     if args.sanitize:
         out = Path(args.sanitize)
         out.mkdir(parents=True, exist_ok=True)
-        for source in sources():
+        for source in sources((HERE,)):  # the drafters' misuse tests run against these
             try:
                 print(f"built {build_one(cc, source, link, cflags=SANITIZE_CFLAGS, directory=out)}")
             except RuntimeError as exc:
@@ -212,11 +257,11 @@ def main(argv: list[str] | None = None) -> int:
         if not args.force and up_to_date(cc, link, source):
             continue
         try:
-            target = build_one(cc, source, link)
+            target = build_best(cc, source, link)
         except RuntimeError as exc:
             detail = str(exc).split("\n", 1)[-1]
-            print(f"error: building {source.name} failed ({first_line(detail)}); the drafters use their "
-                  f"pure-Python twin for it", file=sys.stderr)
+            print(f"error: building {source.name} failed ({first_line(detail)}); {folder(source).fallback}",
+                  file=sys.stderr)
             if args.strict:
                 print(str(exc), file=sys.stderr)
                 return 2

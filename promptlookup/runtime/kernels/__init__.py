@@ -16,22 +16,157 @@ The contract every implementation here keeps (the C kernels and the reference be
   verification step compute the same logits for the same prefix, and greedy speculative
   output equals plain greedy output on a quantized engine.
 
-:func:`isa` names the instruction-set path in use.
+- fp32: ``w`` float32 ``[out, in]``, row-major (:func:`linear_fp32`).
+
+Implementations: the C kernels of ``gemv.c`` (module ``_gemv``, built by ``make native``:
+see :mod:`promptlookup.drafting.native.build`) with the instruction set chosen at run time
+(``avx512``: avx512f/bw/vl; ``avx2``: AVX2+FMA; ``generic``: portable C), or, where the
+module is not built, the PyTorch reference below (``"reference"``). The environment variable
+``PLD_KERNEL_ISA=avx512|avx2|generic`` forces a narrower path; a path this CPU cannot run
+(or an unknown name) is refused with a one-line :class:`~promptlookup.errors.UserError` on
+first use. :func:`isa` names the path in use; :func:`set_isa` changes it (tests, benchmarks).
+
+Threads: the C kernels split the outputs across ``torch.get_num_threads()`` OpenMP threads
+(the libgomp torch loaded); the split never changes a result. Cost per call: one pass over
+the weight plus ``rows * in * out`` multiply-adds, and a few microseconds of checks.
 """
 from __future__ import annotations
 
+import importlib
+import os
+from types import ModuleType
+from typing import Callable
+
 import torch
+
+from ...errors import UserError
+
+ENV = "PLD_KERNEL_ISA"
+ISAS = ("generic", "avx2", "avx512")  # the C paths, narrowest first (the C module's levels)
+
+
+def _load() -> ModuleType | None:
+    try:
+        return importlib.import_module(f"{__name__}._gemv")
+    except ImportError:
+        return None
+
+
+_C: ModuleType | None = _load()
+_env_applied = False
+
+
+def _native() -> ModuleType | None:
+    """The C module with ``PLD_KERNEL_ISA`` applied (once), or ``None`` where it is not built."""
+    global _env_applied
+    if not _env_applied:
+        wanted = os.environ.get(ENV, "").strip().lower()
+        if wanted:
+            set_isa(wanted)
+        _env_applied = True
+    return _C
+
+
+def available_isas() -> tuple[str, ...]:
+    """The C paths this CPU can run, narrowest first (empty where the module is not built)."""
+    return () if _C is None else ISAS[: _C.best_isa() + 1]
+
+
+def set_isa(name: str | None) -> None:
+    """Run the products on path ``name`` (``None``: the widest this CPU has).
+
+    Raises :class:`UserError` (one line) for an unknown name, a path this CPU cannot run, or
+    when the C module is not built."""
+    global _env_applied
+    _env_applied = True  # an explicit choice overrides the environment
+    if _C is None:
+        raise UserError(f"{ENV}/set_isa: the C kernels are not built; run `make native` "
+                        "(or `python -m promptlookup.drafting.native.build`)")
+    if name is None:
+        _C.set_isa(_C.best_isa())
+        return
+    if name not in ISAS:
+        raise UserError(f"{ENV}={name!r} is not a kernel path; use one of {', '.join(ISAS)}")
+    if name not in available_isas():
+        raise UserError(f"{ENV}={name}: this CPU cannot run that path (it runs {', '.join(available_isas())})")
+    _C.set_isa(ISAS.index(name))
 
 
 def isa() -> str:
-    """The instruction-set path the products run on: ``"reference"`` (PyTorch, this module)."""
-    return "reference"
+    """The path the products run on: ``"avx512"``, ``"avx2"``, ``"generic"`` (the C kernels) or
+    ``"reference"`` (PyTorch, where the C module is not built)."""
+    c = _native()
+    return "reference" if c is None else ISAS[c.get_isa()]
+
+
+def _check(x: torch.Tensor, out: int, in_: int, *weights: tuple[torch.Tensor, torch.dtype, tuple[int, ...]]) -> None:
+    """Refuse what the C code would misread: dtypes, shapes, devices and layouts of the contract."""
+    if x.dtype != torch.float32 or x.dim() != 2 or x.shape[1] != in_ or x.device.type != "cpu":
+        raise ValueError(f"x must be float32 [rows, {in_}] on the CPU, got {x.dtype} {tuple(x.shape)} on {x.device}")
+    for t, dtype, shape in weights:
+        if t.dtype != dtype or tuple(t.shape) != shape or not t.is_contiguous() or t.device.type != "cpu":
+            raise ValueError(f"expected a contiguous {dtype} {list(shape)} tensor on the CPU, got "
+                             f"{t.dtype} {list(t.shape)} (contiguous: {t.is_contiguous()}) on {t.device}")
+
+
+def _rows_reference(w: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """``x @ w.T`` one row at a time (row-invariant)."""
+    return torch.stack([torch.mv(w, row) for row in x]) if x.shape[0] else x.new_zeros(0, w.shape[0])
+
+
+_F32 = torch.float32
+
+
+def linear_fp32(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """``x @ w.T`` for a float32 row-major ``w`` ``[out, in]`` (row-invariant)."""
+    c = _C if _env_applied else _native()
+    if (c is not None and x.dtype is _F32 and w.dtype is _F32 and x.is_cpu and w.is_cpu and x.dim() == 2
+            and w.dim() == 2 and x.shape[1] == w.shape[1] and w.is_contiguous()):  # the checks, cheaply
+        x = x.contiguous()
+        y = torch.empty(x.shape[0], w.shape[0])
+        if y.numel():
+            c.fp32(x.data_ptr(), w.data_ptr(), y.data_ptr(), x.shape[0], w.shape[1], w.shape[0])
+        return y
+    out, in_ = w.shape
+    _check(x, out, in_, (w, torch.float32, (out, in_)))
+    return _rows_reference(w, x.contiguous())
+
+
+def fp32_product(w: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor]:
+    """:func:`linear_fp32` bound to ``w``, which is checked once here: each call checks only
+    ``x`` (dtype, device, width), for the ~120 products of a decoding step. The C path is
+    the one in use when the product is called (:func:`set_isa` applies)."""
+    c = _native()
+    out, in_ = w.shape
+    _check(torch.empty(0, in_), out, in_, (w, torch.float32, (out, in_)))
+    if c is None:
+        return lambda x: linear_fp32(x, w)
+    run, w_ptr = c.fp32, w.data_ptr()
+
+    def product(x: torch.Tensor) -> torch.Tensor:
+        if x.dtype is not _F32 or not x.is_cpu or x.dim() != 2 or x.shape[1] != in_:
+            return linear_fp32(x, w)  # the one-line refusal
+        x = x.contiguous()
+        y = torch.empty(x.shape[0], out)
+        if y.numel():
+            run(x.data_ptr(), w_ptr, y.data_ptr(), x.shape[0], in_, out)
+        return y
+
+    return product  # its closure holds w, whose address it reads
 
 
 def linear_int8(x: torch.Tensor, qweight: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    """``x @ (qweight * scale[:, None]).T`` (reference: one row at a time, so row-invariant)."""
-    w = qweight.float() * scale.view(-1, 1)
-    return torch.stack([torch.mv(w, row) for row in x]) if x.shape[0] else x.new_zeros(0, w.shape[0])
+    """``x @ (qweight * scale[:, None]).T`` (row-invariant; the reference: one row at a time)."""
+    c = _native()
+    out, in_ = qweight.shape
+    _check(x, out, in_, (qweight, torch.int8, (out, in_)), (scale, torch.float32, (out,)))
+    if c is None:
+        return _rows_reference(qweight.float() * scale.view(-1, 1), x)
+    x = x.contiguous()
+    y = torch.empty(x.shape[0], out)
+    if y.numel():
+        c.int8(x.data_ptr(), qweight.data_ptr(), scale.data_ptr(), y.data_ptr(), x.shape[0], in_, out)
+    return y
 
 
 def dequantize_int4(qweight: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor, group_size: int) -> torch.Tensor:
@@ -44,6 +179,34 @@ def dequantize_int4(qweight: torch.Tensor, scale: torch.Tensor, offset: torch.Te
 
 def linear_int4(x: torch.Tensor, qweight: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor,
                 group_size: int) -> torch.Tensor:
-    """``x @ W.T`` for an int4 weight (reference: dequantize, then one row at a time)."""
-    w = dequantize_int4(qweight, scale, offset, group_size)
-    return torch.stack([torch.mv(w, row) for row in x]) if x.shape[0] else x.new_zeros(0, w.shape[0])
+    """``x @ W.T`` for an int4 weight (row-invariant; the reference: dequantize, then one row at a time).
+
+    The SIMD paths take 16 columns of one group per step, so a ``group_size`` that is not a
+    multiple of 16 runs the generic C code (same results for every row count, slower)."""
+    c = _native()
+    out, half = qweight.shape
+    in_ = 2 * half
+    if group_size < 2 or group_size % 2 or in_ % group_size:
+        raise ValueError(f"group_size must be even and divide in ({in_}), got {group_size}")
+    groups = (out, in_ // group_size)
+    _check(x, out, in_, (qweight, torch.uint8, (out, half)), (scale, torch.float32, groups),
+           (offset, torch.float32, groups))
+    if c is None:
+        return _rows_reference(dequantize_int4(qweight, scale, offset, group_size), x)
+    x = x.contiguous()
+    y = torch.empty(x.shape[0], out)
+    if y.numel():
+        c.int4(x.data_ptr(), qweight.data_ptr(), scale.data_ptr(), offset.data_ptr(), y.data_ptr(), x.shape[0], in_,
+               out, group_size)
+    return y
+
+
+def read_bandwidth_probe(buffer: torch.Tensor) -> float:
+    """Sum of a contiguous float32 ``buffer`` read on every thread (the benchmarks time it to
+    measure the memory bandwidth the products are bound by); needs the C module."""
+    c = _native()
+    if c is None:
+        raise UserError("the bandwidth probe needs the C kernels; run `make native`")
+    if buffer.dtype != torch.float32 or not buffer.is_contiguous():
+        raise ValueError("the probe reads a contiguous float32 tensor")
+    return c.read(buffer.data_ptr(), buffer.numel() * 4)

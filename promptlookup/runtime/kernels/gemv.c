@@ -1,0 +1,612 @@
+/* y = x @ W.T for the few rows of a decode or verification step: fp32, int8 and int4
+ * weights, fp32 activations (the contract: promptlookup/runtime/kernels/__init__.py).
+ *
+ * Instruction sets, chosen at run time: AVX-512 (avx512f+bw+vl), AVX2+FMA, and a portable
+ * generic path. Each kernel family is written once per path; set_isa() selects one, and
+ * refuses a path this CPU cannot run.
+ *
+ * Row invariance (the hard requirement): output y[m, n] is computed by the same sequence
+ * of floating-point operations whatever the number of rows and the row's place among them.
+ * Every path keeps one accumulator per (row, output) pair -- a vector of L lanes (16, 8,
+ * or 8 emulated lanes on the generic path), lane l summing the products of the columns k
+ * with k % L == l in increasing k -- reduced by a fixed tree at the end. Rows are blocked
+ * (4 rows share each weight load on the AVX-512 and generic paths, 2 on AVX2's 16
+ * registers) and outputs are blocked (4 weight rows per step), but a block of fewer rows
+ * runs the very same operations on each of its accumulators, so the blocking changes which
+ * loads are shared, never the arithmetic. Quantized weights times more rows than one block
+ * are first dequantized, a block of weight rows at a time, into a scratch that the fp32
+ * block then reads: the same values the direct loads give, so the same results.
+ * The file is built with -ffp-contract=off, so the compiler never fuses a multiply and an
+ * add differently in two specialisations of a block.
+ *
+ * Threads: output rows are split across OpenMP threads (as many as the calling thread's
+ * omp_get_max_threads(), which is torch.get_num_threads() since the module links the libgomp
+ * torch already loaded); the split only decides which thread computes an output, never how.
+ *
+ * Cost: one pass over the weight per call (each block of NB_MAX weight rows is read from
+ * memory once and from L1 for every further block of rows) and rows * in * out FMAs.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+#define PLD_X86 1
+#include <immintrin.h>
+#else
+#define PLD_X86 0
+#endif
+
+#define NB_MAX 4 /* weight rows per block (generic and AVX2; AVX-512: AVX512_NB) */
+#define SPLIT 24 /* threads take outputs in multiples of this (of every path's block of weight rows) */
+#define ALWAYS_INLINE static inline __attribute__((always_inline))
+
+enum { ISA_GENERIC = 0, ISA_AVX2 = 1, ISA_AVX512 = 2 };
+static const char *const ISA_NAMES[] = {"generic", "avx2", "avx512"};
+
+/* One call's operands. A kernel computes outputs [n0, n1) of every row. */
+typedef struct {
+    const float *x;      /* [M, K] */
+    const void *w;       /* fp32 [N, K]; int8 [N, K]; int4 uint8 [N, K / 2] */
+    const float *scale;  /* int8: [N]; int4: [N, K / gs] */
+    const float *offset; /* int4: [N, K / gs] */
+    float *y;            /* [M, N] */
+    Py_ssize_t M, K, N, gs;
+} Product;
+
+typedef void (*RangeFn)(const Product *p, Py_ssize_t n0, Py_ssize_t n1);
+
+/* ------------------------------------------------------------------ generic (8 lanes) */
+
+#define GL 8
+
+ALWAYS_INLINE float gen_reduce(const float *a) {
+    return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+}
+
+/* Weights of `nb` rows for columns [k, k + len) (len <= GL) as floats, zero-padded. */
+typedef void (*GenLoad)(const Product *p, Py_ssize_t n, Py_ssize_t k, Py_ssize_t len, float *out);
+
+ALWAYS_INLINE void gen_block(const Product *p, Py_ssize_t m0, int mb, Py_ssize_t n0, int nb, GenLoad load) {
+    float acc[4][NB_MAX][GL];
+    float wv[NB_MAX][GL], xv[GL];
+    memset(acc, 0, sizeof acc);
+    for (Py_ssize_t k = 0; k < p->K; k += GL) {
+        Py_ssize_t len = p->K - k < GL ? p->K - k : GL;
+        for (int j = 0; j < nb; j++) load(p, n0 + j, k, len, wv[j]);
+        for (int i = 0; i < mb; i++) {
+            const float *xr = p->x + (m0 + i) * p->K + k;
+            for (int l = 0; l < GL; l++) xv[l] = l < len ? xr[l] : 0.0f;
+            for (int j = 0; j < nb; j++)
+                for (int l = 0; l < GL; l++) acc[i][j][l] += xv[l] * wv[j][l];
+        }
+    }
+    for (int i = 0; i < mb; i++)
+        for (int j = 0; j < nb; j++) p->y[(m0 + i) * p->N + n0 + j] = gen_reduce(acc[i][j]);
+}
+
+static void gen_load_f32(const Product *p, Py_ssize_t n, Py_ssize_t k, Py_ssize_t len, float *out) {
+    const float *w = (const float *)p->w + n * p->K + k;
+    for (int l = 0; l < GL; l++) out[l] = l < len ? w[l] : 0.0f;
+}
+
+static void gen_load_i8(const Product *p, Py_ssize_t n, Py_ssize_t k, Py_ssize_t len, float *out) {
+    const int8_t *w = (const int8_t *)p->w + n * p->K + k;
+    for (int l = 0; l < GL; l++) out[l] = l < len ? (float)w[l] : 0.0f;
+}
+
+static void gen_load_i4(const Product *p, Py_ssize_t n, Py_ssize_t k, Py_ssize_t len, float *out) {
+    const uint8_t *w = (const uint8_t *)p->w + n * (p->K / 2);
+    Py_ssize_t groups = p->K / p->gs;
+    for (int l = 0; l < GL; l++) {
+        if (l >= len) { out[l] = 0.0f; continue; }
+        Py_ssize_t c = k + l, g = c / p->gs;
+        uint8_t b = w[c >> 1];
+        float code = (float)((c & 1) ? (b >> 4) : (b & 0xF));
+        out[l] = code * p->scale[n * groups + g] + p->offset[n * groups + g];
+    }
+}
+
+/* Rows in blocks of 4, then the 1-3 left; outputs in blocks of NB_MAX, then one at a time. */
+#define GEN_RANGE(NAME, LOAD)                                                               \
+    static void NAME(const Product *p, Py_ssize_t n0, Py_ssize_t n1) {                      \
+        Py_ssize_t n = n0;                                                                  \
+        for (; n < n1; n += NB_MAX) {                                                       \
+            int nb = n1 - n < NB_MAX ? (int)(n1 - n) : NB_MAX;                              \
+            Py_ssize_t m = 0;                                                               \
+            for (; m + 4 <= p->M; m += 4) gen_block(p, m, 4, n, nb, LOAD);                  \
+            if (m < p->M) gen_block(p, m, (int)(p->M - m), n, nb, LOAD);                    \
+        }                                                                                   \
+    }
+
+GEN_RANGE(gen_f32, gen_load_f32)
+GEN_RANGE(gen_i8, gen_load_i8)
+GEN_RANGE(gen_i4, gen_load_i4)
+
+/* int8 and int4 scale their sums per output (int8) -- the generic loads above dequantize
+ * int8 to the code only, so the scale is applied here, once per output, as the SIMD paths do. */
+static void gen_i8_scaled(const Product *p, Py_ssize_t n0, Py_ssize_t n1) {
+    gen_i8(p, n0, n1);
+    for (Py_ssize_t m = 0; m < p->M; m++)
+        for (Py_ssize_t n = n0; n < n1; n++) p->y[m * p->N + n] *= p->scale[n];
+}
+
+/* int8 on the scratch path: the fp32 code's sums times the output's scale, the one rounding
+ * the direct int8 blocks apply too. */
+static void scale_outputs(const Product *p, Py_ssize_t n0, int nb) {
+    for (Py_ssize_t m = 0; m < p->M; m++)
+        for (int j = 0; j < nb; j++) p->y[m * p->N + n0 + j] *= p->scale[n0 + j];
+}
+
+#if PLD_X86
+/* ------------------------------------------------------------------ AVX2 + FMA (8 lanes) */
+
+#define T_AVX2 __attribute__((target("avx2,fma")))
+#define AVX2_MB 2 /* 4 weight rows x 2 rows: 8 accumulators + 4 weights + 1 x of 16 registers */
+
+T_AVX2 ALWAYS_INLINE float avx2_reduce(__m256 a) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+T_AVX2 ALWAYS_INLINE __m256i avx2_tail_mask(Py_ssize_t len) {
+    const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)len), lanes);
+}
+
+/* The 8 weights of row n at columns [k, k + 8), as floats (the kind-specific part). */
+T_AVX2 ALWAYS_INLINE __m256 avx2_w_f32(const Product *p, Py_ssize_t n, Py_ssize_t k) {
+    return _mm256_loadu_ps((const float *)p->w + n * p->K + k);
+}
+T_AVX2 ALWAYS_INLINE __m256 avx2_w_i8(const Product *p, Py_ssize_t n, Py_ssize_t k) {
+    __m128i b = _mm_loadl_epi64((const __m128i *)((const int8_t *)p->w + n * p->K + k));
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b));
+}
+
+/* Tail (len < 8 columns left): zero-padded copies, so no load reads past the row. */
+T_AVX2 ALWAYS_INLINE __m256 avx2_w_tail(const Product *p, Py_ssize_t n, Py_ssize_t k, Py_ssize_t len, int kind) {
+    float buf[8];
+    if (kind == 0) {
+        return _mm256_maskload_ps((const float *)p->w + n * p->K + k, avx2_tail_mask(len));
+    }
+    const int8_t *w = (const int8_t *)p->w + n * p->K + k;
+    for (int l = 0; l < 8; l++) buf[l] = l < len ? (float)w[l] : 0.0f;
+    return _mm256_loadu_ps(buf);
+}
+
+/* kind 0: fp32, 1: int8 (sums scaled per output at the end); with `scr` (rows of weights
+ * already as floats, from avx2_dequant) also 2: int4. */
+T_AVX2 ALWAYS_INLINE void avx2_block(const Product *p, Py_ssize_t m0, int mb, Py_ssize_t n0, int nb, int kind,
+                                     const float *scr) {
+    __m256 acc[AVX2_MB][NB_MAX], wv[NB_MAX];
+    for (int i = 0; i < mb; i++)
+        for (int j = 0; j < nb; j++) acc[i][j] = _mm256_setzero_ps();
+    const float *x = p->x + m0 * p->K;
+    Py_ssize_t k = 0;
+    for (; k + 8 <= p->K; k += 8) {
+        for (int j = 0; j < nb; j++)
+            wv[j] = scr != NULL ? _mm256_loadu_ps(scr + j * p->K + k)
+                    : kind == 0 ? avx2_w_f32(p, n0 + j, k) : avx2_w_i8(p, n0 + j, k);
+        for (int i = 0; i < mb; i++) {
+            __m256 xv = _mm256_loadu_ps(x + i * p->K + k);
+            for (int j = 0; j < nb; j++) acc[i][j] = _mm256_fmadd_ps(xv, wv[j], acc[i][j]);
+        }
+    }
+    if (k < p->K) {
+        Py_ssize_t len = p->K - k;
+        __m256i mask = avx2_tail_mask(len);
+        for (int j = 0; j < nb; j++)
+            wv[j] = scr != NULL ? _mm256_maskload_ps(scr + j * p->K + k, mask) : avx2_w_tail(p, n0 + j, k, len, kind);
+        for (int i = 0; i < mb; i++) {
+            __m256 xv = _mm256_maskload_ps(x + i * p->K + k, mask);
+            for (int j = 0; j < nb; j++) acc[i][j] = _mm256_fmadd_ps(xv, wv[j], acc[i][j]);
+        }
+    }
+    for (int i = 0; i < mb; i++)
+        for (int j = 0; j < nb; j++) {
+            float s = avx2_reduce(acc[i][j]);
+            p->y[(m0 + i) * p->N + n0 + j] = kind == 1 ? s * p->scale[n0 + j] : s;
+        }
+}
+
+/* int4, group_size % 16 == 0 (so K % 16 == 0): 16 columns (8 bytes) per step, dequantized
+ * in registers as code * scale + offset (one FMA), then one FMA per row. */
+T_AVX2 ALWAYS_INLINE void avx2_i4_w(const Product *p, Py_ssize_t n, Py_ssize_t k, __m256 *lo, __m256 *hi) {
+    const uint8_t *w = (const uint8_t *)p->w + n * (p->K / 2) + k / 2;
+    __m128i b = _mm_loadl_epi64((const __m128i *)w);
+    __m128i nib = _mm_set1_epi8(0x0F);
+    __m128i codes = _mm_unpacklo_epi8(_mm_and_si128(b, nib), _mm_and_si128(_mm_srli_epi16(b, 4), nib));
+    Py_ssize_t gi = n * (p->K / p->gs) + k / p->gs;
+    __m256 s = _mm256_broadcast_ss(p->scale + gi), o = _mm256_broadcast_ss(p->offset + gi);
+    *lo = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(codes)), s, o);
+    *hi = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(codes, 8))), s, o);
+}
+
+T_AVX2 ALWAYS_INLINE void avx2_i4_block(const Product *p, Py_ssize_t m0, int mb, Py_ssize_t n0, int nb) {
+    __m256 acc[AVX2_MB][NB_MAX], lo, hi;
+    for (int i = 0; i < mb; i++)
+        for (int j = 0; j < nb; j++) acc[i][j] = _mm256_setzero_ps();
+    const float *x = p->x + m0 * p->K;
+    for (Py_ssize_t k = 0; k < p->K; k += 16) {
+        for (int j = 0; j < nb; j++) {
+            avx2_i4_w(p, n0 + j, k, &lo, &hi);
+            for (int i = 0; i < mb; i++) {
+                acc[i][j] = _mm256_fmadd_ps(_mm256_loadu_ps(x + i * p->K + k), lo, acc[i][j]);
+                acc[i][j] = _mm256_fmadd_ps(_mm256_loadu_ps(x + i * p->K + k + 8), hi, acc[i][j]);
+            }
+        }
+    }
+    for (int i = 0; i < mb; i++)
+        for (int j = 0; j < nb; j++) p->y[(m0 + i) * p->N + n0 + j] = avx2_reduce(acc[i][j]);
+}
+
+/* Rows [n0, n0 + nb) of a quantized weight as floats into scr [nb][K]: the values the direct
+ * loads give (int4: 16 columns as two halves, in the order avx2_i4_block adds them). */
+T_AVX2 static void avx2_dequant(const Product *p, Py_ssize_t n0, int nb, int kind, float *scr) {
+    for (int j = 0; j < nb; j++) {
+        float *row = scr + j * p->K;
+        Py_ssize_t k = 0;
+        if (kind == 2) {
+            __m256 lo, hi;
+            for (; k < p->K; k += 16) {
+                avx2_i4_w(p, n0 + j, k, &lo, &hi);
+                _mm256_storeu_ps(row + k, lo);
+                _mm256_storeu_ps(row + k + 8, hi);
+            }
+            continue;
+        }
+        for (; k + 8 <= p->K; k += 8) _mm256_storeu_ps(row + k, avx2_w_i8(p, n0 + j, k));
+        if (k < p->K) _mm256_maskstore_ps(row + k, avx2_tail_mask(p->K - k), avx2_w_tail(p, n0 + j, k, p->K - k, 1));
+    }
+}
+
+/* Quantized weights with more rows than one block: each block of weight rows is dequantized
+ * once into a per-thread scratch instead of once per block of rows. */
+#define AVX2_RANGE(NAME, KIND)                                                              \
+    T_AVX2 static void NAME(const Product *p, Py_ssize_t n0, Py_ssize_t n1) {               \
+        float *scr = NULL;                                                                  \
+        if (KIND != 0 && p->M > AVX2_MB)                                                    \
+            scr = aligned_alloc(64, ((size_t)NB_MAX * p->K * sizeof(float) + 63) / 64 * 64); \
+        for (Py_ssize_t n = n0; n < n1; n += NB_MAX) {                                      \
+            int nb = n1 - n < NB_MAX ? (int)(n1 - n) : NB_MAX;                              \
+            if (scr != NULL) avx2_dequant(p, n, nb, KIND, scr);                             \
+            Py_ssize_t m = 0;                                                               \
+            for (; m + AVX2_MB <= p->M; m += AVX2_MB) {                                     \
+                if (nb == NB_MAX) AVX2_CALL(KIND, m, AVX2_MB, NB_MAX); else AVX2_CALL(KIND, m, AVX2_MB, nb); \
+            }                                                                               \
+            if (m < p->M) {                                                                 \
+                if (nb == NB_MAX) AVX2_CALL(KIND, m, 1, NB_MAX); else AVX2_CALL(KIND, m, 1, nb); \
+            }                                                                               \
+            if (scr != NULL && KIND == 1) scale_outputs(p, n, nb);                          \
+        }                                                                                   \
+        free(scr);                                                                          \
+    }
+/* the block for KIND: from the scratch when there is one; int4 otherwise avx2_i4_block */
+#define AVX2_CALL(KIND, m, mb, nb)                                                          \
+    do {                                                                                    \
+        if (scr != NULL) avx2_block(p, m, mb, n, nb, 0, scr);                               \
+        else if (KIND == 2) avx2_i4_block(p, m, mb, n, nb);                                 \
+        else avx2_block(p, m, mb, n, nb, KIND, NULL);                                       \
+    } while (0)
+AVX2_RANGE(avx2_f32, 0)
+AVX2_RANGE(avx2_i8, 1)
+AVX2_RANGE(avx2_i4, 2)
+
+/* ------------------------------------------------------------------ AVX-512 (16 lanes) */
+
+#define T_512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma")))
+#define AVX512_MB 4 /* 4 weight rows x 4 rows: 16 accumulators + 4 weights + 1 x of 32 registers (6 x 4 measured slower) */
+#define AVX512_NB 4
+
+T_512 ALWAYS_INLINE float avx512_reduce(__m512 a) {
+    __m256 h = _mm256_add_ps(_mm512_castps512_ps256(a), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1)));
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+T_512 ALWAYS_INLINE __m512 avx512_w(const Product *p, Py_ssize_t n, Py_ssize_t k, __mmask16 mask, int kind) {
+    if (kind == 0) return _mm512_maskz_loadu_ps(mask, (const float *)p->w + n * p->K + k);
+    __m128i b = _mm_maskz_loadu_epi8(mask, (const int8_t *)p->w + n * p->K + k);
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b));
+}
+
+/* int4, group_size % 16 == 0: 16 columns (8 bytes) of a weight row per step. */
+T_512 ALWAYS_INLINE __m512 avx512_i4_w(const Product *p, Py_ssize_t n, Py_ssize_t k) {
+    const uint8_t *w = (const uint8_t *)p->w + n * (p->K / 2) + k / 2;
+    __m128i b = _mm_loadl_epi64((const __m128i *)w);
+    __m128i nib = _mm_set1_epi8(0x0F);
+    __m128i codes = _mm_unpacklo_epi8(_mm_and_si128(b, nib), _mm_and_si128(_mm_srli_epi16(b, 4), nib));
+    Py_ssize_t gi = n * (p->K / p->gs) + k / p->gs;
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(codes)), _mm512_set1_ps(p->scale[gi]),
+                           _mm512_set1_ps(p->offset[gi]));
+}
+
+/* The 16 weights of row n at columns [k, k + 16) as floats, lanes outside `mask` zero
+ * (int4 has no tail: K % 16 == 0). `scr`, when given, holds them already ([nb][K] floats
+ * from avx512_dequant, the same values), for blocks of many rows. */
+T_512 ALWAYS_INLINE __m512 avx512_load_w(const Product *p, Py_ssize_t n0, int j, Py_ssize_t k, __mmask16 mask, int kind,
+                                         const float *scr) {
+    if (scr != NULL) return _mm512_maskz_loadu_ps(mask, scr + j * p->K + k);
+    if (kind == 2) return avx512_i4_w(p, n0 + j, k);
+    return avx512_w(p, n0 + j, k, mask, kind);
+}
+
+/* kind 0: fp32; 1: int8 (sums scaled per output at the end); 2: int4. */
+T_512 ALWAYS_INLINE void avx512_block(const Product *p, Py_ssize_t m0, int mb, Py_ssize_t n0, int nb, int kind,
+                                      const float *scr) {
+    __m512 acc[AVX512_MB][AVX512_NB], wv[AVX512_NB];
+    for (int i = 0; i < mb; i++)
+        for (int j = 0; j < nb; j++) acc[i][j] = _mm512_setzero_ps();
+    const float *x = p->x + m0 * p->K;
+    Py_ssize_t k = 0;
+    for (; k + 16 <= p->K; k += 16) {
+        for (int j = 0; j < nb; j++) wv[j] = avx512_load_w(p, n0, j, k, 0xFFFF, kind, scr);
+        for (int i = 0; i < mb; i++) {
+            __m512 xv = _mm512_loadu_ps(x + i * p->K + k);
+            for (int j = 0; j < nb; j++) acc[i][j] = _mm512_fmadd_ps(xv, wv[j], acc[i][j]);
+        }
+    }
+    if (k < p->K) {
+        __mmask16 mask = (__mmask16)((1u << (p->K - k)) - 1u);
+        for (int j = 0; j < nb; j++) wv[j] = avx512_load_w(p, n0, j, k, mask, kind, scr);
+        for (int i = 0; i < mb; i++) {
+            __m512 xv = _mm512_maskz_loadu_ps(mask, x + i * p->K + k);
+            for (int j = 0; j < nb; j++) acc[i][j] = _mm512_fmadd_ps(xv, wv[j], acc[i][j]);
+        }
+    }
+    for (int i = 0; i < mb; i++)
+        for (int j = 0; j < nb; j++) {
+            float s = avx512_reduce(acc[i][j]);
+            p->y[(m0 + i) * p->N + n0 + j] = kind == 1 ? s * p->scale[n0 + j] : s;
+        }
+}
+
+/* Rows [n0, n0 + nb) of a quantized weight as floats into scr [nb][K]: the very values the
+ * direct loads give, so a block reading them computes bitwise what it would without. */
+T_512 static void avx512_dequant(const Product *p, Py_ssize_t n0, int nb, int kind, float *scr) {
+    for (int j = 0; j < nb; j++) {
+        float *row = scr + j * p->K;
+        Py_ssize_t k = 0;
+        for (; k + 16 <= p->K; k += 16) _mm512_storeu_ps(row + k, avx512_load_w(p, n0, j, k, 0xFFFF, kind, NULL));
+        if (k < p->K) {
+            __mmask16 mask = (__mmask16)((1u << (p->K - k)) - 1u);
+            _mm512_mask_storeu_ps(row + k, mask, avx512_load_w(p, n0, j, k, mask, kind, NULL));
+        }
+    }
+}
+
+/* Rows in blocks of 4, then one block of the 1-3 left (each its own specialisation). */
+#define AVX512_ROWS(BLOCK_CALL, NB)                                                         \
+    do {                                                                                    \
+        Py_ssize_t m = 0;                                                                   \
+        for (; m + AVX512_MB <= p->M; m += AVX512_MB) BLOCK_CALL(m, AVX512_MB, NB);         \
+        switch (p->M - m) {                                                                 \
+        case 3: BLOCK_CALL(m, 3, NB); break;                                                \
+        case 2: BLOCK_CALL(m, 2, NB); break;                                                \
+        case 1: BLOCK_CALL(m, 1, NB); break;                                                \
+        default: break;                                                                     \
+        }                                                                                   \
+    } while (0)
+
+/* Quantized weights with more rows than one block: each block of weight rows is dequantized
+ * once into a per-thread scratch (L1/L2-resident) instead of once per block of rows. */
+#define AVX512_RANGE(NAME, KIND)                                                            \
+    T_512 static void NAME(const Product *p, Py_ssize_t n0, Py_ssize_t n1) {                \
+        const int kind = KIND;                                                              \
+        float *scr = NULL;                                                                  \
+        if (KIND != 0 && p->M > AVX512_MB)                                                  \
+            scr = aligned_alloc(64, ((size_t)AVX512_NB * p->K * sizeof(float) + 63) / 64 * 64); \
+        Py_ssize_t n = n0;                                                                  \
+        for (; n + AVX512_NB <= n1; n += AVX512_NB) {                                             \
+            if (scr != NULL) {                                                              \
+                avx512_dequant(p, n, AVX512_NB, KIND, scr);                                    \
+                AVX512_ROWS(SCR_512, AVX512_NB);                                               \
+                if (kind == 1) scale_outputs(p, n, AVX512_NB);                                 \
+            } else {                                                                        \
+                AVX512_ROWS(DIRECT_512, AVX512_NB);                                            \
+            }                                                                               \
+        }                                                                                   \
+        for (; n < n1; n++) AVX512_ROWS(DIRECT_512, 1);                                     \
+        free(scr);                                                                          \
+    }
+#define DIRECT_512(m, mb, nb) avx512_block(p, m, mb, n, nb, kind, NULL)
+#define SCR_512(m, mb, nb) avx512_block(p, m, mb, n, nb, 0, scr) /* the fp32 code itself on the scratch */
+AVX512_RANGE(avx512_f32, 0)
+AVX512_RANGE(avx512_i8, 1)
+AVX512_RANGE(avx512_i4, 2)
+#endif /* PLD_X86 */
+
+/* ------------------------------------------------------------------ dispatch */
+
+enum { KIND_F32 = 0, KIND_I8 = 1, KIND_I4 = 2 };
+
+static int best_isa(void) {
+#if PLD_X86
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl"))
+        return ISA_AVX512;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return ISA_AVX2;
+#endif
+    return ISA_GENERIC;
+}
+
+static int current_isa = -1; /* set at import */
+
+static RangeFn range_fn(int isa, int kind, Py_ssize_t gs) {
+#if PLD_X86
+    static const RangeFn table[3][3] = {
+        {gen_f32, gen_i8_scaled, gen_i4},
+        {avx2_f32, avx2_i8, avx2_i4},
+        {avx512_f32, avx512_i8, avx512_i4},
+    };
+    if (kind == KIND_I4 && gs % 16 != 0) return gen_i4; /* the SIMD int4 steps are 16 columns of one group */
+    return table[isa][kind];
+#else
+    static const RangeFn table[3] = {gen_f32, gen_i8_scaled, gen_i4};
+    (void)isa;
+    (void)gs;
+    return table[kind];
+#endif
+}
+
+/* Products smaller than this many multiply-adds run on the calling thread alone. */
+#define PARALLEL_MIN_WORK (1 << 16)
+
+static void run_product(const Product *p, int kind) {
+    RangeFn fn = range_fn(current_isa, kind, p->gs);
+    int threads = 1;
+#ifdef _OPENMP
+    if ((double)p->M * (double)p->N * (double)p->K >= PARALLEL_MIN_WORK) threads = omp_get_max_threads();
+#endif
+    Py_ssize_t blocks = (p->N + SPLIT - 1) / SPLIT;
+    if (threads > blocks) threads = (int)blocks;
+    if (threads <= 1) {
+        fn(p, 0, p->N);
+        return;
+    }
+#ifdef _OPENMP
+#pragma omp parallel num_threads(threads)
+    {
+        int t = omp_get_thread_num(), nt = omp_get_num_threads();
+        Py_ssize_t b0 = blocks * t / nt, b1 = blocks * (t + 1) / nt;
+        Py_ssize_t n0 = b0 * SPLIT, n1 = b1 * SPLIT < p->N ? b1 * SPLIT : p->N;
+        if (n0 < n1) fn(p, n0, n1);
+    }
+#endif
+}
+
+/* Arguments are addresses (Python ints from Tensor.data_ptr()) and sizes, already checked
+ * by the Python wrapper (promptlookup/runtime/kernels/__init__.py). */
+static int parse_args(PyObject *const *args, Py_ssize_t nargs, Py_ssize_t want, void **ptrs, int nptrs,
+                      Py_ssize_t *sizes) {
+    if (nargs != want) {
+        PyErr_Format(PyExc_TypeError, "expected %zd arguments, got %zd", want, nargs);
+        return -1;
+    }
+    for (int i = 0; i < nptrs; i++) {
+        ptrs[i] = PyLong_AsVoidPtr(args[i]);
+        if (ptrs[i] == NULL) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "null address");
+            return -1;
+        }
+    }
+    for (Py_ssize_t i = nptrs; i < want; i++) {
+        sizes[i - nptrs] = PyLong_AsSsize_t(args[i]);
+        if (sizes[i - nptrs] < 0) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "negative size");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static PyObject *call(const Product *p, int kind) {
+    if (p->M == 0 || p->N == 0) Py_RETURN_NONE;
+    Py_BEGIN_ALLOW_THREADS
+    run_product(p, kind);
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
+/* fp32(x, w, y, rows, in, out) */
+static PyObject *py_fp32(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    void *ptr[3];
+    Py_ssize_t s[3];
+    if (parse_args(args, nargs, 6, ptr, 3, s) < 0) return NULL;
+    Product p = {ptr[0], ptr[1], NULL, NULL, ptr[2], s[0], s[1], s[2], 0};
+    return call(&p, KIND_F32);
+}
+
+/* int8(x, qweight, scale, y, rows, in, out) */
+static PyObject *py_int8(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    void *ptr[4];
+    Py_ssize_t s[3];
+    if (parse_args(args, nargs, 7, ptr, 4, s) < 0) return NULL;
+    Product p = {ptr[0], ptr[1], ptr[2], NULL, ptr[3], s[0], s[1], s[2], 0};
+    return call(&p, KIND_I8);
+}
+
+/* int4(x, qweight, scale, offset, y, rows, in, out, group_size) */
+static PyObject *py_int4(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    void *ptr[5];
+    Py_ssize_t s[4];
+    if (parse_args(args, nargs, 9, ptr, 5, s) < 0) return NULL;
+    if (s[3] < 2 || s[3] % 2 || s[1] % s[3]) {
+        PyErr_SetString(PyExc_ValueError, "group_size must be even and divide in");
+        return NULL;
+    }
+    Product p = {ptr[0], ptr[1], ptr[2], ptr[3], ptr[4], s[0], s[1], s[2], s[3]};
+    return call(&p, KIND_I4);
+}
+
+/* read(ptr, nbytes) -> float: sums nbytes / 4 floats (a multiple of 64 bytes) on every
+ * thread, to measure the memory bandwidth the products are bound by. */
+static PyObject *py_read(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    void *ptr[1];
+    Py_ssize_t s[1];
+    if (parse_args(args, nargs, 2, ptr, 1, s) < 0) return NULL;
+    const float *a = ptr[0];
+    Py_ssize_t n = s[0] / 4 / 16 * 16;
+    double total = 0.0;
+    Py_BEGIN_ALLOW_THREADS
+#ifdef _OPENMP
+#pragma omp parallel for reduction(+ : total) schedule(static)
+#endif
+    for (Py_ssize_t c = 0; c < n; c += 1024) {
+        float acc[16] = {0};
+        Py_ssize_t end = c + 1024 < n ? c + 1024 : n;
+        for (Py_ssize_t i = c; i < end; i += 16)
+            for (int l = 0; l < 16; l++) acc[l] += a[i + l];
+        float s2 = 0.0f;
+        for (int l = 0; l < 16; l++) s2 += acc[l];
+        total += s2;
+    }
+    Py_END_ALLOW_THREADS
+    return PyFloat_FromDouble(total);
+}
+
+static PyObject *py_set_isa(PyObject *self, PyObject *arg) {
+    long level = PyLong_AsLong(arg);
+    if (level == -1 && PyErr_Occurred()) return NULL;
+    if (level < ISA_GENERIC || level > best_isa()) {
+        PyErr_Format(PyExc_ValueError, "this CPU cannot run the %s path (best: %s)",
+                     level >= ISA_GENERIC && level <= ISA_AVX512 ? ISA_NAMES[level] : "unknown", ISA_NAMES[best_isa()]);
+        return NULL;
+    }
+    current_isa = (int)level;
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_best_isa(PyObject *self, PyObject *unused) { return PyLong_FromLong(best_isa()); }
+static PyObject *py_get_isa(PyObject *self, PyObject *unused) { return PyLong_FromLong(current_isa); }
+
+static PyMethodDef methods[] = {
+    {"fp32", (PyCFunction)(void (*)(void))py_fp32, METH_FASTCALL, "fp32(x, w, y, rows, in, out)"},
+    {"int8", (PyCFunction)(void (*)(void))py_int8, METH_FASTCALL, "int8(x, qweight, scale, y, rows, in, out)"},
+    {"int4", (PyCFunction)(void (*)(void))py_int4, METH_FASTCALL,
+     "int4(x, qweight, scale, offset, y, rows, in, out, group_size)"},
+    {"read", (PyCFunction)(void (*)(void))py_read, METH_FASTCALL, "read(ptr, nbytes): sum of the floats (bandwidth probe)"},
+    {"set_isa", py_set_isa, METH_O, "set_isa(level): 0 generic, 1 avx2, 2 avx512"},
+    {"best_isa", py_best_isa, METH_NOARGS, "the widest path this CPU runs (0, 1 or 2)"},
+    {"get_isa", py_get_isa, METH_NOARGS, "the path in use (0, 1 or 2)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef gemv_module = {
+    PyModuleDef_HEAD_INIT, "_gemv", "fp32/int8/int4 products for few rows (see gemv.c)", -1, methods,
+    NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__gemv(void) {
+    current_isa = best_isa();
+    return PyModule_Create(&gemv_module);
+}
