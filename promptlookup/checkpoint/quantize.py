@@ -101,14 +101,15 @@ def quantize_weight(spec: QuantSpec, weight: torch.Tensor) -> dict[str, torch.Te
 
 
 def dequantize(spec: QuantSpec, tensors: Mapping[str, torch.Tensor]) -> torch.Tensor:
-    """The float32 ``[out, in]`` weight that stored tensors (suffix -> tensor) stand for."""
-    from ..runtime.kernels import dequantize_int4
-
+    """The float32 ``[out, in]`` weight that stored tensors (suffix -> tensor) stand for:
+    the same float32 operations as ``runtime.kernels.dequantize_int4`` (so bitwise equal)."""
     q = tensors["weight"]
     if spec.precision == "int8":
         return q.float() * tensors[PER_CHANNEL_SCALE].float().view(-1, 1)
     scale, offset, group = int4_offset(spec, tensors)
-    return dequantize_int4(q, scale.contiguous(), offset.contiguous(), group)
+    out = q.shape[0]
+    groups = unpack_int4(q).float().view(out, -1, group)
+    return (groups * scale.unsqueeze(-1) + offset.unsqueeze(-1)).view(out, -1)
 
 
 # --- placement in the rank files ------------------------------------------------------------

@@ -114,11 +114,11 @@ def _run(args: Any, given: Any, begun: float) -> int:
     num_threads = configure_threads(args.num_threads)
 
     from ..decoding import generate
-    from ..engine.config import read_engine_config
+    from ..engine.config import read_engine_config, weights_of
     from ..engine.load import load_runner
     from ..runtime import load_tokenizer
 
-    read_engine_config(args.engine_dir)  # a missing or incomplete engine is reported first
+    engine_cfg = read_engine_config(args.engine_dir)  # a missing or incomplete engine is reported first
 
     tokenizer = load_tokenizer(args.tokenizer_dir or args.engine_dir)
     sampling = sampling_with_run_flags(sampling, args, tokenizer)
@@ -243,6 +243,7 @@ def _run(args: Any, given: Any, begun: float) -> int:
                     "cuda_graphs": getattr(runner, "graphs", None) is not None,
                     "cpu_weight_copies": args.cpu_weight_copies,
                     "torch_compile": args.torch_compile,
+                    **weights_of(engine_cfg.pretrained),
                     "drafter_implementation": drafter.classes.implementation if drafter else None,
                 },
                 "wall_time_s": wall,
