@@ -71,3 +71,48 @@ def test_run_py_refuses_torch_compile_on_a_quantized_engine(int4_engine_with_tok
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1].startswith("error: --torch_compile inductor cannot trace")
     assert "Traceback" not in proc.stderr
+
+
+def test_llm_api_runs_a_quantized_engine_as_plain_decoding(int4_engine_with_tokenizer):
+    """The LLM API (and so serve.py, built on it): prompt lookup on an int4 engine equals its plain decoding."""
+    from promptlookup import LLM, NGramDecodingConfig, SamplingParams
+
+    params = SamplingParams(max_tokens=12)
+    with LLM(str(int4_engine_with_tokenizer)) as plain:
+        want = [o.outputs[0].token_ids for o in plain.generate([TEXT, "a b a b a b a b"], params)]
+    spec = NGramDecodingConfig(max_draft_len=4, max_matching_ngram_size=2)
+    with LLM(str(int4_engine_with_tokenizer), speculative_config=spec) as llm:
+        assert [o.outputs[0].token_ids for o in llm.generate([TEXT, "a b a b a b a b"], params)] == want
+
+
+def test_hf_entry_runs_the_dequantized_engine(int4_engine_with_tokenizer):
+    """``load_checkpoint`` of a quantized engine is the float model its codes stand for; the HF
+    entry runs it like any in-memory Llama (greedy: ``model.generate``'s tokens)."""
+    import torch
+
+    from promptlookup import hf
+    from promptlookup.checkpoint.load import load_checkpoint
+
+    model = load_checkpoint(int4_engine_with_tokenizer)
+    ids = torch.tensor([[5, 6, 7, 8, 5, 6, 7, 8, 5, 6]])
+    want = model.generate(ids, max_new_tokens=10, do_sample=False, pad_token_id=0)
+    got = hf.generate(model, ids, max_new_tokens=10, do_sample=False, pad_token_id=0, prompt_lookup_num_tokens=4)
+    assert torch.equal(got, want)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["int8", "int4_g128"])
+def test_quantized_engine_on_a_gpu_runs_lookup_as_plain(engines, name):
+    """On a GPU the codes are dequantized per call (float32 engine: prompt lookup stays exact)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("no GPU")
+    from promptlookup.decoding import generate
+    from promptlookup.drafting.base import DraftConfig
+
+    prompts = [[5, 6, 7, 8, 5, 6, 7, 9, 5, 6] * 3, [11, 12, 13, 11, 12, 14] * 3]
+    runner = load_runner(engines[name], device="cuda")
+    plain = [r.output_ids for r in generate(runner, prompts, max_new_tokens=16, end_id=-1)]
+    draft = DraftConfig(prompt_lookup_num_tokens=4, max_matching_ngram_size=2)
+    assert [r.output_ids for r in generate(runner, prompts, max_new_tokens=16, end_id=-1, draft=draft)] == plain
