@@ -137,6 +137,9 @@ def main(argv: list[str] | None = None) -> int:
         grouping = f"groups of {quant.group_size}" if quant.group_size else "one scale per output channel"
         print(f"quantized the decoder's projections: {quant.quant_algo} ({quant.precision}, {grouping}); "
               f"embedding and LM head kept in {cfg['dtype']}")
+        if quant.precision == "int4" and quant.group_size is None:
+            print("note: int4 with one scale per output channel loses much accuracy on small models "
+                  "(docs/checkpoint.md, \"Measured\"); --per_group --group_size 32 or 64 keeps it")
     if tokenizer is None:
         print("note: no tokenizer found in the model directory; later stages need --tokenizer_dir")
     else:
