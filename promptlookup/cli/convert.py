@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
               f"embedding and LM head kept in {cfg['dtype']}")
         if quant.precision == "int4" and quant.group_size is None:
             print("note: int4 with one scale per output channel loses much accuracy on small models "
-                  "(docs/checkpoint.md, \"Measured\"); --per_group --group_size 32 or 64 keeps it")
+                  "(docs/benchmarks.md, \"Weight-only int8 and int4\"); --per_group --group_size 32 or 64 keeps it")
     if tokenizer is None:
         print("note: no tokenizer found in the model directory; later stages need --tokenizer_dir")
     else:

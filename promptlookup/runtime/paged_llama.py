@@ -15,7 +15,9 @@ ctx[b] - 1`` of its block table and attend to the slots before them and, among
 themselves, causally (a chain) or along a token tree (:class:`SequenceRows`). Cost per call: the model's FLOPs for ``sum(q_len)`` tokens, plus a gather
 of ``max(ctx)`` K/V rows per layer (skipped when a single sequence's blocks are contiguous).
 On CPU the projections run through :class:`~.cpu_linear.CpuLinear` (oneDNN on weights
-reordered once; the row-major originals are not kept).
+reordered once; the row-major originals are not kept). Weight-only int8/int4 projections
+(codes with their scales in the state dict) run through :class:`~.quant_linear.QuantLinear`,
+fused row-wise like the float ones, holding the codes and scales only.
 """
 from __future__ import annotations
 
