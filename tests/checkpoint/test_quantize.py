@@ -187,3 +187,13 @@ def test_unpermute_rows_inverts_llama_cpp_permutation():
     w = torch.arange(rows * cols, dtype=torch.float32).view(rows, cols)
     permuted = w.reshape(heads, 2, rows // heads // 2, cols).transpose(1, 2).reshape(rows, cols)  # llama.cpp's
     assert torch.equal(unpermute_rows(permuted, heads), w)
+
+
+def test_pipeline_stages_carry_their_layers_quantized(tmp_path):
+    spec = SPECS["int4_g16"]
+    model = tiny_llama(seed=3)
+    out = convert_model(model, None, tmp_path / "ckpt", dtype="float32", quant=spec, tp_size=2, pp_size=2)
+    merged = load_checkpoint(out).state_dict()
+    for key, w in model.state_dict().items():
+        if key.endswith("_proj.weight"):
+            torch.testing.assert_close(merged[key], dequantize(spec, quantize_weight(spec, w)), rtol=0, atol=1e-6)
