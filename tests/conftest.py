@@ -43,11 +43,11 @@ def smollm2_tokenizer_dir(tmp_path_factory) -> Path:
 
 
 def _build_engine(model, tokenizer, root: Path, max_draft_len: int = 16, max_input_len: int = 1024,
-                  max_seq_len: int = 1536, max_batch_size: int = 8) -> Path:
+                  max_seq_len: int = 1536, max_batch_size: int = 8, quant=None) -> Path:
     from promptlookup.checkpoint.convert import convert_model
     from promptlookup.engine.build import build_config, build_torch_engine
 
-    ckpt = convert_model(model, tokenizer, root / "checkpoint", dtype="float32")
+    ckpt = convert_model(model, tokenizer, root / "checkpoint", dtype="float32", quant=quant)
     build = build_config(
         max_batch_size=max_batch_size, max_input_len=max_input_len, max_seq_len=max_seq_len,
         max_draft_len=max_draft_len, speculative_decoding_mode="draft_tokens_external",

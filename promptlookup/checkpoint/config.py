@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from ..errors import UserError, one_line
 from .layout import Layout
+from .quant_spec import QuantSpec, check_spec
 
 if TYPE_CHECKING:  # torch and transformers are imported lazily: the CLI validates without them
     import torch
@@ -74,12 +75,15 @@ def rope_of(model_config: PretrainedConfig) -> tuple[float, dict[str, Any] | Non
     return base, params
 
 
-def checkpoint_config(model_config: PretrainedConfig, dtype: str, tp_size: int = 1, pp_size: int = 1) -> dict:
+def checkpoint_config(model_config: PretrainedConfig, dtype: str, tp_size: int = 1, pp_size: int = 1,
+                      quant: QuantSpec | None = None) -> dict:
     """The TensorRT-LLM checkpoint config for a HF Llama config (validated).
 
     ``dtype`` is the storage dtype of the rank files (``auto`` resolves against the config's
-    own dtype). Raises :class:`UserError` for non-Llama configs and for ``tp_size`` /
-    ``pp_size`` values the model cannot be split by.
+    own dtype). ``quant``: weight-only quantization of the projections (written as
+    TensorRT-LLM's ``quantization`` entry). Raises :class:`UserError` for non-Llama configs,
+    for ``tp_size`` / ``pp_size`` values the model cannot be split by, and for a group size
+    the model's widths (per rank) do not divide.
     """
     model_type = getattr(model_config, "model_type", None)
     if model_type != "llama":
@@ -114,13 +118,15 @@ def checkpoint_config(model_config: PretrainedConfig, dtype: str, tp_size: int =
         "mlp_bias": False,
         "attn_bias": False,
         "mapping": {"world_size": tp_size * pp_size, "tp_size": tp_size, "pp_size": pp_size},
-        "quantization": {"quant_algo": None, "kv_cache_quant_algo": None},
+        "quantization": quant.config() if quant is not None else {"quant_algo": None, "kv_cache_quant_algo": None},
     }
     for key in ("bos_token_id", "eos_token_id", "pad_token_id"):
         value = getattr(model_config, key, None)
         if value is not None:
             cfg[key] = value
-    Layout.from_config(cfg)  # raises UserError for impossible tp/pp splits
+    layout = Layout.from_config(cfg)  # raises UserError for impossible tp/pp splits
+    if quant is not None:
+        check_spec(quant, layout)
     return cfg
 
 
@@ -130,6 +136,11 @@ def unwrap_config(cfg: Mapping[str, Any]) -> dict:
     return dict(inner if isinstance(inner, Mapping) else cfg)
 
 
+def quant_spec_of(cfg: Mapping[str, Any]) -> QuantSpec | None:
+    """The weight-only quantization of a checkpoint or engine config (``None``: unquantized)."""
+    return QuantSpec.from_config(unwrap_config(cfg).get("quantization"))
+
+
 def validate_checkpoint_config(cfg: Mapping[str, Any]) -> Layout:
     """Check a checkpoint config can be loaded by the PyTorch runtime; return its layout."""
     missing = [k for k in _REQUIRED_KEYS if k not in cfg]
@@ -137,9 +148,7 @@ def validate_checkpoint_config(cfg: Mapping[str, Any]) -> Layout:
         raise UserError(f"checkpoint config.json lacks {', '.join(missing)}; it was not written by convert_checkpoint.py")
     if cfg["architecture"] != ARCHITECTURE:
         raise UserError(f"checkpoint architecture {cfg['architecture']!r} is not supported; only {ARCHITECTURE} is")
-    quant = cfg.get("quantization") or {}
-    if quant.get("quant_algo") or quant.get("kv_cache_quant_algo"):
-        raise UserError("quantized checkpoints are not supported by the PyTorch runtime; convert without quantization")
+    QuantSpec.from_config(cfg.get("quantization"))  # raises for what the runtime cannot run
     if cfg.get("use_parallel_embedding"):
         raise UserError("checkpoints with use_parallel_embedding are not supported; convert with convert_checkpoint.py")
     try:

@@ -27,6 +27,12 @@ from ..fsutil import atomic_output_dir, atomic_write_json
 from . import layout as L
 from .sharding import shard_layer, shard_lm_head
 from .config import CHECKPOINT_KIND, checkpoint_config, resolve_dtype, torch_dtype
+from .quant_spec import HF_QUANT_LINEARS, QUANT_LINEARS, QuantSpec
+from .quantize import quantize_weight, shard_quantized
+
+# Already quantized projections (e.g. GGUF Q4_1 blocks taken over exactly): full HF name ->
+# stored tensors (part -> tensor), in the layout :func:`quantize_weight` returns.
+Prequantized = dict[str, dict[str, torch.Tensor]]
 
 __all__ = ["checkpoint_config", "convert_model"]
 
@@ -35,14 +41,35 @@ def _source_dtype(model: torch.nn.Module) -> torch.dtype:
     return next(model.parameters()).dtype
 
 
+def _quantized_layer(index: int, source: dict[str, torch.Tensor], quant: QuantSpec,
+                     prequantized: Prequantized) -> dict[str, dict[str, torch.Tensor]]:
+    """Layer ``index``'s projections as stored tensors, HF suffix -> part -> tensor:
+    taken from ``prequantized`` where present, else quantized from the float ``source``."""
+    out = {}
+    for suffix in HF_QUANT_LINEARS:
+        name = L.hf_layer_name(index, suffix)
+        out[suffix] = prequantized[name] if name in prequantized else quantize_weight(quant, source[name])
+    return out
+
+
 def _stage_tensors(state: dict[str, torch.Tensor], layout: L.Layout, pp_rank: int,
-                   progress: tqdm | None) -> list[dict[str, torch.Tensor]]:
-    """The tensors of every tensor rank of one pipeline stage (possibly views of ``state``)."""
+                   progress: tqdm | None, quant: QuantSpec | None = None,
+                   source: dict[str, torch.Tensor] | None = None,
+                   prequantized: Prequantized | None = None) -> list[dict[str, torch.Tensor]]:
+    """The tensors of every tensor rank of one pipeline stage (possibly views of ``state``).
+    With ``quant``, the projections are quantized (from ``source``, the uncast weights) and
+    stored as their codes and scales (:mod:`.quantize`)."""
     ranks: list[dict[str, torch.Tensor]] = [{} for _ in range(layout.tp_size)]
     for local, index in enumerate(layout.pp_layers(pp_rank)):
         hf_layer = {suffix: state[L.hf_layer_name(index, suffix)] for suffix in L.HF_LAYER_WEIGHTS}
         for tp_rank, shard in enumerate(shard_layer(hf_layer, layout)):
+            if quant is not None:
+                shard = {s: t for s, t in shard.items() if s not in QUANT_LINEARS}
             ranks[tp_rank].update({L.layer_name(local, suffix): t for suffix, t in shard.items()})
+        if quant is not None:
+            parts = _quantized_layer(index, source, quant, prequantized or {})
+            for tp_rank, shard in enumerate(shard_quantized(quant, parts, layout)):
+                ranks[tp_rank].update({L.layer_name(local, suffix): t for suffix, t in shard.items()})
         if progress is not None:
             progress.update(1)
     if layout.is_first_stage(pp_rank):
@@ -80,19 +107,25 @@ def convert_model(
     tp_size: int = 1,
     pp_size: int = 1,
     progress: bool = False,
+    quant: QuantSpec | None = None,
+    prequantized: Prequantized | None = None,
 ) -> Path:
     """Write ``model`` (and ``tokenizer``, if any) as a TensorRT-LLM checkpoint; return its path.
 
     ``dtype`` is the storage dtype: ``auto`` keeps the model's dtype except float32, which
-    is stored as float16 (as TensorRT-LLM does). Raises :class:`UserError` when the model
-    cannot be split by ``tp_size``/``pp_size`` or the output location is unusable.
+    is stored as float16 (as TensorRT-LLM does). ``quant``: weight-only int8/int4 of the
+    decoder's projections (the embedding, LM head and norms stay in ``dtype``), quantized
+    from the model's own (uncast) weights, except those ``prequantized`` gives already
+    quantized. Raises :class:`UserError` when the model cannot be split by
+    ``tp_size``/``pp_size`` (or its groups would be), or the output location is unusable.
     """
     target = resolve_dtype(dtype, _source_dtype(model))
-    cfg = checkpoint_config(model.config, target, tp_size, pp_size)
+    cfg = checkpoint_config(model.config, target, tp_size, pp_size, quant)
     layout = L.Layout.from_config(cfg)
     cast = torch_dtype(target)
     with torch.no_grad():
-        state = {name: t.detach().to(cast) for name, t in model.state_dict().items()}
+        source = {name: t.detach() for name, t in model.state_dict().items()}
+        state = {name: t.to(cast) for name, t in source.items()}
     # Tied models may omit lm_head from the state dict; TensorRT-LLM always stores it.
     state.setdefault(L.HF_LM_HEAD, state[L.HF_EMBEDDING])
 
@@ -102,7 +135,8 @@ def convert_model(
                    disable=not progress)
         with bar:
             for pp_rank in range(layout.pp_size):
-                for tp_rank, tensors in enumerate(_stage_tensors(state, layout, pp_rank, bar)):
+                stage = _stage_tensors(state, layout, pp_rank, bar, quant, source, prequantized)
+                for tp_rank, tensors in enumerate(stage):
                     _save(tensors, tmp / L.rank_file(layout.rank(tp_rank, pp_rank)))
         atomic_write_json(tmp / "config.json", cfg)
         if tokenizer is not None:

@@ -20,13 +20,18 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from ..errors import UserError
 from . import layout as L
 from .sharding import unshard_layer, unshard_lm_head
+from .quant_spec import GROUP_SCALE, GROUP_ZERO, PER_CHANNEL_SCALE, QuantSpec
+from .quantize import dequantize, quantized_shapes, unshard_quantized
 from .config import (
     llama_config_from_checkpoint,
+    quant_spec_of,
     read_json_object,
     torch_dtype,
     unwrap_config,
     validate_checkpoint_config,
 )
+
+SCALE_PARTS = ("." + PER_CHANNEL_SCALE, "." + GROUP_SCALE, "." + GROUP_ZERO)
 
 __all__ = ["llama_config_from_checkpoint", "load_checkpoint", "load_checkpoint_state", "read_checkpoint_config"]
 
@@ -43,7 +48,7 @@ def read_checkpoint_config(directory: str | os.PathLike[str]) -> dict:
     return unwrap_config(read_json_object(path))
 
 
-def _read_rank(directory: Path, layout: L.Layout, rank: int) -> dict[str, torch.Tensor]:
+def _read_rank(directory: Path, layout: L.Layout, rank: int, quant: QuantSpec | None = None) -> dict[str, torch.Tensor]:
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
@@ -55,7 +60,9 @@ def _read_rank(directory: Path, layout: L.Layout, rank: int) -> dict[str, torch.
         tensors = load_file(str(path))
     except (SafetensorError, OSError, ValueError) as exc:
         raise UserError(f"cannot read {path}: {' '.join(str(exc).split())}") from None
-    expected = L.expected_shapes(layout, *layout.coords(rank))
+    floats = L.expected_shapes(layout, *layout.coords(rank))
+    typed = quantized_shapes(quant, floats) if quant is not None else {k: (v, None) for k, v in floats.items()}
+    expected = {name: shape for name, (shape, _) in typed.items()}
     missing = sorted(set(expected) - set(tensors))
     if missing:
         raise UserError(f"checkpoint {directory} is incomplete: {path.name} lacks {len(missing)} tensors "
@@ -63,27 +70,41 @@ def _read_rank(directory: Path, layout: L.Layout, rank: int) -> dict[str, torch.
     unexpected = sorted(set(tensors) - set(expected))
     if unexpected:
         raise UserError(f"{path.name} holds tensors this loader does not understand (e.g. {unexpected[0]}); "
-                        f"only unquantized Llama checkpoints are supported")
-    for name, shape in expected.items():
+                        f"the checkpoint does not match its config.json's quantization")
+    for name, (shape, dtype) in typed.items():
         if tuple(tensors[name].shape) != shape:
             raise UserError(f"{path.name}: {name} has shape {tuple(tensors[name].shape)}, expected {shape}; "
                             f"the checkpoint does not match its config.json")
+        if dtype is not None and tensors[name].dtype != dtype:
+            raise UserError(f"{path.name}: {name} is {tensors[name].dtype}, expected {dtype} for its quantization")
     return tensors
 
 
 def merge_ranks(
-    ranks: list[Mapping[str, torch.Tensor]], layout: L.Layout, tie_word_embeddings: bool
+    ranks: list[Mapping[str, torch.Tensor]], layout: L.Layout, tie_word_embeddings: bool,
+    quant: QuantSpec | None = None,
 ) -> dict[str, torch.Tensor]:
-    """Per-rank TensorRT-LLM tensors (indexed by global rank) -> a HF Llama state dict."""
+    """Per-rank TensorRT-LLM tensors (indexed by global rank) -> a HF Llama state dict.
+    With ``quant``, each projection appears as its stored parts under HF names
+    (``...q_proj.weight`` the codes, ``...q_proj.per_channel_scale`` etc.)."""
     def rank_of(tp_rank: int, pp_rank: int) -> Mapping[str, torch.Tensor]:
         return ranks[layout.rank(tp_rank, pp_rank)]
 
     state: dict[str, torch.Tensor] = {}
     for pp_rank in range(layout.pp_size):
         for local, index in enumerate(layout.pp_layers(pp_rank)):
-            per_tp = [{suffix: rank_of(t, pp_rank)[L.layer_name(local, suffix)] for suffix in L.LAYER_WEIGHTS}
-                      for t in range(layout.tp_size)]
-            for suffix, tensor in unshard_layer(per_tp, layout).items():
+            if quant is None:
+                per_tp = [{suffix: rank_of(t, pp_rank)[L.layer_name(local, suffix)] for suffix in L.LAYER_WEIGHTS}
+                          for t in range(layout.tp_size)]
+                merged = unshard_layer(per_tp, layout)
+            else:
+                prefix = L.layer_name(local, "")
+                per_tp = [{k.removeprefix(prefix): v for k, v in rank_of(t, pp_rank).items() if k.startswith(prefix)}
+                          for t in range(layout.tp_size)]
+                merged = unshard_quantized(quant, per_tp, layout)
+                for suffix in (L.INPUT_NORM, L.POST_NORM):
+                    merged[L.SIMPLE_LAYER_WEIGHTS[suffix][0]] = per_tp[0][suffix]
+            for suffix, tensor in merged.items():
                 state[L.hf_layer_name(index, suffix)] = tensor
     first, last = 0, layout.pp_size - 1
     state[L.HF_EMBEDDING] = rank_of(0, first)[L.EMBEDDING]
@@ -110,8 +131,13 @@ def load_checkpoint_state(
     config: Mapping[str, Any] | None = None,
     dtype: str | None = None,
     device: str = "cpu",
+    dequantized: bool = False,
 ) -> tuple[LlamaConfig, dict[str, torch.Tensor]]:
     """A checkpoint/engine directory's merged weights (Hugging Face names) and config.
+
+    A weight-only quantized checkpoint gives each projection's stored parts (codes and
+    scales, as :func:`merge_ranks` names them; ``dtype`` applies to the float tensors only),
+    or with ``dequantized`` the float weights they stand for (in ``dtype``).
 
     ``config``: the (checkpoint or engine) config dict if the caller already read it.
     ``dtype``: ``None`` -> float32; ``"auto"`` -> the checkpoint's storage dtype.
@@ -126,31 +152,51 @@ def load_checkpoint_state(
     if not directory.is_dir():
         raise UserError(f"checkpoint directory {directory} does not exist; create it with convert_checkpoint.py")
     layout = validate_checkpoint_config(cfg)
+    quant = quant_spec_of(cfg)
     target = torch_dtype(cfg["dtype"] if dtype == "auto" else dtype or "float32")
     llama_config = llama_config_from_checkpoint(cfg)
     llama_config.dtype = target
-    ranks = [_read_rank(directory, layout, rank) for rank in range(layout.world_size)]
-    state = merge_ranks(ranks, layout, llama_config.tie_word_embeddings)
+    ranks = [_read_rank(directory, layout, rank, quant) for rank in range(layout.world_size)]
+    state = merge_ranks(ranks, layout, llama_config.tie_word_embeddings, quant)
     del ranks
+    if quant is not None and dequantized:
+        _dequantize_state(quant, state, layout.num_layers)
     # The rank files are memory-mapped: a tensor kept as read would keep the whole file's
     # mapping (and every page touched while loading) resident, so each tensor gets its own
     # storage here, one at a time. A tied tensor stays one tensor.
     moved: dict[int, torch.Tensor] = {}
     for name, tensor in state.items():
         if id(tensor) not in moved:
-            out = tensor.to(device=device, dtype=target)
+            out = tensor.to(device=device, dtype=None if _keeps_dtype(name, tensor) else target)
             moved[id(tensor)] = out.clone() if out.untyped_storage().data_ptr() == tensor.untyped_storage().data_ptr() else out
         state[name] = moved[id(tensor)]
     del moved
     return llama_config, state
 
 
+def _keeps_dtype(name: str, tensor: torch.Tensor) -> bool:
+    """Quantized codes (integers) and their float32 scales keep their dtype on load."""
+    return not tensor.is_floating_point() or name.endswith(SCALE_PARTS)
+
+
+def _dequantize_state(quant: QuantSpec, state: dict[str, torch.Tensor], num_layers: int) -> None:
+    """Replace each projection's stored parts in ``state`` by the float32 weight they stand for."""
+    from .quant_spec import HF_QUANT_LINEARS
+
+    for index in range(num_layers):
+        for suffix in HF_QUANT_LINEARS:
+            base = L.hf_layer_name(index, suffix).removesuffix("weight")
+            parts = {part: state.pop(base + part) for part in ("weight", *quant.tensor_suffixes())}
+            state[base + "weight"] = dequantize(quant, parts)
+
+
 def load_checkpoint(
     directory: str | os.PathLike[str], config: Mapping[str, Any] | None = None, dtype: str | None = None
 ) -> LlamaForCausalLM:
     """Load a checkpoint/engine directory as an eval-mode ``LlamaForCausalLM`` on CPU
-    (arguments and errors as :func:`load_checkpoint_state`)."""
-    llama_config, state = load_checkpoint_state(directory, config, dtype)
+    (arguments and errors as :func:`load_checkpoint_state`); a quantized checkpoint's
+    projections are dequantized (the float weights the int8/int4 engine computes with)."""
+    llama_config, state = load_checkpoint_state(directory, config, dtype, dequantized=True)
     target = llama_config.dtype
     # Adopt the merged tensors as the parameters (no copy when the dtype already matches).
     model = _empty_model(llama_config)

@@ -116,3 +116,38 @@ def unshard_layer(ranks: list[Mapping[str, torch.Tensor]], layout: Layout) -> di
     for trt, (hf_name, dim) in SIMPLE_LAYER_WEIGHTS.items():
         hf[hf_name] = unshard_linear([r[trt] for r in ranks], dim)
     return hf
+
+
+# --- the linear weights alone (quantized parts) ------------------------------------------
+
+def shard_linears(
+    hf: Mapping[str, torch.Tensor], layout: Layout, *, replicate_row_parallel: bool = False
+) -> list[dict[str, torch.Tensor]]:
+    """:func:`shard_layer` for the seven projections only (HF suffix -> one tensor whose rows
+    are the weight's output rows: a quantized weight, or its scales). ``replicate_row_parallel``:
+    the tensors hold one value per output row (a per-channel scale, ``[out, 1]``), so the
+    row-parallel layers (split on their input columns) get the whole tensor on every rank."""
+    ranks: list[dict[str, torch.Tensor]] = [{} for _ in range(layout.tp_size)]
+    for r, qkv in enumerate(shard_qkv(hf[HF_Q], hf[HF_K], hf[HF_V], layout)):
+        ranks[r][QKV] = qkv
+    for trt, (hf_name, dim) in SIMPLE_LAYER_WEIGHTS.items():
+        if dim is None:
+            continue  # a norm
+        split = None if replicate_row_parallel and dim == 1 else dim
+        for r, part in enumerate(shard_linear(hf[hf_name], layout.tp_size, split)):
+            ranks[r][trt] = part
+    return ranks
+
+
+def unshard_linears(
+    ranks: list[Mapping[str, torch.Tensor]], layout: Layout, *, replicate_row_parallel: bool = False
+) -> dict[str, torch.Tensor]:
+    """Inverse of :func:`shard_linears`."""
+    q, k, v = unshard_qkv([r[QKV] for r in ranks], layout)
+    hf = {HF_Q: q, HF_K: k, HF_V: v}
+    for trt, (hf_name, dim) in SIMPLE_LAYER_WEIGHTS.items():
+        if dim is None:
+            continue
+        split = None if replicate_row_parallel and dim == 1 else dim
+        hf[hf_name] = unshard_linear([r[trt] for r in ranks], split)
+    return hf

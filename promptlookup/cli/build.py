@@ -4,6 +4,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from ..checkpoint.config import quant_spec_of
 from ..checkpoint.load import read_checkpoint_config
 from ..defaults import COMPILE_MODES, DEFAULT_COMPILE_MODE
 from ..engine.build import BACKENDS, GEMM_PLUGINS, SPECULATIVE_MODES, build_config, build_torch_engine, resolve_backend
@@ -73,6 +74,15 @@ def main(argv: list[str] | None = None) -> int:
     ckpt = Path(args.checkpoint_dir)
     check_output_dir(args.output_dir, ENGINE_KIND, inputs=[("--checkpoint_dir", ckpt)])
     pretrained = read_checkpoint_config(ckpt)
+    quant = quant_spec_of(pretrained)
+    if quant is not None:
+        if backend == "trtllm":
+            raise UserError(f"{ckpt} is a {quant.quant_algo} checkpoint in this project's int8/int4 layout "
+                            "(docs/checkpoint.md), which trtllm-build cannot read; pass --backend torch, or convert "
+                            "with TensorRT-LLM's own convert_checkpoint.py")
+        if compile_ahead:
+            raise UserError(f"--torch_compile {args.torch_compile} cannot trace the int8/int4 products of a "
+                            f"{quant.quant_algo} checkpoint; drop --torch_compile")
     max_pos = int(pretrained.get("max_position_embeddings", 2048))
     max_seq_len = args.max_seq_len or min(args.max_input_len + 1024, max_pos)
     build = build_config(
@@ -108,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         f"built a {backend} engine in {args.output_dir} ({time.perf_counter() - start:.1f} s): "
         f"max_batch_size={args.max_batch_size} max_input_len={args.max_input_len} "
         f"max_seq_len={max_seq_len} max_draft_len={args.max_draft_len}"
+        + (f" weights {quant.quant_algo} ({quant.precision})" if quant is not None else "")
         + (_compiled_summary(args.output_dir) if compile_ahead else "")
     )
     return 0

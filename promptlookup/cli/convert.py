@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from ..checkpoint.config import CHECKPOINT_KIND, DTYPE_CHOICES
+from ..checkpoint.quant_spec import DEFAULT_GROUP_SIZE, WEIGHT_ONLY_PRECISIONS, QuantSpec, check_spec
 from ..fsutil import check_output_dir
 from .args import ArgumentParser
 
@@ -40,11 +41,45 @@ def build_parser() -> ArgumentParser:
                         help="storage dtype; auto keeps the source dtype but stores float32 as float16 (default: %(default)s)")
     parser.add_argument("--tp_size", type=_positive_int, default=1, help="tensor parallel size (default: %(default)s)")
     parser.add_argument("--pp_size", type=_positive_int, default=1, help="pipeline parallel size (default: %(default)s)")
+    quant = parser.add_argument_group("weight-only quantization (TensorRT-LLM's flags)")
+    quant.add_argument("--use_weight_only", action="store_true",
+                       help="quantize the decoder's projections to int8/int4 (the embedding, LM head and norms stay "
+                            "in --dtype)")
+    quant.add_argument("--weight_only_precision", choices=WEIGHT_ONLY_PRECISIONS, default=None,
+                       help="int8 (W8A16, per channel) or int4 (W4A16 per channel; with --per_group W4A16_GPTQ); "
+                            "default int8")
+    quant.add_argument("--per_group", action="store_true",
+                       help="int4 only: one scale and zero per group of --group_size input columns (W4A16_GPTQ)")
+    quant.add_argument("--group_size", type=_positive_int, default=None,
+                       help=f"columns per int4 group with --per_group (default: {DEFAULT_GROUP_SIZE})")
     return parser
 
 
-def _check_gguf_split(path: Path, tp_size: int, pp_size: int) -> None:
-    """The GGUF model is a Llama that ``tp_size``/``pp_size`` can split (metadata only, no weights)."""
+def quant_spec_from_args(args: argparse.Namespace) -> "QuantSpec | None":
+    """The quantization the flags ask for (``None``: none); contradictory flags are a UserError.
+    TensorRT-LLM ignores the precision flags without ``--use_weight_only``; here that is refused,
+    since the checkpoint would silently stay unquantized."""
+    from ..errors import UserError
+
+    given = [flag for flag, value in (("--weight_only_precision", args.weight_only_precision),
+                                      ("--per_group", args.per_group or None),
+                                      ("--group_size", args.group_size)) if value is not None]
+    if not args.use_weight_only:
+        if given:
+            raise UserError(f"{given[0]} needs --use_weight_only (without it the checkpoint is not quantized)")
+        return None
+    precision = args.weight_only_precision or "int8"
+    if precision == "int8" and args.per_group:
+        raise UserError("--per_group applies to int4 (W4A16_GPTQ); int8 is per channel (W8A16): drop --per_group "
+                        "or pass --weight_only_precision int4")
+    if args.group_size is not None and not args.per_group:
+        raise UserError("--group_size applies with --per_group (int4 W4A16_GPTQ); add --per_group or drop it")
+    return QuantSpec(precision, (args.group_size or DEFAULT_GROUP_SIZE) if args.per_group else None)
+
+
+def _check_gguf_split(path: Path, tp_size: int, pp_size: int) -> "Layout | None":
+    """The GGUF model is a Llama that ``tp_size``/``pp_size`` can split (metadata only, no
+    weights); its layout, or ``None`` when the metadata lacks sizes (the full load checks)."""
     from ..checkpoint.gguf_header import read_gguf_geometry
     from ..checkpoint.layout import Layout
     from ..errors import UserError
@@ -54,11 +89,13 @@ def _check_gguf_split(path: Path, tp_size: int, pp_size: int) -> None:
         raise UserError(f"GGUF file {path} holds a {arch!r} model; only Llama models can be converted")
     required = ("num_hidden_layers", "num_attention_heads", "hidden_size", "intermediate_size", "vocab_size")
     if all(k in geometry for k in required):  # otherwise the full load reports what is missing
-        Layout.from_hf_config(geometry, tp_size, pp_size)
+        return Layout.from_hf_config(geometry, tp_size, pp_size)
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    quant = quant_spec_from_args(args)
     source_flag = ("--model_dir", args.model_dir) if args.model_dir is not None else ("--gguf_file", args.gguf_file)
     check_output_dir(args.output_dir, CHECKPOINT_KIND, inputs=[source_flag])
 
@@ -66,18 +103,28 @@ def main(argv: list[str] | None = None) -> int:
     from ..checkpoint.source import check_gguf_file, check_model_dir, load_source_model
 
     if args.model_dir is not None:  # validate the split before spending time on the weights
-        Layout.from_hf_config(check_model_dir(args.model_dir), args.tp_size, args.pp_size)
+        layout = Layout.from_hf_config(check_model_dir(args.model_dir), args.tp_size, args.pp_size)
     else:
         check_gguf_file(Path(args.gguf_file))
-        _check_gguf_split(Path(args.gguf_file), args.tp_size, args.pp_size)
+        layout = _check_gguf_split(Path(args.gguf_file), args.tp_size, args.pp_size)
+    if quant is not None and layout is not None:
+        check_spec(quant, layout)
     from ..checkpoint.convert import convert_model
 
     source = args.model_dir or args.gguf_file
     print(f"loading {source} ...", flush=True)
     start = time.perf_counter()
     model, tokenizer = load_source_model(model_dir=args.model_dir, gguf_file=args.gguf_file)
+    prequantized = None
+    if quant is not None and args.gguf_file is not None:
+        from ..checkpoint.gguf_blocks import prequantized_from_gguf
+
+        prequantized, notes = prequantized_from_gguf(Path(args.gguf_file), quant, model.config)
+        for note in notes:
+            print(f"note: {note}")
     out = convert_model(model, tokenizer, args.output_dir, dtype=args.dtype,
-                        tp_size=args.tp_size, pp_size=args.pp_size, progress=True)
+                        tp_size=args.tp_size, pp_size=args.pp_size, progress=True,
+                        quant=quant, prequantized=prequantized)
 
     cfg = json.loads((out / "config.json").read_text())
     params = sum(p.numel() for p in model.parameters())
@@ -86,6 +133,13 @@ def main(argv: list[str] | None = None) -> int:
           f"{params / 1e6:.1f}M parameters")
     print(f"wrote config.json and {cfg['mapping']['world_size']} rank file(s) (tp_size={args.tp_size}, "
           f"pp_size={args.pp_size}, dtype {cfg['dtype']}) in {time.perf_counter() - start:.1f}s")
+    if quant is not None:
+        grouping = f"groups of {quant.group_size}" if quant.group_size else "one scale per output channel"
+        print(f"quantized the decoder's projections: {quant.quant_algo} ({quant.precision}, {grouping}); "
+              f"embedding and LM head kept in {cfg['dtype']}")
+        if quant.precision == "int4" and quant.group_size is None:
+            print("note: int4 with one scale per output channel loses much accuracy on small models "
+                  "(docs/benchmarks.md, \"Weight-only int8 and int4\"); --per_group --group_size 32 or 64 keeps it")
     if tokenizer is None:
         print("note: no tokenizer found in the model directory; later stages need --tokenizer_dir")
     else:

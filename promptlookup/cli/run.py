@@ -114,7 +114,7 @@ def _run(args: Any, given: Any, begun: float) -> int:
     num_threads = configure_threads(args.num_threads)
 
     from ..decoding import generate
-    from ..engine.config import read_engine_config
+    from ..engine.config import read_engine_config, weights_of
     from ..engine.load import load_runner
     from ..runtime import load_tokenizer
 
@@ -254,6 +254,7 @@ def _run(args: Any, given: Any, begun: float) -> int:
                     "cuda_graphs": getattr(runner, "graphs", None) is not None,
                     "cpu_weight_copies": args.cpu_weight_copies,
                     "torch_compile": args.torch_compile,
+                    **weights_of(engine_cfg.pretrained),
                     "drafter_implementation": drafter.classes.implementation if drafter else None,
                 },
                 "wall_time_s": wall,

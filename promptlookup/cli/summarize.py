@@ -234,6 +234,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.output_json:
         payload = result.to_dict()
         payload["num_threads"] = num_threads
+        if (settings.test_engine or settings.sweep) and settings.engine_dir:
+            from ..engine.config import read_engine_config, weights_of
+
+            payload["engine_weights"] = weights_of(read_engine_config(settings.engine_dir).pretrained)
         payload["accuracy_check"] = None if verdict is None else verdict.to_dict()
         atomic_write_json(args.output_json, payload)
         print(f"results written to {args.output_json}")

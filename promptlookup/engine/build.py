@@ -107,12 +107,24 @@ def build_torch_engine(
     inductor on that device and stores the compile caches in the engine
     (:mod:`.compile_cache`); both happen before the engine is renamed into place.
     """
-    from ..checkpoint.load import load_checkpoint, read_checkpoint_config
+    from ..checkpoint.config import quant_spec_of
+    from ..checkpoint.load import load_checkpoint, load_checkpoint_state, read_checkpoint_config
 
     checkpoint_dir = Path(checkpoint_dir)
     pretrained = read_checkpoint_config(checkpoint_dir)
+    quant = quant_spec_of(pretrained)
+    if quant is not None and compile_device is not None:
+        raise UserError(f"--torch_compile inductor cannot trace the int8/int4 products of a {quant.quant_algo} "
+                        f"checkpoint; drop --torch_compile")
     # Proves the weights are complete and consistent; in the engine's dtype for the step costs.
-    model = load_checkpoint(checkpoint_dir, dtype="auto")
+    if quant is None:
+        model = load_checkpoint(checkpoint_dir, dtype="auto")
+    else:  # the step costs are those of the int8/int4 products the engine will run
+        from ..runtime.device import resolve_device
+        from ..runtime.paged_llama import PagedLlama
+
+        device = resolve_device(step_costs_device or "cpu")
+        model = PagedLlama(*load_checkpoint_state(checkpoint_dir, dtype="auto", device=device))
     step_costs = {}
     if step_costs_device is not None:
         step_costs = measure_for_engine(model, pretrained, build, step_costs_device)
@@ -159,6 +171,7 @@ def measure_for_engine(model: Any, pretrained: dict[str, Any], build: dict[str, 
     """``{device type: table}`` for the engine's limits, measured on ``device``."""
     from ..runtime.base import EngineLimits
     from ..runtime.device import resolve_device
+    from ..runtime.paged_llama import PagedLlama
     from ..runtime.torch_runner import TorchRunner
     from .step_costs import table_entry
 
@@ -174,6 +187,6 @@ def measure_for_engine(model: Any, pretrained: dict[str, Any], build: dict[str, 
     max_tokens = max(2, limits.max_draft_len + 1)
     block = int(build["plugin_config"]["tokens_per_block"])
     kv_tokens = 1024 + (max_batch_size + 1) * (max_tokens + block)  # one context, a tail per sequence
-    runner = TorchRunner(model.to(target), limits, tokens_per_block=block,
+    runner = TorchRunner(model if isinstance(model, PagedLlama) else model.to(target), limits, tokens_per_block=block,
                          max_tokens_in_paged_kv_cache=kv_tokens, cuda_graph_mode=False)
     return {target.split(":")[0]: table_entry(runner, max_tokens, max_batch_size=max_batch_size)}

@@ -67,6 +67,17 @@ class EngineConfig:
         return int(m.get("tp_size", 1)) * int(m.get("pp_size", 1))
 
 
+def weights_of(pretrained: dict[str, Any]) -> dict[str, Any]:
+    """What an engine's weights are, for reports: ``{"weights": "int8" | "int4" | <dtype>,
+    "quant_algo": "W8A16" | "W4A16" | "W4A16_GPTQ" | None, "group_size": int | None}``."""
+    from ..checkpoint.config import quant_spec_of
+
+    quant = quant_spec_of(pretrained)
+    if quant is None:
+        return {"weights": pretrained.get("dtype"), "quant_algo": None, "group_size": None}
+    return {"weights": quant.precision, "quant_algo": quant.quant_algo, "group_size": quant.group_size}
+
+
 def read_engine_config(engine_dir: str | Path) -> EngineConfig:
     """Read and check an engine directory; a missing or incomplete one is a UserError."""
     d = Path(engine_dir)

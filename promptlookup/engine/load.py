@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Sequence
 
+from ..checkpoint.config import quant_spec_of
 from ..defaults import DEFAULT_COMPILE_MODE, DEFAULT_CPU_WEIGHT_COPIES
 from ..errors import UserError
 from ..runtime.base import Runner
@@ -91,6 +92,10 @@ def load_runner(
             hf_model_dir=hf_model_dir,
         )
     check_trtllm_only_flags(cfg.backend, kv_cache_free_gpu_memory_fraction, enable_chunked_context)
+    quant = quant_spec_of(cfg.pretrained)
+    if quant is not None and compile_mode == "inductor":
+        raise UserError(f"--torch_compile inductor cannot trace the int8/int4 products of this {quant.quant_algo} "
+                        f"engine; drop --torch_compile (quantized engines run eagerly)")
     if device_ids is not None and list(device_ids) not in ([], [0]):
         raise UserError(
             f"device list {list(device_ids)} needs the TensorRT-LLM backend; the PyTorch engine runs on one device, use [0]"

@@ -16,6 +16,9 @@ themselves, causally (a chain) or along a token tree (:class:`SequenceRows`). Co
 of ``max(ctx)`` K/V rows per layer (skipped when a single sequence's blocks are contiguous).
 On CPU the projections run through :class:`~.cpu_linear.CpuLinear` (the C kernels of
 :mod:`.kernels` on the row-major weights, else oneDNN on weights reordered once).
+Weight-only int8/int4 projections (codes with their scales in the state dict) run through
+:class:`~.quant_linear.QuantLinear`, fused row-wise like the float ones, holding the codes
+and scales only.
 """
 from __future__ import annotations
 
@@ -48,10 +51,11 @@ from ..checkpoint.layout import (
 from ..defaults import CPU_WEIGHT_COPIES, DEFAULT_CPU_WEIGHT_COPIES
 from ..errors import UserError
 from .cpu_linear import CpuLinear
+from .quant_linear import QuantLinear
 from .kv_cache import SCRATCH_BLOCK, KVPool
 from .paged_attention import pool_attention
 
-Projection = Callable[[torch.Tensor], torch.Tensor]  # DenseLinear, or CpuLinear on CPU
+Projection = Callable[[torch.Tensor], torch.Tensor]  # DenseLinear, CpuLinear on CPU, or QuantLinear
 
 
 @dataclass
@@ -257,14 +261,17 @@ class PagedLlama(nn.Module):
             t = state.pop(name, None)
             return None if t is None else t.detach()
 
-        def linear(i: int, *weights: str) -> tuple[torch.Tensor, torch.Tensor | None]:
+        def linear(i: int, *weights: str) -> Projection:
             """Layer ``i``'s projection(s) named ``weights`` (``...weight``), fused when several,
-            and their bias (present only if each part has one)."""
+            with their bias (present only if each part has one). Quantized parts (int8/uint8
+            codes with their scales beside them) are fused row-wise into one :class:`QuantLinear`."""
             names = [hf_layer_name(i, w) for w in weights]
             parts = [take(n) for n in names]
+            if parts[0].dtype in (torch.int8, torch.uint8):
+                return QuantLinear.fuse([_quant_part(p, n.removesuffix("weight"), take) for p, n in zip(parts, names)])
             biases = [take(n.removesuffix("weight") + "bias") for n in names]
             bias = None if any(b is None for b in biases) else torch.cat(biases) if len(biases) > 1 else biases[0]
-            return (torch.cat(parts) if len(parts) > 1 else parts[0]), bias
+            return proj((torch.cat(parts) if len(parts) > 1 else parts[0]), bias)
 
         lm_head = take(HF_LM_HEAD)
         tied = lm_head is None or _same_tensor(lm_head, self.embed_weight)
@@ -280,10 +287,10 @@ class PagedLlama(nn.Module):
             block = nn.Module()
             block.input_layernorm = _rms_norm(take(hf_layer_name(i, HF_INPUT_NORM)), config.rms_norm_eps)
             block.post_attention_layernorm = _rms_norm(take(hf_layer_name(i, HF_POST_NORM)), config.rms_norm_eps)
-            block.qkv = proj(*linear(i, HF_Q, HF_K, HF_V))
-            block.o_proj = proj(*linear(i, HF_O))
-            block.gate_up = proj(*linear(i, HF_GATE, HF_UP))
-            block.down_proj = proj(*linear(i, HF_DOWN))
+            block.qkv = linear(i, HF_Q, HF_K, HF_V)
+            block.o_proj = linear(i, HF_O)
+            block.gate_up = linear(i, HF_GATE, HF_UP)
+            block.down_proj = linear(i, HF_DOWN)
             self.layers.append(block)
         unused = sorted(k for k in state if not k.endswith("rotary_emb.inv_freq"))
         if unused:
@@ -317,7 +324,9 @@ class PagedLlama(nn.Module):
             add(p)
         projections = [self.lm_head] + [getattr(b, n) for b in self.layers for n in ("qkv", "o_proj", "gate_up", "down_proj")]
         for pr in projections:
-            if isinstance(pr, CpuLinear):
+            if isinstance(pr, QuantLinear):
+                total += pr.resident_bytes()
+            elif isinstance(pr, CpuLinear):
                 total += pr.resident_bytes()
                 add(pr.small_rows_weight)  # the embedding table (counted already) or a second copy
             else:
@@ -405,6 +414,25 @@ class PagedLlama(nn.Module):
         return F.scaled_dot_product_attention(
             q, keys, values, attn_mask=layout.mask, scale=self.scaling, enable_gqa=KVH != self.num_heads
         )
+
+
+def _quant_part(qweight: torch.Tensor, base: str, take: Callable[[str], torch.Tensor | None]) -> QuantLinear:
+    """One quantized projection from its codes and the parts stored beside them (names as
+    :func:`promptlookup.checkpoint.load.merge_ranks` gives them, ``base`` = the name before
+    ``weight``): int8 or int4 with ``per_channel_scale`` (int4 symmetric: one group of the
+    whole row, offset ``-8 * scale``), or int4 with ``weights_scaling_factor`` and ``zero``."""
+    bias = take(base + "bias")
+    per_channel = take(base + "per_channel_scale")
+    if qweight.dtype == torch.int8:
+        return QuantLinear(qweight, per_channel, bias=bias)
+    width = qweight.shape[1] * 2
+    if per_channel is not None:
+        scale = per_channel.float().view(-1, 1)
+        return QuantLinear(qweight, scale, -8.0 * scale, width, bias)
+    scale, offset = take(base + "weights_scaling_factor"), take(base + "zero")
+    if scale is None or offset is None:
+        raise ValueError(f"int4 weight {base}weight has no scales beside it")
+    return QuantLinear(qweight, scale, offset, width // scale.shape[1], bias)
 
 
 def _same_tensor(a: torch.Tensor, b: torch.Tensor) -> bool:

@@ -194,10 +194,14 @@ def _corrupt(out, what):
         cfg["mapping"] = {"world_size": 1, "tp_size": 1, "pp_size": 1}
         cfg_path.write_text(json.dumps(cfg))
         return "has shape"
-    if what == "quantized":
+    if what == "quantized":  # the config says W8A16, the rank files hold float weights
         cfg["quantization"] = {"quant_algo": "W8A16", "kv_cache_quant_algo": None}
         cfg_path.write_text(json.dumps(cfg))
-        return "quantized checkpoints are not supported"
+        return "lacks .* tensors"
+    if what == "unsupported quantization":
+        cfg["quantization"] = {"quant_algo": "FP8", "kv_cache_quant_algo": None}
+        cfg_path.write_text(json.dumps(cfg))
+        return "quant_algo FP8 is not supported by the PyTorch runtime"
     if what == "other architecture":
         cfg["architecture"] = "GPTForCausalLM"
         cfg_path.write_text(json.dumps(cfg))
@@ -211,8 +215,8 @@ def _corrupt(out, what):
     raise AssertionError(what)
 
 
-@pytest.mark.parametrize("what", ["missing rank", "wrong split", "quantized", "other architecture", "no config",
-                                  "garbage rank"])
+@pytest.mark.parametrize("what", ["missing rank", "wrong split", "quantized", "unsupported quantization",
+                                  "other architecture", "no config", "garbage rank"])
 def test_load_rejects_bad_checkpoints(tmp_path, what):
     out = convert_model(tiny_llama(), None, tmp_path / "ckpt", dtype="float32", tp_size=2)
     message = _corrupt(out, what)

@@ -19,6 +19,7 @@ from promptlookup.errors import UserError
 from promptlookup.runtime.base import EngineLimits
 from promptlookup.runtime.torch_runner import TorchRunner
 from tests.runtime.test_greedy_equivalence import END_ID, MAX_NEW, make_prompts
+from tests.quantized import quantized_model
 from tests.tiny import tiny_llama
 
 CONFIGS = [(1, 2, 0), (3, 2, 2), (4, 3, 4), (2, 4, 3), (5, 5, 2)]
@@ -119,10 +120,12 @@ def test_bad_configs_are_one_line_errors(text, fragment):
     assert fragment in str(err.value) and "\n" not in str(err.value)
 
 
-@pytest.fixture(scope="module", params=[0, 1])
+@pytest.fixture(scope="module", params=[0, 1, "int8", "int4"])
 def model_and_plain(request):
-    model = tiny_llama(seed=request.param)
-    prompts = make_prompts(request.param)
+    """A tiny model (seeds 0, 1; ``int8``/``int4``: seed 0's weight-only quantized engine model)."""
+    quantized = isinstance(request.param, str)
+    model = quantized_model(tiny_llama(seed=0), request.param) if quantized else tiny_llama(seed=request.param)
+    prompts = make_prompts(0 if quantized else request.param)
     plain = generate(runner_for(model), prompts, max_new_tokens=MAX_NEW, end_id=END_ID)
     return model, prompts, [r.output_ids for r in plain]
 

@@ -48,6 +48,7 @@ def test_engine_and_hf_side_by_side(engine_dir, jsonl_dataset, tmp_path, capsys)
     assert [s["output_ids"] for s in ours["samples"]] == [s["output_ids"] for s in by_name["hf plain"]["samples"]]
     assert data["engine_vs_hf_plain"] == {"identical": 4, "compared": 4} and "4/4 outputs token-identical" in out
     assert data["dataset"]["articles"] == 4 and data["accuracy_check"] is None
+    assert data["engine_weights"] == {"weights": "float32", "quant_algo": None, "group_size": None}
 
 
 def test_check_accuracy_gate(engine_dir, jsonl_dataset, tmp_path, capsys):

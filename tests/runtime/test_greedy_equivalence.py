@@ -2,7 +2,9 @@
 
 Checked against Hugging Face's own ``generate`` on tiny random models, for V1 and V2,
 batched (different prompt lengths) and unbatched, over several (k, n) settings, drafter
-modes, block reuse on and off, and a KV budget small enough to force eviction.
+modes, block reuse on and off, and a KV budget small enough to force eviction. The same
+checks run on weight-only int8 and int4 engines (params ``int8``/``int4``), whose reference
+is our own plain decoding of each prompt alone (Hugging Face has no such products).
 """
 import random
 
@@ -13,6 +15,7 @@ from promptlookup.decoding import generate
 from promptlookup.drafting.base import DraftConfig
 from promptlookup.runtime.base import EngineLimits
 from promptlookup.runtime.torch_runner import TorchRunner
+from tests.quantized import quantized_model
 from tests.tiny import tiny_llama
 
 END_ID = 2
@@ -32,8 +35,14 @@ def make_prompts(seed: int, count: int = 5) -> list[list[int]]:
     return prompts
 
 
-@pytest.fixture(scope="module", params=[0, 1])
+@pytest.fixture(scope="module", params=[0, 1, "int8", "int4"])
 def model_and_reference(request):
+    if isinstance(request.param, str):  # a quantized engine: plain decoding, one prompt at a time
+        model = quantized_model(tiny_llama(seed=0), request.param)
+        prompts = make_prompts(0)
+        reference = [generate(runner_for(model), [p], max_new_tokens=MAX_NEW, end_id=END_ID)[0].output_ids
+                     for p in prompts]
+        return model, prompts, reference
     model = tiny_llama(seed=request.param)
     prompts = make_prompts(request.param)
     reference = []

@@ -1,0 +1,102 @@
+"""A weight-only int8/int4 linear layer: ``y = x @ W.T`` with ``W`` held as its codes and scales.
+
+Holds exactly the tensors of :mod:`promptlookup.runtime.kernels`' contract (int8
+``qweight [out, in]`` + ``scale [out]``; int4 ``qweight [out, in // 2]`` + ``scale`` and
+``offset [out, in // group_size]``), nothing else: no float copy of ``W`` stays resident.
+On the CPU every product goes through ``kernels.linear_int8`` / ``kernels.linear_int4``
+(row-invariant, so greedy speculative output equals plain output on a quantized engine);
+the activations are taken to float32 for the call and the result returned in ``x``'s dtype.
+On a GPU the weight is dequantized to ``x``'s dtype for each call and multiplied by
+``F.linear`` (simple, not fast: a transient float copy of one matrix per call).
+
+Fusing (:meth:`QuantLinear.fuse`) concatenates output rows, codes and scales alike; every
+part must share the precision and the group size.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from . import kernels
+
+
+class QuantLinear:
+    """One projection on int8 (``group_size is None``) or int4 weights.
+
+    Cost per call on the CPU: the kernel's, about one pass over ``qweight`` per call
+    (the reference dequantizes the matrix once per call).
+    """
+
+    __slots__ = ("qweight", "scale", "offset", "group_size", "bias")
+
+    def __init__(self, qweight: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor | None = None,
+                 group_size: int | None = None, bias: torch.Tensor | None = None) -> None:
+        if qweight.dtype == torch.int8:
+            if offset is not None or scale.dim() != 1 or scale.shape[0] != qweight.shape[0]:
+                raise ValueError("int8 weights take one float32 scale per output row and no offset")
+        elif qweight.dtype == torch.uint8:
+            if offset is None or group_size is None or (qweight.shape[1] * 2) % group_size or group_size % 2:
+                raise ValueError("int4 weights take per-group scale and offset with an even group size dividing the row")
+            groups = qweight.shape[1] * 2 // group_size
+            if tuple(scale.shape) != (qweight.shape[0], groups) or scale.shape != offset.shape:
+                raise ValueError(f"int4 scale/offset must be [{qweight.shape[0]}, {groups}]")
+        else:
+            raise ValueError(f"quantized weights are int8 or uint8 (packed int4), not {qweight.dtype}")
+        self.qweight = qweight.contiguous()
+        self.scale = scale.float().contiguous()
+        self.offset = None if offset is None else offset.float().contiguous()
+        self.group_size = group_size
+        self.bias = bias
+
+    @property
+    def precision(self) -> str:
+        return "int8" if self.qweight.dtype == torch.int8 else "int4"
+
+    @property
+    def out_features(self) -> int:
+        return self.qweight.shape[0]
+
+    @classmethod
+    def fuse(cls, parts: list["QuantLinear"]) -> "QuantLinear":
+        """One layer whose output rows are ``parts``' rows in order (gpt-fast's Q/K/V fusion)."""
+        if len(parts) == 1:
+            return parts[0]
+        first = parts[0]
+        if any(p.precision != first.precision or p.group_size != first.group_size for p in parts):
+            raise ValueError("fused quantized projections must share precision and group size")
+        biases = [p.bias for p in parts]
+        bias = None if any(b is None for b in biases) else torch.cat(biases)
+        offset = None if first.offset is None else torch.cat([p.offset for p in parts])
+        return cls(torch.cat([p.qweight for p in parts]), torch.cat([p.scale for p in parts]), offset,
+                   first.group_size, bias)
+
+    def dequantize(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """The ``[out, in]`` weight this layer stands for (a new tensor)."""
+        if self.offset is None:
+            return (self.qweight.float() * self.scale.view(-1, 1)).to(dtype)
+        return kernels.dequantize_int4(self.qweight, self.scale, self.offset, self.group_size).to(dtype)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if x.device.type != "cpu":
+            return F.linear(x, self.dequantize(x.dtype), self.bias)
+        dtype = x.dtype
+        x32 = x.float().contiguous()
+        if self.offset is None:
+            y = kernels.linear_int8(x32, self.qweight, self.scale)
+        else:
+            y = kernels.linear_int4(x32, self.qweight, self.scale, self.offset, self.group_size)
+        if self.bias is not None:
+            y = y + self.bias.float()
+        return y if dtype == torch.float32 else y.to(dtype)
+
+    def to(self, device: torch.device | str) -> "QuantLinear":
+        """This layer's tensors on ``device`` (a new layer; self when already there)."""
+        if self.qweight.device == torch.device(device):
+            return self
+        move = lambda t: None if t is None else t.to(device)  # noqa: E731
+        return QuantLinear(move(self.qweight), move(self.scale), move(self.offset), self.group_size, move(self.bias))
+
+    def resident_bytes(self) -> int:
+        """Bytes this layer keeps alive: codes, scales, offsets and bias."""
+        return sum(t.numel() * t.element_size() for t in (self.qweight, self.scale, self.offset, self.bias)
+                   if t is not None)

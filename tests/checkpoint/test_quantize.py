@@ -1,0 +1,199 @@
+"""Weight-only int8/int4: the grids' error bound, the checkpoint layout TensorRT-LLM names,
+tensor-parallel shards that merge back exactly, and GGUF's 4-bit blocks taken over exactly."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from promptlookup.checkpoint import layout as L
+from promptlookup.checkpoint.convert import convert_model
+from promptlookup.checkpoint.gguf_blocks import blocks_to_int4, unpermute_rows
+from promptlookup.checkpoint.load import load_checkpoint, load_checkpoint_state
+from promptlookup.checkpoint.quant_spec import QuantSpec, check_spec
+from promptlookup.checkpoint.quantize import (
+    dequantize,
+    pack_int4,
+    quantize_int4_channel,
+    quantize_int4_groups,
+    quantize_int8,
+    quantize_weight,
+    unpack_int4,
+)
+from promptlookup.errors import UserError
+from promptlookup.runtime import kernels
+from promptlookup.runtime.quant_linear import QuantLinear
+from tests.tiny import tiny_llama
+
+SPECS = {"int8": QuantSpec("int8"), "int4": QuantSpec("int4"), "int4_g16": QuantSpec("int4", 16),
+         "int4_g32": QuantSpec("int4", 32)}
+ALGOS = {"int8": "W8A16", "int4": "W4A16", "int4_g16": "W4A16_GPTQ", "int4_g32": "W4A16_GPTQ"}
+
+
+def _weight(seed: int, rows: int = 24, cols: int = 64) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    w = torch.randn(rows, cols, generator=g) * torch.rand(rows, 1, generator=g)
+    w[0] = 0.0  # an all-zero row and group must not divide by zero
+    w[1, :32] = 0.37  # a constant group
+    return w
+
+
+def _bound(err: torch.Tensor, step: torch.Tensor) -> None:
+    assert bool((err <= step * (0.5 + 1e-5) + 1e-7).all()), float((err - step / 2).max())
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_int8_per_channel_is_within_half_a_step(seed):
+    w = _weight(seed)
+    q, scale = quantize_int8(w)
+    assert q.dtype == torch.int8 and scale.shape == (w.shape[0],)
+    _bound((w - q.float() * scale[:, None]).abs(), scale[:, None].expand_as(w))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_int4_per_channel_is_within_half_a_step(seed):
+    w = _weight(seed)
+    packed, scale = quantize_int4_channel(w)
+    codes = unpack_int4(packed).float()
+    assert packed.shape == (w.shape[0], w.shape[1] // 2) and int(codes.max()) <= 15
+    _bound((w - (codes - 8) * scale[:, None]).abs(), scale[:, None].expand_as(w))
+
+
+@pytest.mark.parametrize("group", [2, 16, 32, 64])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_int4_per_group_is_within_half_a_step_of_its_group(seed, group):
+    w = _weight(seed)
+    packed, scale, offset = quantize_int4_groups(w, group)
+    deq = kernels.dequantize_int4(packed, scale, offset, group)
+    _bound((w - deq).abs(), scale.repeat_interleave(group, dim=1))
+
+
+def test_pack_int4_matches_the_contract_nibbles():
+    codes = torch.randint(0, 16, (5, 12), dtype=torch.uint8)
+    packed = pack_int4(codes)
+    assert torch.equal(packed[:, 0] & 0xF, codes[:, 0]) and torch.equal(packed[:, 0] >> 4, codes[:, 1])
+    assert torch.equal(unpack_int4(packed), codes)
+
+
+@pytest.mark.parametrize("name", list(SPECS))
+def test_dequantize_equals_the_kernels_products(name):
+    spec = SPECS[name]
+    w = _weight(4)
+    stored = quantize_weight(spec, w)
+    deq = dequantize(spec, stored)
+    x = torch.randn(3, w.shape[1])
+    if spec.precision == "int8":
+        layer = QuantLinear(stored["weight"], stored["per_channel_scale"])
+    elif spec.group_size is None:
+        s = stored["per_channel_scale"].view(-1, 1)
+        layer = QuantLinear(stored["weight"], s, -8 * s, w.shape[1])
+    else:
+        layer = QuantLinear(stored["weight"], stored["weights_scaling_factor"], stored["zero"], spec.group_size)
+    assert torch.equal(layer.dequantize(), deq)
+    torch.testing.assert_close(layer(x), x @ deq.T, rtol=1e-5, atol=1e-5)
+    # row invariance: a row's result does not depend on the rows beside it
+    assert torch.equal(layer(x)[1:2], layer(x[1:2]))
+
+
+def test_fused_layer_is_the_parts_stacked():
+    spec = SPECS["int4_g16"]
+    parts = []
+    for seed in (5, 6, 7):
+        st = quantize_weight(spec, _weight(seed, rows=8 + seed))
+        parts.append(QuantLinear(st["weight"], st["weights_scaling_factor"], st["zero"], 16))
+    fused = QuantLinear.fuse(parts)
+    x = torch.randn(4, 64)
+    torch.testing.assert_close(fused(x), torch.cat([p(x) for p in parts], dim=1))
+    assert torch.equal(fused.dequantize(), torch.cat([p.dequantize() for p in parts]))
+
+
+@pytest.mark.parametrize("name", list(SPECS))
+@pytest.mark.parametrize("tp", [1, 2])
+def test_checkpoint_layout_and_tp_shards_merge_back(tmp_path, name, tp):
+    spec = SPECS[name]
+    model = tiny_llama(seed=3)
+    out = convert_model(model, None, tmp_path / "ckpt", dtype="float16", quant=spec, tp_size=tp)
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["quantization"]["quant_algo"] == ALGOS[name]
+    assert cfg["quantization"]["has_zero_point"] == (spec.group_size is not None)
+    if spec.group_size is not None:
+        assert cfg["quantization"]["group_size"] == spec.group_size
+    rank0 = load_file(str(out / "rank0.safetensors"))
+    qkv = "transformer.layers.0.attention.qkv."
+    assert rank0[qkv + "weight"].dtype == (torch.int8 if spec.precision == "int8" else torch.uint8)
+    assert set(spec.tensor_suffixes()) == {k.removeprefix(qkv) for k in rank0 if k.startswith(qkv)} - {"weight"}
+    assert rank0[L.EMBEDDING].dtype == torch.float16  # not quantized (TensorRT-LLM's default)
+    assert rank0[L.LM_HEAD if tp == 1 else L.LM_HEAD].dtype == torch.float16
+    # merged back and dequantized: every weight within half a step of the original
+    merged = load_checkpoint(out).state_dict()
+    single = quantize_weight  # the same grid the whole (unsplit) weight gets
+    for key, w in model.state_dict().items():
+        if key.endswith("_proj.weight"):
+            want = dequantize(spec, single(spec, w))
+            torch.testing.assert_close(merged[key], want, rtol=0, atol=1e-6)
+        else:
+            torch.testing.assert_close(merged[key], w.half().float())
+
+
+def test_quantized_state_keeps_codes_and_float32_scales(tmp_path):
+    out = convert_model(tiny_llama(seed=3), None, tmp_path / "c", dtype="bfloat16", quant=SPECS["int4_g32"])
+    _, state = load_checkpoint_state(out, dtype="auto")
+    base = L.hf_layer_name(0, L.HF_Q).removesuffix("weight")
+    assert state[base + "weight"].dtype == torch.uint8
+    assert state[base + "weights_scaling_factor"].dtype == torch.float32
+    assert state[base + "zero"].dtype == torch.float32
+    assert state[L.HF_EMBEDDING].dtype == torch.bfloat16
+
+
+def test_group_checks_cover_every_input_width():
+    layout = L.Layout(num_layers=1, num_heads=4, num_kv_heads=2, head_size=16, hidden_size=64,
+                      intermediate_size=96, vocab_size=10)
+    check_spec(QuantSpec("int4", 32), layout)
+    with pytest.raises(UserError, match="intermediate size 96"):
+        check_spec(QuantSpec("int4", 64), layout)
+    with pytest.raises(UserError, match="--tp_size 2 cuts the int4 groups"):
+        check_spec(QuantSpec("int4", 32), L.Layout(**{**layout.__dict__, "tp_size": 2}))
+
+
+# --- GGUF blocks ------------------------------------------------------------------------
+
+def _random_blocks(kind: str, rows: int, blocks: int, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    size = {"Q4_0": 18, "Q4_1": 20}[kind]
+    raw = rng.integers(0, 256, size=(rows, blocks, size), dtype=np.uint8)
+    halves = 2 if kind == "Q4_1" else 1
+    scales = (rng.standard_normal((rows, blocks, halves)) * 0.05).astype(np.float16)
+    raw[..., : 2 * halves] = scales.view(np.uint8).reshape(rows, blocks, 2 * halves)
+    return raw.reshape(rows, blocks * size)
+
+
+@pytest.mark.parametrize("kind", ["Q4_0", "Q4_1"])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_gguf_4bit_blocks_become_int4_groups_of_32_exactly(kind, seed):
+    import gguf
+
+    raw = _random_blocks(kind, rows=6, blocks=4, seed=seed)
+    codes, scale, offset = blocks_to_int4(raw, kind)
+    ours = kernels.dequantize_int4(pack_int4(codes), scale, offset, 32)
+    theirs = torch.from_numpy(gguf.quants.dequantize(raw, getattr(gguf.GGMLQuantizationType, kind)).copy())
+    assert torch.equal(ours, theirs.reshape(ours.shape))
+
+
+def test_unpermute_rows_inverts_llama_cpp_permutation():
+    heads, rows, cols = 3, 24, 8
+    w = torch.arange(rows * cols, dtype=torch.float32).view(rows, cols)
+    permuted = w.reshape(heads, 2, rows // heads // 2, cols).transpose(1, 2).reshape(rows, cols)  # llama.cpp's
+    assert torch.equal(unpermute_rows(permuted, heads), w)
+
+
+def test_pipeline_stages_carry_their_layers_quantized(tmp_path):
+    spec = SPECS["int4_g16"]
+    model = tiny_llama(seed=3)
+    out = convert_model(model, None, tmp_path / "ckpt", dtype="float32", quant=spec, tp_size=2, pp_size=2)
+    merged = load_checkpoint(out).state_dict()
+    for key, w in model.state_dict().items():
+        if key.endswith("_proj.weight"):
+            torch.testing.assert_close(merged[key], dequantize(spec, quantize_weight(spec, w)), rtol=0, atol=1e-6)

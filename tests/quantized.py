@@ -1,0 +1,24 @@
+"""Tiny weight-only quantized engines' models for tests: a tiny Llama converted with
+``--use_weight_only`` and loaded back as the engine loads it (a :class:`PagedLlama` on int8/int4
+weights), so greedy-identity tests can run on the quantized products unchanged."""
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from promptlookup.checkpoint.convert import convert_model
+from promptlookup.checkpoint.load import load_checkpoint_state
+from promptlookup.checkpoint.quant_spec import QuantSpec
+from promptlookup.runtime.paged_llama import PagedLlama
+
+# pytest ids -> the quantization: int8 per channel (W8A16), int4 in groups of 32 (W4A16_GPTQ),
+# int4 per channel (W4A16)
+SPECS = {"int8": QuantSpec("int8"), "int4": QuantSpec("int4", 32), "int4ch": QuantSpec("int4")}
+
+
+def quantized_model(model, precision: str, tp_size: int = 1) -> PagedLlama:
+    """``model`` (a HF Llama) converted with ``SPECS[precision]`` and loaded as an engine is."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = convert_model(model, None, Path(tmp) / "ckpt", dtype="float32", quant=SPECS[precision], tp_size=tp_size)
+        config, state = load_checkpoint_state(out, dtype="auto")
+    return PagedLlama(config, state)

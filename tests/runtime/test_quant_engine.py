@@ -1,0 +1,118 @@
+"""Weight-only int8/int4 engines end to end: resident weights are the engine's own (no float
+copy kept), a fraction of the float32 engine's; run.py records the precision; the compiled
+route is refused in one line. (Greedy identity on quantized engines: test_greedy_equivalence,
+test_lookahead and test_tree_lookup, parametrized over int8/int4.)"""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from promptlookup.checkpoint.quant_spec import QuantSpec
+from promptlookup.engine.config import engine_weight_bytes
+from promptlookup.engine.load import load_runner
+from promptlookup.errors import UserError
+from tests.cli.test_run_cli import TEXT, run_cli
+from tests.conftest import _build_engine
+from tests.tiny import tiny_llama
+
+SPECS = {"fp32": None, "int8": QuantSpec("int8"), "int4": QuantSpec("int4"), "int4_g128": QuantSpec("int4", 128)}
+# The share of the (unquantized) embedding and LM head sets the attainable ratio; this
+# geometry is decoder-dominated like a real model's (SmolLM2's figures: docs/checkpoint.md).
+GEOMETRY = dict(vocab_size=256, hidden_size=128, intermediate_size=512, num_hidden_layers=4)
+TARGET = {"int8": 0.35, "int4": 0.2, "int4_g128": 0.2}
+
+
+@pytest.fixture(scope="module")
+def engines(tmp_path_factory):
+    model = tiny_llama(seed=5, **GEOMETRY)
+    root = tmp_path_factory.mktemp("quant_engines")
+    return {name: _build_engine(model, None, root / name, max_seq_len=256, max_input_len=128, quant=spec)
+            for name, spec in SPECS.items()}
+
+
+@pytest.mark.parametrize("name", ["int8", "int4", "int4_g128"])
+def test_resident_weights_are_the_quantized_engine_alone(engines, name):
+    held = load_runner(engines[name], device="cpu").model.resident_weight_bytes()
+    fp32 = load_runner(engines["fp32"], device="cpu").model.resident_weight_bytes()
+    own = engine_weight_bytes(engines[name])
+    assert 0.9 * own <= held <= 1.15 * own  # int4 per channel adds its computed offsets
+    assert held <= TARGET[name] * fp32, held / fp32
+
+
+def test_compiled_route_is_refused_for_quantized_engines(engines):
+    with pytest.raises(UserError, match="cannot trace the int8/int4 products") as err:
+        load_runner(engines["int8"], device="cpu", compile_mode="inductor")
+    assert "\n" not in str(err.value)
+
+
+@pytest.fixture(scope="module")
+def int4_engine_with_tokenizer(tmp_path_factory, smollm2_tokenizer_dir):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(smollm2_tokenizer_dir))
+    model = tiny_llama(seed=3, vocab_size=len(tok))
+    return _build_engine(model, tok, tmp_path_factory.mktemp("int4_tok"), max_seq_len=256, max_input_len=128,
+                         quant=QuantSpec("int4", 32))
+
+
+def test_run_py_records_the_precision(int4_engine_with_tokenizer, tmp_path):
+    out = tmp_path / "run.json"
+    proc = run_cli("--engine_dir", str(int4_engine_with_tokenizer), "--input_text", TEXT, "--max_output_len", "8",
+                   "--prompt_lookup_config", "[4,2,[0]]", "--output_json", str(out))
+    assert proc.returncode == 0, proc.stderr
+    config = json.loads(out.read_text())["config"]
+    assert (config["weights"], config["quant_algo"], config["group_size"]) == ("int4", "W4A16_GPTQ", 32)
+
+
+def test_run_py_refuses_torch_compile_on_a_quantized_engine(int4_engine_with_tokenizer):
+    proc = run_cli("--engine_dir", str(int4_engine_with_tokenizer), "--input_text", TEXT, "--max_output_len", "4",
+                   "--torch_compile", "inductor")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1].startswith("error: --torch_compile inductor cannot trace")
+    assert "Traceback" not in proc.stderr
+
+
+def test_llm_api_runs_a_quantized_engine_as_plain_decoding(int4_engine_with_tokenizer):
+    """The LLM API (and so serve.py, built on it): prompt lookup on an int4 engine equals its plain decoding."""
+    from promptlookup import LLM, NGramDecodingConfig, SamplingParams
+
+    params = SamplingParams(max_tokens=12)
+    with LLM(str(int4_engine_with_tokenizer)) as plain:
+        want = [o.outputs[0].token_ids for o in plain.generate([TEXT, "a b a b a b a b"], params)]
+    spec = NGramDecodingConfig(max_draft_len=4, max_matching_ngram_size=2)
+    with LLM(str(int4_engine_with_tokenizer), speculative_config=spec) as llm:
+        assert [o.outputs[0].token_ids for o in llm.generate([TEXT, "a b a b a b a b"], params)] == want
+
+
+def test_hf_entry_runs_the_dequantized_engine(int4_engine_with_tokenizer):
+    """``load_checkpoint`` of a quantized engine is the float model its codes stand for; the HF
+    entry runs it like any in-memory Llama (greedy: ``model.generate``'s tokens)."""
+    import torch
+
+    from promptlookup import hf
+    from promptlookup.checkpoint.load import load_checkpoint
+
+    model = load_checkpoint(int4_engine_with_tokenizer)
+    ids = torch.tensor([[5, 6, 7, 8, 5, 6, 7, 8, 5, 6]])
+    want = model.generate(ids, max_new_tokens=10, do_sample=False, pad_token_id=0)
+    got = hf.generate(model, ids, max_new_tokens=10, do_sample=False, pad_token_id=0, prompt_lookup_num_tokens=4)
+    assert torch.equal(got, want)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["int8", "int4_g128"])
+def test_quantized_engine_on_a_gpu_runs_lookup_as_plain(engines, name):
+    """On a GPU the codes are dequantized per call (float32 engine: prompt lookup stays exact)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("no GPU")
+    from promptlookup.decoding import generate
+    from promptlookup.drafting.base import DraftConfig
+
+    prompts = [[5, 6, 7, 8, 5, 6, 7, 9, 5, 6] * 3, [11, 12, 13, 11, 12, 14] * 3]
+    runner = load_runner(engines[name], device="cuda")
+    plain = [r.output_ids for r in generate(runner, prompts, max_new_tokens=16, end_id=-1)]
+    draft = DraftConfig(prompt_lookup_num_tokens=4, max_matching_ngram_size=2)
+    assert [r.output_ids for r in generate(runner, prompts, max_new_tokens=16, end_id=-1, draft=draft)] == plain
