@@ -35,6 +35,7 @@ def _parsers() -> dict[str, argparse.ArgumentParser]:
         parsers["bench_runtime"] = _bench("bench_runtime")
         parsers["bench_trees"] = _bench("bench_trees")
         parsers["bench_scale"] = _bench("bench_scale")
+        parsers["bench_limit"] = _bench("bench_limit")
     for action in list(parsers["ngram_cache"]._actions):  # the subcommands' own parsers
         if isinstance(action, argparse._SubParsersAction):
             for name, sub in action.choices.items():
