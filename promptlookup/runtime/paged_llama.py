@@ -1,8 +1,13 @@
 """A Llama forward pass over a paged KV cache.
 
 The weights come as a state dict with Hugging Face's names (from an engine, or from a
-``transformers.LlamaForCausalLM`` in memory); RMSNorm, the MLP activation and the rotary
-embedding are Hugging Face's own modules, so the arithmetic is theirs. This module
+``transformers.LlamaForCausalLM`` in memory). The arithmetic around the products is
+Hugging Face's, element for element: RMSNorm is ``torch.rms_norm`` (whose CPU kernel
+composes the very ops of ``LlamaRMSNorm``: pow, mean, add, rsqrt, two products), the MLP
+activation is their ``ACT2FN``, and the rotary embedding is their table, applied to Q and
+K together (:mod:`.rotary`). Each of these works row by row, so a row's values never
+depend on how many rows share a step (what greedy identity of speculative decoding
+rests on). This module
 supplies the layout the paged cache needs (gpt-fast style): Q/K/V and gate/up
 projections are fused into one matmul each at load time and the parts dropped, new K/V
 are scattered into their cache slots, and attention runs through
@@ -31,7 +36,6 @@ from torch import nn
 from torch.nn.attention.flex_attention import BlockMask
 from transformers import LlamaConfig, LlamaForCausalLM
 from transformers.activations import ACT2FN
-from transformers.models.llama.modeling_llama import LlamaRMSNorm, LlamaRotaryEmbedding, apply_rotary_pos_emb
 
 from ..checkpoint.layout import (
     HF_DOWN,
@@ -54,6 +58,7 @@ from .cpu_linear import CpuLinear
 from .quant_linear import QuantLinear
 from .kv_cache import SCRATCH_BLOCK, KVPool
 from .paged_attention import pool_attention
+from .rotary import RotaryTable, apply_rotary
 
 Projection = Callable[[torch.Tensor], torch.Tensor]  # DenseLinear, CpuLinear on CPU, or QuantLinear
 
@@ -87,7 +92,7 @@ Parents = Sequence[int] | None  # a step's row tree; None: a chain (each row's p
 
 @dataclass
 class SequenceRows:
-    """The rows one sequence feeds into a step, as a tree over the rows.
+    """The rows one sequence feeds into a step, as a tree over the rows (host lists).
 
     Row ``r`` sits in the sequence's logical slot ``base + r`` (``base = ctx - q``), where
     its K/V are written. ``parents[r]`` is the row it follows (``-1``: the cached context
@@ -97,12 +102,12 @@ class SequenceRows:
     the default) is ordinary causal attention; a token tree (drafts branching from the
     sequence's last token) uses the same rule, so both are one code path.
 
-    Invariant: ``parents[r] < r``. Cost: O(q^2) booleans for the visibility matrix.
+    Invariant: ``parents[r] < r``. Cost: O(q) Python integers (``visible`` as bitsets).
     """
 
-    positions: torch.Tensor  # [q] int64
-    write_slots: torch.Tensor  # [q] int64 physical slots
-    visible: torch.Tensor | None  # [q, q] bool (row r sees row c), None for a chain
+    positions: list[int]  # [q]
+    write_slots: list[int]  # [q] physical slots
+    visible: list[int] | None  # [q] bitsets: bit c of visible[r] = row r sees row c; None for a chain
 
 
 def row_tree(parents: Parents, q: int) -> tuple[list[int], list[int]]:
@@ -126,14 +131,18 @@ def row_tree(parents: Parents, q: int) -> tuple[list[int], list[int]]:
 def sequence_rows(q: int, ctx: int, table: Sequence[int], parents: Parents, block_size: int) -> SequenceRows:
     """Positions, write slots and row visibility of one sequence's ``q`` rows ending at ``ctx``."""
     base = ctx - q
-    slots = torch.arange(base, ctx)
-    blocks = torch.tensor(table, dtype=torch.long)
-    write = blocks[slots // block_size] * block_size + slots % block_size
+    write = [table[s // block_size] * block_size + s % block_size for s in range(base, ctx)]
     if parents is None:
-        return SequenceRows(slots, write, None)
+        return SequenceRows(list(range(base, ctx)), write, None)
     depth, seen = row_tree(parents, q)
-    bits = torch.tensor([[(m >> c) & 1 for c in range(q)] for m in seen], dtype=torch.bool)
-    return SequenceRows(base + torch.tensor(depth, dtype=torch.long), write, bits)
+    return SequenceRows([base + d for d in depth], write, seen)
+
+
+def _visibility(rows: SequenceRows, q: int) -> torch.Tensor:
+    """``[q, q]`` booleans: row ``r`` sees row ``c`` (a lower triangle for a chain)."""
+    if rows.visible is None:
+        return torch.ones(q, q, dtype=torch.bool).tril_()
+    return torch.tensor([[(m >> c) & 1 for c in range(q)] for m in rows.visible], dtype=torch.bool)
 
 
 def build_layout(
@@ -149,30 +158,40 @@ def build_layout(
 
     ``logits_per_seq[b]`` trailing rows of sequence ``b`` get logits. ``parents[b]`` makes
     the rows a tree (see :class:`SequenceRows`); by default every sequence is a chain.
+    Cost: O(B * Q) Python integers for the row data, which become one tensor (token ids,
+    positions and write slots are views of it: one host-to-device copy), plus the mask
+    (``Q > 1`` or ``B > 1``) and the read slots (a non-contiguous block table).
     """
     B = len(new_tokens)
     Q = max(len(t) for t in new_tokens)
     K = max(contexts)
-    ids = torch.zeros(B, Q, dtype=torch.long)
-    pos = torch.zeros(B, Q, dtype=torch.long)
-    write = torch.full((B, Q), SCRATCH_BLOCK * block_size, dtype=torch.long)
+    scratch = SCRATCH_BLOCK * block_size
+    ids: list[int] = []
+    pos: list[int] = []
+    write: list[int] = []
     rows: list[int] = []
     layouts = []
     for b, (toks, ctx, table) in enumerate(zip(new_tokens, contexts, block_tables)):
         q = len(toks)
         sr = sequence_rows(q, ctx, table, parents[b] if parents is not None else None, block_size)
         layouts.append(sr)
-        ids[b, :q] = torch.tensor(toks, dtype=torch.long)
-        pos[b, :q] = sr.positions
-        write[b, :q] = sr.write_slots
+        pad = Q - q
+        ids += toks
+        ids += [0] * pad
+        pos += sr.positions
+        pos += [0] * pad
+        write += sr.write_slots
+        write += [scratch] * pad
         rows.extend(range(b * Q + q - logits_per_seq[b], b * Q + q))
+    step = torch.tensor(ids + pos + write + rows, dtype=torch.long).to(device)
+    per_row = step[: 3 * B * Q].view(3, B, Q)
 
     read = None
     contiguous_start = 0
     if B == 1 and all(y == x + 1 for x, y in zip(block_tables[0], block_tables[0][1:])):
         contiguous_start = block_tables[0][0] * block_size
     else:
-        read = torch.full((B, K), SCRATCH_BLOCK * block_size, dtype=torch.long)
+        read = torch.full((B, K), scratch, dtype=torch.long)
         for b, (ctx, table) in enumerate(zip(contexts, block_tables)):
             p = torch.arange(ctx)
             blocks = torch.tensor(table, dtype=torch.long)
@@ -187,18 +206,18 @@ def build_layout(
             q = len(toks)
             base = ctx - q
             mask[b] = key_pos.view(1, K) < base
-            mask[b, :q, base:ctx] = sr.visible if sr.visible is not None else torch.ones(q, q, dtype=torch.bool).tril()
+            mask[b, :q, base:ctx] = _visibility(sr, q)
             mask[b, q:, 0] = True  # padded rows: one finite key, logits dropped
         mask = mask.unsqueeze(1).to(device)
     return BatchLayout(
-        input_ids=ids.to(device),
-        positions=pos.to(device),
-        write_slots=write.to(device),
+        input_ids=per_row[0],
+        positions=per_row[1],
+        write_slots=per_row[2],
         read_slots=read,
         contiguous_start=contiguous_start,
         kv_len=K,
         mask=mask,
-        logit_rows=torch.tensor(rows, dtype=torch.long, device=device),
+        logit_rows=step[3 * B * Q :],
     )
 
 
@@ -279,14 +298,16 @@ class PagedLlama(nn.Module):
             self.lm_head = proj(self.embed_weight, shared=self.embed_weight)
         else:
             self.lm_head = proj(lm_head)
-        self.norm = _rms_norm(take(HF_FINAL_NORM), config.rms_norm_eps)
-        self.rotary_emb = LlamaRotaryEmbedding(config).to(self.embed_weight.device)
+        self.eps = float(config.rms_norm_eps)
+        self.norm_shape = (config.hidden_size,)
+        self.norm = _frozen(take(HF_FINAL_NORM))
+        self.rotary = RotaryTable(config, self.embed_weight.dtype, self.embed_weight.device)
         self.act = ACT2FN[config.hidden_act]
         self.layers = nn.ModuleList()
         for i in range(config.num_hidden_layers):
             block = nn.Module()
-            block.input_layernorm = _rms_norm(take(hf_layer_name(i, HF_INPUT_NORM)), config.rms_norm_eps)
-            block.post_attention_layernorm = _rms_norm(take(hf_layer_name(i, HF_POST_NORM)), config.rms_norm_eps)
+            block.input_norm = _frozen(take(hf_layer_name(i, HF_INPUT_NORM)))
+            block.post_norm = _frozen(take(hf_layer_name(i, HF_POST_NORM)))
             block.qkv = linear(i, HF_Q, HF_K, HF_V)
             block.o_proj = linear(i, HF_O)
             block.gate_up = linear(i, HF_GATE, HF_UP)
@@ -358,9 +379,10 @@ class PagedLlama(nn.Module):
         return self.logits(h, layout)
 
     def embed(self, layout: BatchLayout) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The step's input rows ``[B*Q, hidden]`` and their rotary ``cos``, ``sin``."""
+        """The step's input rows ``[B*Q, hidden]`` and their rotary ``cos``, ``sin_signed``
+        ``[B*Q, 1, head_dim]`` (:meth:`.rotary.RotaryTable.lookup`)."""
         h = F.embedding(layout.input_ids.reshape(-1), self.embed_weight)
-        cos, sin = self.rotary_emb(h, layout.positions)
+        cos, sin = self.rotary.lookup(layout.positions.reshape(-1))
         return h, cos, sin
 
     def decoder_layer(
@@ -376,26 +398,36 @@ class PagedLlama(nn.Module):
     ) -> torch.Tensor:
         """One decoder layer over rows ``h`` ``[B*Q, hidden]``: writes the rows' K/V into the
         layer's pool at ``write`` and returns the new rows. Every layer runs this same code
-        on tensors of the same shapes, so :mod:`.compiled` compiles it once for all layers."""
+        on tensors of the same shapes, so :mod:`.compiled` compiles it once for all layers.
+
+        Layout: the fused QKV product gives ``[rows, (H + 2 KVH) * D]``; Q and K are one
+        ``[rows, H + KVH, D]`` view, rotated together into one new tensor; V stays a view of
+        the product. K/V reach the pool as ``[KVH, rows, D]`` views (``index_copy_`` reads
+        strided sources), so nothing is copied to make them contiguous."""
         B, Q = layout.input_ids.shape
         H, KVH, D = self.num_heads, self.num_kv_heads, self.head_dim
-        qkv = layer.qkv(layer.input_layernorm(h))
-        q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
-        q = q.reshape(B, Q, H, D).transpose(1, 2)
-        k = k.reshape(B, Q, KVH, D).transpose(1, 2)
-        q, k = apply_rotary_pos_emb(q, k, cos, sin)
-        v = v.reshape(B, Q, KVH, D)
-        # [B, KVH, Q, D] -> [KVH, B*Q, D] rows in write-slot order.
-        pool_k.index_copy_(1, write, k.permute(1, 0, 2, 3).reshape(KVH, B * Q, D))
-        pool_v.index_copy_(1, write, v.permute(2, 0, 1, 3).reshape(KVH, B * Q, D))
+        rows = B * Q
+        qkv = layer.qkv(torch.rms_norm(h, self.norm_shape, layer.input_norm, self.eps))
+        if layout.block_mask is None:  # Q and K rotated in one pass
+            qk = apply_rotary(qkv[:, : self.q_size + self.kv_size].view(rows, H + KVH, D), cos, sin)
+            q, k = qk[:, :H].view(B, Q, H, D).transpose(1, 2), qk[:, H:]
+        else:  # attention in place (compiled): inductor's flex template wants Q as a [B, H, Q, D] buffer of its own
+            q = apply_rotary(qkv[:, : self.q_size].view(B, Q, H, D).transpose(1, 2),
+                             cos.view(B, Q, 1, D).transpose(1, 2), sin.view(B, Q, 1, D).transpose(1, 2))
+            k = apply_rotary(qkv[:, self.q_size : self.q_size + self.kv_size].view(rows, KVH, D), cos, sin)
+        v = qkv[:, self.q_size + self.kv_size :].view(rows, KVH, D)
+        pool_k.index_copy_(1, write, k.transpose(0, 1))
+        pool_v.index_copy_(1, write, v.transpose(0, 1))
         o = self._attend(q, pool_k, pool_v, layout)
-        h = h + layer.o_proj(o.transpose(1, 2).reshape(B * Q, H * D))
-        gate, up = layer.gate_up(layer.post_attention_layernorm(h)).split(self.intermediate, dim=-1)
-        return h + layer.down_proj(self.act(gate) * up)
+        h = h + layer.o_proj(o.transpose(1, 2).reshape(rows, H * D))
+        gate, up = layer.gate_up(torch.rms_norm(h, self.norm_shape, layer.post_norm, self.eps)).split(
+            self.intermediate, dim=-1)
+        return h + layer.down_proj(self.act(gate).mul_(up))
 
     def logits(self, h: torch.Tensor, layout: BatchLayout) -> torch.Tensor:
         """fp32 logits of the rows ``layout.logit_rows`` of the final hidden rows ``h``."""
-        return self.lm_head(self.norm(h.index_select(0, layout.logit_rows))).float()
+        x = h.index_select(0, layout.logit_rows)
+        return self.lm_head(torch.rms_norm(x, self.norm_shape, self.norm, self.eps)).float()
 
     def _attend(self, q: torch.Tensor, pk: torch.Tensor, pv: torch.Tensor, layout: BatchLayout) -> torch.Tensor:
         """Attention of ``q`` ``[B, H, Q, D]`` over one layer's pool ``pk``/``pv`` ``[KVH, S, D]``:
@@ -439,8 +471,6 @@ def _same_tensor(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a.shape == b.shape and a.data_ptr() == b.data_ptr() and a.stride() == b.stride()
 
 
-def _rms_norm(weight: torch.Tensor, eps: float) -> LlamaRMSNorm:
-    """Hugging Face's RMSNorm (so the arithmetic is theirs) adopting ``weight`` without a copy."""
-    norm = LlamaRMSNorm(weight.shape[0], eps=eps)
-    norm.weight = nn.Parameter(weight, requires_grad=False)
-    return norm
+def _frozen(weight: torch.Tensor) -> nn.Parameter:
+    """``weight`` adopted as a frozen parameter, without a copy (an RMSNorm's scale)."""
+    return nn.Parameter(weight, requires_grad=False)

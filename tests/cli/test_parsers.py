@@ -38,6 +38,7 @@ def _parsers() -> dict[str, argparse.ArgumentParser]:
         parsers["bench_kernels"] = _bench("bench_kernels")
         parsers["bench_cpu_routes"] = _bench("bench_cpu_routes")
         parsers["bench_llamacpp"] = _bench("bench_llamacpp")
+        parsers["bench_limit"] = _bench("bench_limit")
     for action in list(parsers["ngram_cache"]._actions):  # the subcommands' own parsers
         if isinstance(action, argparse._SubParsersAction):
             for name, sub in action.choices.items():

@@ -1,0 +1,327 @@
+#!/usr/bin/env python3
+"""How close plain decoding on the CPU comes to the memory-bandwidth limit of reading the weights.
+
+A plain decoding step multiplies every weight matrix by one row, so it cannot be faster
+than reading all the weights once from memory. In one run, for each thread count:
+
+- ``bandwidth``: the best of ``--repeats`` fp32 matrix-vector products (``torch.mv``)
+  over a ``--matrix_mib`` matrix, in GB/s (a read-bound kernel: 2 flops per 4 bytes);
+- ``weight bytes``: what one plain step must read, from the engine's tensors: every
+  projection, the norms and the LM head (for a tied model the LM head is the embedding
+  table, which the engine stores once); the step's one embedding row is left out.
+  The K/V read by attention at the measured context is shown beside it, not counted;
+- ``limit``: weight bytes / bandwidth, in ms per step;
+- ``plain``: the median time of ``--steps`` plain decoding steps of the engine at a
+  ``--context``-token code-edit context (a :class:`DecodeBatch` step: layout, forward,
+  greedy choice, commit), and ``rate / limit`` = limit / plain step (target >= 0.75);
+  beside the wall times, the median process CPU time of a step (``cpu``: at one thread,
+  the time spent computing, without the waits for a core on a busy machine);
+- ``11-row / 1-row``: the median ratio of an 11-row verification step (1 + 10 drafted
+  tokens, nothing committed) to the plain step right before it (target <= 2.5).
+
+With ``--num_code N`` (default 3; 0 skips it), each thread count also generates
+``--max_new_tokens`` tokens for N code-edit prompts, plainly and with prompt lookup V2
+(``[k, n] = [10, 2]``, the cost-aware draft policy), the two alternating per prompt,
+without block reuse (so every run pays its prompt): tok/s of each, prompt included.
+
+With ``--profile`` (at the first thread count) it also counts, under ``torch.profiler``,
+the operator calls per plain and 11-row step and splits their self CPU time into the
+products (oneDNN/MKL matrix products), attention, and everything else; and it times the
+same steps with the products stubbed out (:func:`products_stubbed`), in process CPU
+time: the cost of everything outside the products, steady on a busy machine.
+
+    python bench/bench_limit.py --threads 1 2 --output_json bench/results/limit.json
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, Callable, Iterator
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from promptlookup.cli.args import ArgumentParser  # noqa: E402  (before torch: OpenMP policy)
+
+import torch  # noqa: E402
+
+PRODUCT_OPS = ("mkldnn::_linear_pointwise", "aten::mm", "aten::addmm", "aten::linear", "aten::matmul")
+ATTENTION_OPS = ("aten::_scaled_dot_product_flash_attention_for_cpu", "aten::_scaled_dot_product_attention_math")
+CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "amx_tile", "amx_bf16")
+DRAFT_ROWS = 10  # the verification step feeds 1 + DRAFT_ROWS tokens
+
+
+def cpu_header() -> dict[str, Any]:
+    """CPU model, the vector flags that matter for these kernels, cores and torch version."""
+    model, flags = platform.processor() or platform.machine(), set()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name":
+                model = value.strip()
+            elif key.strip() == "flags":
+                flags = set(value.split())
+    except OSError:
+        pass
+    return {"cpu": model, "flags": [f for f in CPU_FLAGS if f in flags], "cpus": os.cpu_count(),
+            "torch": torch.__version__}
+
+
+def read_bandwidth(matrix_mib: int, repeats: int) -> float:
+    """Best read bandwidth in GB/s of ``torch.mv`` over a ``matrix_mib`` fp32 matrix
+    (the matrix dominates the bytes; the vectors are a rounding error)."""
+    cols = 4096
+    rows = matrix_mib * 2**20 // (4 * cols)
+    a = torch.randn(rows, cols)
+    x = torch.randn(cols)
+    torch.mv(a, x)  # first touch, thread pool
+    best = float("inf")
+    for _ in range(repeats):
+        t = time.perf_counter()
+        torch.mv(a, x)
+        best = min(best, time.perf_counter() - t)
+    return a.numel() * a.element_size() / best / 1e9
+
+
+def step_weight_bytes(engine_dir: str | Path) -> int:
+    """Bytes a plain step reads from the weights: every tensor the engine stores except the
+    input embedding table (one row of it is read), unless the engine stores no separate
+    LM head, when the table is the LM head. From the file headers alone."""
+    total, embedding, has_head = 0, 0, False
+    for path in sorted(Path(engine_dir).glob("rank*.safetensors")):
+        with open(path, "rb") as f:
+            header = json.loads(f.read(int.from_bytes(f.read(8), "little")))
+        for name, v in header.items():
+            if name == "__metadata__":
+                continue
+            n = v["data_offsets"][1] - v["data_offsets"][0]
+            total += n
+            if name.endswith("vocab_embedding.weight") or name.endswith("embed_tokens.weight"):
+                embedding += n
+            has_head = has_head or name.endswith("lm_head.weight")
+    return total - embedding if has_head else total
+
+
+def context_prompt(tokenizer: Any, tokens: int) -> list[int]:
+    """A code-edit prompt (chat template) of ``tokens`` tokens: code-edit prompts joined
+    until long enough, then cut (shorter only if all of them together are)."""
+    from promptlookup.cli.inputs import encode_text
+    from promptlookup.evaluation.grounded_prompts import code_edit_prompts
+
+    count, ids = 1, []
+    while True:
+        texts = code_edit_prompts(count)
+        ids = encode_text(tokenizer, "\n\n".join(texts), True)
+        if len(ids) >= tokens or len(texts) < count:  # long enough, or no more prompts
+            break
+        count += 1
+    return ids[:tokens]
+
+
+def step_times(fns: dict[str, Callable[[], Any]], rounds: int) -> dict[str, list[tuple[float, float]]]:
+    """(wall, process CPU) seconds of each function, called alternately ``rounds`` times (one
+    after the other within a round, so machine load hits all alike). At one thread the
+    CPU time leaves out the time the thread waited for a core: steadier on a busy machine."""
+    out: dict[str, list[tuple[float, float]]] = {k: [] for k in fns}
+    for _ in range(rounds):
+        for k, fn in fns.items():
+            t, c = time.perf_counter(), time.process_time()
+            fn()
+            out[k].append((time.perf_counter() - t, time.process_time() - c))
+    return out
+
+
+def profile_steps(fns: dict[str, Callable[[], Any]], steps: int) -> dict[str, dict[str, float]]:
+    """Per step under ``torch.profiler``: operator calls, and self CPU ms of the products,
+    attention and the other operators, with the wall time the profiled run took."""
+    from torch.profiler import ProfilerActivity, profile
+
+    out = {}
+    for name, fn in fns.items():
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            t = time.perf_counter()
+            for _ in range(steps):
+                fn()
+            wall = (time.perf_counter() - t) / steps
+        events = prof.key_averages()
+        ms = lambda keys: sum(e.self_cpu_time_total for e in events if keys is None or e.key in keys) / steps / 1e3  # noqa: E731
+        total, products, attention = ms(None), ms(PRODUCT_OPS), ms(ATTENTION_OPS)
+        out[name] = {"op_calls": sum(e.count for e in events) / steps, "products_ms": products,
+                     "attention_ms": attention, "other_ops_ms": total - products - attention,
+                     "outside_ops_ms": wall * 1e3 - total, "profiled_wall_ms": wall * 1e3}
+    return out
+
+
+def generation_rates(runner: Any, prompts: list[list[int]], max_new_tokens: int, end_id: int) -> dict[str, float]:
+    """tok/s of plain and V2 ``[10, 2]`` generation over ``prompts`` (alternating per prompt),
+    on a runner without block reuse sharing ``runner``'s weights."""
+    from promptlookup.decoding import generate
+    from promptlookup.drafting.base import DraftConfig
+    from promptlookup.runtime.torch_runner import TorchRunner
+
+    fresh = TorchRunner(runner.model, runner.limits, tokens_per_block=runner.pool.block_size,
+                        kv_cache_enable_block_reuse=False, step_cost_table=runner.step_cost_table)
+    configs = {"plain": None, "v2": DraftConfig(prompt_lookup_num_tokens=10, max_matching_ngram_size=2)}
+    seconds = dict.fromkeys(configs, 0.0)
+    tokens = dict.fromkeys(configs, 0)
+    outputs: dict[str, list[list[int]]] = {k: [] for k in configs}
+    for ids in prompts:
+        for name, draft in configs.items():
+            t = time.perf_counter()
+            out = generate(fresh, [ids], max_new_tokens=max_new_tokens, end_id=end_id, draft=draft, workflow="v2")[0]
+            seconds[name] += time.perf_counter() - t
+            tokens[name] += len(out.output_ids)
+            outputs[name].append(out.output_ids)
+    if outputs["plain"] != outputs["v2"]:
+        raise AssertionError("V2 output differs from plain greedy decoding")
+    return {f"{k}_tok_s": tokens[k] / seconds[k] for k in configs}
+
+
+@contextmanager
+def products_stubbed() -> Iterator[None]:
+    """Within the block, the CPU projections' matrix products (oneDNN's and MKL's, as
+    :mod:`promptlookup.runtime.cpu_linear` calls them) return a zero tensor of the right
+    shape, made once per shape, instead of computing: what a step then costs is all its
+    work except the products (the logits are meaningless). Patches that module's ``torch``
+    name only."""
+    from promptlookup.runtime import cpu_linear
+
+    real = cpu_linear.torch
+    zeros: dict[tuple[int, int], torch.Tensor] = {}
+
+    def result(rows: int, cols: int) -> torch.Tensor:
+        if (rows, cols) not in zeros:
+            zeros[rows, cols] = real.zeros(rows, cols)
+        return zeros[rows, cols]
+
+    def linear_pointwise(x: torch.Tensor, packed: torch.Tensor, *rest: Any) -> torch.Tensor:
+        return result(x.shape[0], packed.size(0))
+
+    def mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return result(a.shape[0], b.shape[1])
+
+    cpu_linear.torch = SimpleNamespace(ops=SimpleNamespace(mkldnn=SimpleNamespace(_linear_pointwise=linear_pointwise)),
+                                       mm=mm, cat=real.cat, Tensor=real.Tensor)
+    try:
+        yield
+    finally:
+        cpu_linear.torch = real
+
+
+def build_parser() -> ArgumentParser:
+    p = ArgumentParser(prog="bench/bench_limit.py", description=__doc__.splitlines()[0])
+    p.add_argument("--engine_dir", default=str(ROOT / "artifacts/smollm2/engine"), help="a float32 PyTorch engine")
+    p.add_argument("--threads", type=int, nargs="+", default=[1, 2], help="thread counts to measure, in this order")
+    p.add_argument("--context", type=int, default=753, help="tokens of code-edit context before the timed steps")
+    p.add_argument("--steps", type=int, default=24, help="timed plain steps (and as many 11-row steps) per thread count")
+    p.add_argument("--matrix_mib", type=int, default=512, help="size of the bandwidth probe's fp32 matrix, MiB")
+    p.add_argument("--repeats", type=int, default=6, help="bandwidth probe: best of this many products")
+    p.add_argument("--num_code", type=int, default=3, help="code-edit prompts generated plainly and with V2 (0: skip)")
+    p.add_argument("--max_new_tokens", type=int, default=96, help="new tokens per generated prompt")
+    p.add_argument("--profile", action="store_true", help="also profile steps at the first thread count (op counts, ms)")
+    p.add_argument("--output_json", default=None, help="write the results here as JSON (default: print only)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from promptlookup.engine.load import load_runner
+    from promptlookup.fsutil import atomic_write_json
+    from promptlookup.runtime import load_tokenizer
+    from promptlookup.runtime.base import SamplingConfig
+    from promptlookup.runtime.tree import DraftTree
+    from promptlookup.threads import configure_threads
+
+    header = cpu_header()
+    weight_bytes = step_weight_bytes(args.engine_dir)
+    tokenizer = load_tokenizer(args.engine_dir)
+    prompt = context_prompt(tokenizer, args.context)
+    configure_threads(args.threads[0])
+    runner = load_runner(args.engine_dir, device="cpu")
+    if runner.model.dtype != torch.float32:
+        print(f"note: a {runner.model.dtype} engine; the probe reads fp32")
+    cfg = runner.model.config
+    kv_bytes = 2 * cfg.num_hidden_layers * runner.model.kv_size * runner.model.dtype.itemsize * len(prompt)
+    greedy = SamplingConfig()
+    batch = runner.open([prompt])
+    batch.step([0], [[]], -1, greedy)  # the prompt's forward pass
+    draft = DraftTree.chain(prompt[100 : 100 + DRAFT_ROWS])
+    plain = lambda: batch.step([0], [[]], -1, greedy)  # noqa: E731  (end_id -1: never finishes)
+    verify = lambda: batch.verify([0], [draft], greedy)  # noqa: E731  (commits nothing)
+
+    print(f"CPU: {header['cpu']}; flags: {' '.join(header['flags']) or 'none of ' + ','.join(CPU_FLAGS)}; "
+          f"{header['cpus']} CPUs; torch {header['torch']}")
+    print(f"engine: {args.engine_dir}; weights read per plain step {weight_bytes / 1e6:.1f} MB "
+          f"(+ {kv_bytes / 1e6:.1f} MB of K/V at {len(prompt)} tokens, not counted)")
+    results: dict[str, Any] = {"header": header, "engine_dir": str(args.engine_dir), "context": len(prompt),
+                               "weight_bytes_per_step": weight_bytes, "kv_bytes_at_context": kv_bytes,
+                               "by_threads": {}}
+    gen_prompts = []
+    if args.num_code:
+        from promptlookup.cli.inputs import encode_text
+        from promptlookup.evaluation.grounded_prompts import code_edit_prompts
+
+        gen_prompts = [encode_text(tokenizer, t, True) for t in code_edit_prompts(args.num_code)]
+    print(f"{'threads':>7} {'GB/s':>6} {'limit ms':>8} {'plain ms':>8} {'tok/s':>6} {'rate/limit':>10} "
+          f"{'11-row ms':>9} {'11/1':>5} {'plain cpu':>8} {'11 cpu':>8}" + (f" {'gen plain':>9} {'gen V2':>7}" if gen_prompts else ""))
+    for n in args.threads:
+        configure_threads(n)
+        bandwidth = read_bandwidth(args.matrix_mib, args.repeats)
+        limit_ms = weight_bytes / bandwidth / 1e6
+        for _ in range(3):  # warm-up at this thread count
+            plain()
+            verify()
+        times = step_times({"plain": plain, "verify": verify}, args.steps)
+        med = {k: [statistics.median(x[i] for x in v) * 1e3 for i in (0, 1)] for k, v in times.items()}
+        (plain_ms, plain_cpu_ms), (verify_ms, verify_cpu_ms) = med["plain"], med["verify"]
+        ratio = statistics.median(v[0] / p[0] for p, v in zip(times["plain"], times["verify"]))
+        row = {"bandwidth_gb_s": bandwidth, "limit_ms": limit_ms, "plain_ms": plain_ms, "plain_tok_s": 1e3 / plain_ms,
+               "rate_over_limit": limit_ms / plain_ms, "verify11_ms": verify_ms, "verify11_over_plain": ratio,
+               "plain_cpu_ms": plain_cpu_ms, "verify11_cpu_ms": verify_cpu_ms}
+        line = (f"{n:>7} {bandwidth:6.1f} {limit_ms:8.1f} {plain_ms:8.1f} {1e3 / plain_ms:6.1f} "
+                f"{limit_ms / plain_ms:10.2f} {verify_ms:9.1f} {ratio:5.2f} {plain_cpu_ms:8.1f} {verify_cpu_ms:8.1f}")
+        if gen_prompts:
+            row.update(generation_rates(runner, gen_prompts, args.max_new_tokens, tokenizer.eos_token_id))
+            line += f" {row['plain_tok_s']:9.1f} {row['v2_tok_s']:7.1f}"
+        results["by_threads"][str(n)] = row
+        print(line, flush=True)
+    print("targets: rate/limit >= 0.75, 11-row/1-row <= 2.5; medians of wall ms, and of process CPU ms (cpu)"
+          + ("; gen: tok/s of whole generations (prompt included)" if gen_prompts else ""))
+    if args.profile:
+        configure_threads(args.threads[0])
+        steps = {"plain": plain, "verify11": verify}
+        prof = profile_steps(steps, max(4, args.steps // 4))
+        with products_stubbed():
+            for fn in steps.values():
+                fn()
+            rest = step_times(steps, args.steps)
+        for name, times in rest.items():
+            prof[name]["without_products_cpu_ms"] = statistics.median(c for _, c in times) * 1e3
+        results["profile"] = {"threads": args.threads[0], **prof}
+        print(f"\nprofile ({args.threads[0]} thread(s), per step; self CPU ms of the operators under torch.profiler; "
+              "'no products': median process CPU ms of the step with the products stubbed out):")
+        print(f"{'step':>8} {'op calls':>8} {'products':>8} {'attention':>9} {'other ops':>9} {'outside':>8} {'wall':>7} "
+              f"{'no products':>11}")
+        for name, p in prof.items():
+            print(f"{name:>8} {p['op_calls']:8.0f} {p['products_ms']:8.1f} {p['attention_ms']:9.1f} "
+                  f"{p['other_ops_ms']:9.1f} {p['outside_ops_ms']:8.1f} {p['profiled_wall_ms']:7.1f} "
+                  f"{p['without_products_cpu_ms']:11.1f}")
+    batch.close()
+    if args.output_json:
+        atomic_write_json(args.output_json, results)
+        print(f"wrote {args.output_json}")
+    return 0
+
+
+if __name__ == "__main__":
+    from promptlookup.errors import run_cli
+
+    run_cli(main)
