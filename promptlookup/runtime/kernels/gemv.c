@@ -43,6 +43,9 @@
 #endif
 
 #define NB_MAX 4 /* weight rows per block (generic and AVX2; AVX-512: AVX512_NB) */
+#ifndef PF_BLOCKS
+#define PF_BLOCKS 2 /* the one-row quantized kernels prefetch the weight rows this many blocks ahead */
+#endif
 #define SPLIT 24 /* threads take outputs in multiples of this (of every path's block of weight rows) */
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 
@@ -284,6 +287,7 @@ T_AVX2 static void avx2_i8_row4(const Product *p, Py_ssize_t m0, Py_ssize_t n0) 
 #define I8(w, k) _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)((w) + (k)))))
     Py_ssize_t k = 0;
     for (; k + 8 <= K; k += 8) {
+        _mm_prefetch((const char *)w0 + PF_BLOCKS * 4 * K + 4 * k, _MM_HINT_T0); /* the next blocks' rows */
         __m256 xv = _mm256_loadu_ps(x + k);
         a0 = _mm256_fmadd_ps(xv, I8(w0, k), a0);
         a1 = _mm256_fmadd_ps(xv, I8(w1, k), a1);
@@ -311,13 +315,15 @@ T_AVX2 static void avx2_i8_row4(const Product *p, Py_ssize_t m0, Py_ssize_t n0) 
 T_AVX2 ALWAYS_INLINE void avx2_i4_row2(const Product *p, Py_ssize_t m0, Py_ssize_t n0) {
     const Py_ssize_t K = p->K, gs = p->gs, groups = K / gs;
     const uint8_t *w0 = (const uint8_t *)p->w + n0 * (K / 2), *w1 = w0 + K / 2;
+    const uint8_t *pf = w0 + PF_BLOCKS * 4 * (K / 2); /* 2 passes of K/2 bytes at 16 a step: the next blocks' 2K */
     const float *s0 = p->scale + n0 * groups, *o0 = p->offset + n0 * groups;
     const float *x = p->x + m0 * K;
     __m256 a0 = _mm256_setzero_ps(), a1 = a0, lo, hi;
     for (Py_ssize_t g = 0; g < groups; g++) {
         const __m256 sc0 = _mm256_broadcast_ss(s0 + g), oc0 = _mm256_broadcast_ss(o0 + g);
         const __m256 sc1 = _mm256_broadcast_ss(s0 + groups + g), oc1 = _mm256_broadcast_ss(o0 + groups + g);
-        for (Py_ssize_t c = 0; c < gs; c += 16, x += 16, w0 += 8, w1 += 8) {
+        for (Py_ssize_t c = 0; c < gs; c += 16, x += 16, w0 += 8, w1 += 8, pf += 16) {
+            _mm_prefetch((const char *)pf, _MM_HINT_T0);
             __m256 xl = _mm256_loadu_ps(x), xh = _mm256_loadu_ps(x + 8);
             avx2_i4_deq(w0, sc0, oc0, &lo, &hi);
             a0 = _mm256_fmadd_ps(xl, lo, a0);
@@ -524,6 +530,7 @@ T_512 static void avx512_i8_row4(const Product *p, Py_ssize_t m0, Py_ssize_t n0)
 #define I8(w, k) _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)((w) + (k)))))
     Py_ssize_t k = 0;
     for (; k + 16 <= K; k += 16) {
+        _mm_prefetch((const char *)w0 + PF_BLOCKS * 4 * K + 4 * k, _MM_HINT_T0); /* the next blocks' rows */
         __m512 xv = _mm512_loadu_ps(x + k);
         a0 = _mm512_fmadd_ps(xv, I8(w0, k), a0);
         a1 = _mm512_fmadd_ps(xv, I8(w1, k), a1);
@@ -549,6 +556,7 @@ T_512 static void avx512_i8_row4(const Product *p, Py_ssize_t m0, Py_ssize_t n0)
 T_512 static void avx512_i4_row4(const Product *p, Py_ssize_t m0, Py_ssize_t n0) {
     const Py_ssize_t K = p->K, gs = p->gs, groups = K / gs;
     const uint8_t *w0 = (const uint8_t *)p->w + n0 * (K / 2), *w1 = w0 + K / 2, *w2 = w1 + K / 2, *w3 = w2 + K / 2;
+    const uint8_t *pf = w0 + PF_BLOCKS * 4 * (K / 2);
     const float *s0 = p->scale + n0 * groups, *o0 = p->offset + n0 * groups;
     const float *x = p->x + m0 * K;
     __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
@@ -556,7 +564,8 @@ T_512 static void avx512_i4_row4(const Product *p, Py_ssize_t m0, Py_ssize_t n0)
         const __m512 t0 = avx512_i4_table(s0[g], o0[g]), t1 = avx512_i4_table(s0[groups + g], o0[groups + g]);
         const __m512 t2 = avx512_i4_table(s0[2 * groups + g], o0[2 * groups + g]);
         const __m512 t3 = avx512_i4_table(s0[3 * groups + g], o0[3 * groups + g]);
-        for (Py_ssize_t c = 0; c < gs; c += 16, x += 16, w0 += 8, w1 += 8, w2 += 8, w3 += 8) {
+        for (Py_ssize_t c = 0; c < gs; c += 16, x += 16, w0 += 8, w1 += 8, w2 += 8, w3 += 8, pf += 32) {
+            _mm_prefetch((const char *)pf, _MM_HINT_T0); /* the next blocks' rows */
             __m512 xv = _mm512_loadu_ps(x);
             a0 = _mm512_fmadd_ps(xv, avx512_i4_deq(w0, t0), a0);
             a1 = _mm512_fmadd_ps(xv, avx512_i4_deq(w1, t1), a1);
