@@ -312,8 +312,8 @@ T_AVX2 static void avx2_i8_row4(const Product *p, Py_ssize_t m0, Py_ssize_t n0) 
 
 /* int4 in two passes of 2 weight rows (4 at once leave scales and offsets on the stack of
  * AVX2's 16 registers); x is read from L1 twice. */
-T_AVX2 ALWAYS_INLINE void avx2_i4_row2(const Product *p, Py_ssize_t m0, Py_ssize_t n0) {
-    const Py_ssize_t K = p->K, gs = p->gs, groups = K / gs;
+T_AVX2 ALWAYS_INLINE void avx2_i4_row2_gs(const Product *p, Py_ssize_t m0, Py_ssize_t n0, const Py_ssize_t gs) {
+    const Py_ssize_t K = p->K, groups = K / gs;
     const uint8_t *w0 = (const uint8_t *)p->w + n0 * (K / 2), *w1 = w0 + K / 2;
     const uint8_t *pf = w0 + PF_BLOCKS * 4 * (K / 2); /* 2 passes of K/2 bytes at 16 a step: the next blocks' 2K */
     const float *s0 = p->scale + n0 * groups, *o0 = p->offset + n0 * groups;
@@ -336,6 +336,13 @@ T_AVX2 ALWAYS_INLINE void avx2_i4_row2(const Product *p, Py_ssize_t m0, Py_ssize
     float *y = p->y + m0 * p->N + n0;
     y[0] = avx2_reduce(a0);
     y[1] = avx2_reduce(a1);
+}
+
+/* the common group sizes as constants, so their steps unroll */
+T_AVX2 ALWAYS_INLINE void avx2_i4_row2(const Product *p, Py_ssize_t m0, Py_ssize_t n0) {
+    if (p->gs == 32) avx2_i4_row2_gs(p, m0, n0, 32);
+    else if (p->gs == 128) avx2_i4_row2_gs(p, m0, n0, 128);
+    else avx2_i4_row2_gs(p, m0, n0, p->gs);
 }
 
 T_AVX2 static void avx2_i4_row4(const Product *p, Py_ssize_t m0, Py_ssize_t n0) {
@@ -553,8 +560,8 @@ T_512 static void avx512_i8_row4(const Product *p, Py_ssize_t m0, Py_ssize_t n0)
     y[3] = avx512_reduce(a3) * p->scale[n0 + 3];
 }
 
-T_512 static void avx512_i4_row4(const Product *p, Py_ssize_t m0, Py_ssize_t n0) {
-    const Py_ssize_t K = p->K, gs = p->gs, groups = K / gs;
+T_512 ALWAYS_INLINE void avx512_i4_row4_gs(const Product *p, Py_ssize_t m0, Py_ssize_t n0, const Py_ssize_t gs) {
+    const Py_ssize_t K = p->K, groups = K / gs;
     const uint8_t *w0 = (const uint8_t *)p->w + n0 * (K / 2), *w1 = w0 + K / 2, *w2 = w1 + K / 2, *w3 = w2 + K / 2;
     const uint8_t *pf = w0 + PF_BLOCKS * 4 * (K / 2);
     const float *s0 = p->scale + n0 * groups, *o0 = p->offset + n0 * groups;
@@ -578,6 +585,13 @@ T_512 static void avx512_i4_row4(const Product *p, Py_ssize_t m0, Py_ssize_t n0)
     y[1] = avx512_reduce(a1);
     y[2] = avx512_reduce(a2);
     y[3] = avx512_reduce(a3);
+}
+
+/* the common group sizes as constants, so their steps unroll */
+T_512 static void avx512_i4_row4(const Product *p, Py_ssize_t m0, Py_ssize_t n0) {
+    if (p->gs == 32) avx512_i4_row4_gs(p, m0, n0, 32);
+    else if (p->gs == 128) avx512_i4_row4_gs(p, m0, n0, 128);
+    else avx512_i4_row4_gs(p, m0, n0, p->gs);
 }
 
 /* Rows [n0, n0 + nb) of a quantized weight as floats into scr [nb][K]: the very values the
