@@ -16,6 +16,11 @@
  * loads are shared, never the arithmetic. Quantized weights times more rows than one block
  * are first dequantized, a block of weight rows at a time, into a scratch that the fp32
  * block then reads: the same values the direct loads give, so the same results.
+ * One row times 4 weight rows (a decoding step) has its own written-out int8 and int4
+ * kernels (*_row4): the same operations as the general blocks, in the same order, with the
+ * weight rows prefetched PF_BLOCKS blocks ahead. int4 steps go a group at a time; AVX-512
+ * looks int4 weights up in a per-group table of the 16 values code * scale + offset (one
+ * FMA per group, so each the value an FMA per element gives).
  * The file is built with -ffp-contract=off, so the compiler never fuses a multiply and an
  * add differently in two specialisations of a block.
  *
