@@ -16,6 +16,11 @@
  * loads are shared, never the arithmetic. Quantized weights times more rows than one block
  * are first dequantized, a block of weight rows at a time, into a scratch that the fp32
  * block then reads: the same values the direct loads give, so the same results.
+ * One row times 4 weight rows (a decoding step) has its own written-out int8 and int4
+ * kernels (*_row4): the same operations as the general blocks, in the same order, with the
+ * weight rows prefetched PF_BLOCKS blocks ahead. int4 steps go a group at a time; AVX-512
+ * looks int4 weights up in a per-group table of the 16 values code * scale + offset (one
+ * FMA per group, so each the value an FMA per element gives).
  * The file is built with -ffp-contract=off, so the compiler never fuses a multiply and an
  * add differently in two specialisations of a block.
  *
@@ -43,6 +48,9 @@
 #endif
 
 #define NB_MAX 4 /* weight rows per block (generic and AVX2; AVX-512: AVX512_NB) */
+#ifndef PF_BLOCKS
+#define PF_BLOCKS 2 /* the one-row quantized kernels prefetch the weight rows this many blocks ahead */
+#endif
 #define SPLIT 24 /* threads take outputs in multiples of this (of every path's block of weight rows) */
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 
@@ -217,34 +225,134 @@ T_AVX2 ALWAYS_INLINE void avx2_block(const Product *p, Py_ssize_t m0, int mb, Py
 }
 
 /* int4, group_size % 16 == 0 (so K % 16 == 0): 16 columns (8 bytes) per step, dequantized
- * in registers as code * scale + offset (one FMA), then one FMA per row. */
-T_AVX2 ALWAYS_INLINE void avx2_i4_w(const Product *p, Py_ssize_t n, Py_ssize_t k, __m256 *lo, __m256 *hi) {
-    const uint8_t *w = (const uint8_t *)p->w + n * (p->K / 2) + k / 2;
-    __m128i b = _mm_loadl_epi64((const __m128i *)w);
-    __m128i nib = _mm_set1_epi8(0x0F);
-    __m128i codes = _mm_unpacklo_epi8(_mm_and_si128(b, nib), _mm_and_si128(_mm_srli_epi16(b, 4), nib));
-    Py_ssize_t gi = n * (p->K / p->gs) + k / p->gs;
-    __m256 s = _mm256_broadcast_ss(p->scale + gi), o = _mm256_broadcast_ss(p->offset + gi);
-    *lo = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(codes)), s, o);
-    *hi = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(codes, 8))), s, o);
+ * in registers as code * scale + offset (one FMA), then one FMA per row. The codes: the 8
+ * bytes broadcast, one byte per 32-bit lane (vpshufb), odd columns shifted down 4 bits, the
+ * nibble masked and converted. Steps go group by group, so a group's scale and offset are
+ * broadcast once per group (no division per step). */
+T_AVX2 ALWAYS_INLINE void avx2_i4_codes(const uint8_t *w, __m256 *lo, __m256 *hi) {
+    const __m256i sel_lo = _mm256_setr_epi8(0, -1, -1, -1, 0, -1, -1, -1, 1, -1, -1, -1, 1, -1, -1, -1,
+                                            2, -1, -1, -1, 2, -1, -1, -1, 3, -1, -1, -1, 3, -1, -1, -1);
+    const __m256i sel_hi = _mm256_setr_epi8(4, -1, -1, -1, 4, -1, -1, -1, 5, -1, -1, -1, 5, -1, -1, -1,
+                                            6, -1, -1, -1, 6, -1, -1, -1, 7, -1, -1, -1, 7, -1, -1, -1);
+    const __m256i shift = _mm256_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4), nib = _mm256_set1_epi32(0x0F);
+    int64_t q;
+    memcpy(&q, w, 8);
+    __m256i b = _mm256_set1_epi64x(q);
+    *lo = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srlv_epi32(_mm256_shuffle_epi8(b, sel_lo), shift), nib));
+    *hi = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srlv_epi32(_mm256_shuffle_epi8(b, sel_hi), shift), nib));
+}
+
+/* Columns [k, k + 16) of one group: codes * s + o. */
+T_AVX2 ALWAYS_INLINE void avx2_i4_deq(const uint8_t *w, __m256 s, __m256 o, __m256 *lo, __m256 *hi) {
+    avx2_i4_codes(w, lo, hi);
+    *lo = _mm256_fmadd_ps(*lo, s, o);
+    *hi = _mm256_fmadd_ps(*hi, s, o);
 }
 
 T_AVX2 ALWAYS_INLINE void avx2_i4_block(const Product *p, Py_ssize_t m0, int mb, Py_ssize_t n0, int nb) {
-    __m256 acc[AVX2_MB][NB_MAX], lo, hi;
+    __m256 acc[AVX2_MB][NB_MAX], lo, hi, s[NB_MAX], o[NB_MAX];
+    const uint8_t *w[NB_MAX];
+    const float *sc[NB_MAX], *of[NB_MAX];
+    Py_ssize_t groups = p->K / p->gs;
+    for (int j = 0; j < nb; j++) {
+        w[j] = (const uint8_t *)p->w + (n0 + j) * (p->K / 2);
+        sc[j] = p->scale + (n0 + j) * groups;
+        of[j] = p->offset + (n0 + j) * groups;
+    }
     for (int i = 0; i < mb; i++)
         for (int j = 0; j < nb; j++) acc[i][j] = _mm256_setzero_ps();
     const float *x = p->x + m0 * p->K;
-    for (Py_ssize_t k = 0; k < p->K; k += 16) {
+    for (Py_ssize_t g = 0, k = 0; g < groups; g++) {
         for (int j = 0; j < nb; j++) {
-            avx2_i4_w(p, n0 + j, k, &lo, &hi);
-            for (int i = 0; i < mb; i++) {
-                acc[i][j] = _mm256_fmadd_ps(_mm256_loadu_ps(x + i * p->K + k), lo, acc[i][j]);
-                acc[i][j] = _mm256_fmadd_ps(_mm256_loadu_ps(x + i * p->K + k + 8), hi, acc[i][j]);
+            s[j] = _mm256_broadcast_ss(sc[j] + g);
+            o[j] = _mm256_broadcast_ss(of[j] + g);
+        }
+        for (Py_ssize_t end = k + p->gs; k < end; k += 16) {
+            for (int j = 0; j < nb; j++) {
+                avx2_i4_deq(w[j] + k / 2, s[j], o[j], &lo, &hi);
+                for (int i = 0; i < mb; i++) {
+                    acc[i][j] = _mm256_fmadd_ps(_mm256_loadu_ps(x + i * p->K + k), lo, acc[i][j]);
+                    acc[i][j] = _mm256_fmadd_ps(_mm256_loadu_ps(x + i * p->K + k + 8), hi, acc[i][j]);
+                }
             }
         }
     }
     for (int i = 0; i < mb; i++)
         for (int j = 0; j < nb; j++) p->y[(m0 + i) * p->N + n0 + j] = avx2_reduce(acc[i][j]);
+}
+
+/* One row times 4 weight rows, written out (the general blocks above leave their
+ * accumulators on the stack for this shape): the very operations of avx2_block (int8) and
+ * avx2_i4_block (int4) for mb = 1, nb = 4, in the same order, so the same results. */
+T_AVX2 static void avx2_i8_row4(const Product *p, Py_ssize_t m0, Py_ssize_t n0) {
+    const Py_ssize_t K = p->K;
+    const int8_t *w0 = (const int8_t *)p->w + n0 * K, *w1 = w0 + K, *w2 = w1 + K, *w3 = w2 + K;
+    const float *x = p->x + m0 * K;
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+#define I8(w, k) _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)((w) + (k)))))
+    Py_ssize_t k = 0;
+    for (; k + 8 <= K; k += 8) {
+        _mm_prefetch((const char *)w0 + PF_BLOCKS * 4 * K + 4 * k, _MM_HINT_T0); /* the next blocks' rows */
+        __m256 xv = _mm256_loadu_ps(x + k);
+        a0 = _mm256_fmadd_ps(xv, I8(w0, k), a0);
+        a1 = _mm256_fmadd_ps(xv, I8(w1, k), a1);
+        a2 = _mm256_fmadd_ps(xv, I8(w2, k), a2);
+        a3 = _mm256_fmadd_ps(xv, I8(w3, k), a3);
+    }
+#undef I8
+    if (k < K) {
+        Py_ssize_t len = K - k;
+        __m256 xv = _mm256_maskload_ps(x + k, avx2_tail_mask(len));
+        a0 = _mm256_fmadd_ps(xv, avx2_w_tail(p, n0 + 0, k, len, 1), a0);
+        a1 = _mm256_fmadd_ps(xv, avx2_w_tail(p, n0 + 1, k, len, 1), a1);
+        a2 = _mm256_fmadd_ps(xv, avx2_w_tail(p, n0 + 2, k, len, 1), a2);
+        a3 = _mm256_fmadd_ps(xv, avx2_w_tail(p, n0 + 3, k, len, 1), a3);
+    }
+    float *y = p->y + m0 * p->N + n0;
+    y[0] = avx2_reduce(a0) * p->scale[n0];
+    y[1] = avx2_reduce(a1) * p->scale[n0 + 1];
+    y[2] = avx2_reduce(a2) * p->scale[n0 + 2];
+    y[3] = avx2_reduce(a3) * p->scale[n0 + 3];
+}
+
+/* int4 in two passes of 2 weight rows (4 at once leave scales and offsets on the stack of
+ * AVX2's 16 registers); x is read from L1 twice. */
+T_AVX2 ALWAYS_INLINE void avx2_i4_row2_gs(const Product *p, Py_ssize_t m0, Py_ssize_t n0, const Py_ssize_t gs) {
+    const Py_ssize_t K = p->K, groups = K / gs;
+    const uint8_t *w0 = (const uint8_t *)p->w + n0 * (K / 2), *w1 = w0 + K / 2;
+    const uint8_t *pf = w0 + PF_BLOCKS * 4 * (K / 2); /* 2 passes of K/2 bytes at 16 a step: the next blocks' 2K */
+    const float *s0 = p->scale + n0 * groups, *o0 = p->offset + n0 * groups;
+    const float *x = p->x + m0 * K;
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, lo, hi;
+    for (Py_ssize_t g = 0; g < groups; g++) {
+        const __m256 sc0 = _mm256_broadcast_ss(s0 + g), oc0 = _mm256_broadcast_ss(o0 + g);
+        const __m256 sc1 = _mm256_broadcast_ss(s0 + groups + g), oc1 = _mm256_broadcast_ss(o0 + groups + g);
+        for (Py_ssize_t c = 0; c < gs; c += 16, x += 16, w0 += 8, w1 += 8, pf += 16) {
+            _mm_prefetch((const char *)pf, _MM_HINT_T0);
+            __m256 xl = _mm256_loadu_ps(x), xh = _mm256_loadu_ps(x + 8);
+            avx2_i4_deq(w0, sc0, oc0, &lo, &hi);
+            a0 = _mm256_fmadd_ps(xl, lo, a0);
+            a0 = _mm256_fmadd_ps(xh, hi, a0);
+            avx2_i4_deq(w1, sc1, oc1, &lo, &hi);
+            a1 = _mm256_fmadd_ps(xl, lo, a1);
+            a1 = _mm256_fmadd_ps(xh, hi, a1);
+        }
+    }
+    float *y = p->y + m0 * p->N + n0;
+    y[0] = avx2_reduce(a0);
+    y[1] = avx2_reduce(a1);
+}
+
+/* the common group sizes as constants, so their steps unroll */
+T_AVX2 ALWAYS_INLINE void avx2_i4_row2(const Product *p, Py_ssize_t m0, Py_ssize_t n0) {
+    if (p->gs == 32) avx2_i4_row2_gs(p, m0, n0, 32);
+    else if (p->gs == 128) avx2_i4_row2_gs(p, m0, n0, 128);
+    else avx2_i4_row2_gs(p, m0, n0, p->gs);
+}
+
+T_AVX2 static void avx2_i4_row4(const Product *p, Py_ssize_t m0, Py_ssize_t n0) {
+    avx2_i4_row2(p, m0, n0);
+    avx2_i4_row2(p, m0, n0 + 2);
 }
 
 /* Rows [n0, n0 + nb) of a quantized weight as floats into scr [nb][K]: the values the direct
@@ -255,10 +363,15 @@ T_AVX2 static void avx2_dequant(const Product *p, Py_ssize_t n0, int nb, int kin
         Py_ssize_t k = 0;
         if (kind == 2) {
             __m256 lo, hi;
-            for (; k < p->K; k += 16) {
-                avx2_i4_w(p, n0 + j, k, &lo, &hi);
-                _mm256_storeu_ps(row + k, lo);
-                _mm256_storeu_ps(row + k + 8, hi);
+            const uint8_t *w = (const uint8_t *)p->w + (n0 + j) * (p->K / 2);
+            const float *sc = p->scale + (n0 + j) * (p->K / p->gs), *of = p->offset + (n0 + j) * (p->K / p->gs);
+            for (Py_ssize_t g = 0; k < p->K; g++) {
+                __m256 s = _mm256_broadcast_ss(sc + g), o = _mm256_broadcast_ss(of + g);
+                for (Py_ssize_t end = k + p->gs; k < end; k += 16) {
+                    avx2_i4_deq(w + k / 2, s, o, &lo, &hi);
+                    _mm256_storeu_ps(row + k, lo);
+                    _mm256_storeu_ps(row + k + 8, hi);
+                }
             }
             continue;
         }
@@ -292,6 +405,8 @@ T_AVX2 static void avx2_dequant(const Product *p, Py_ssize_t n0, int nb, int kin
 #define AVX2_CALL(KIND, m, mb, nb)                                                          \
     do {                                                                                    \
         if (scr != NULL) avx2_block(p, m, mb, n, nb, 0, scr);                               \
+        else if (KIND == 1 && mb == 1 && nb == NB_MAX) avx2_i8_row4(p, m, n);               \
+        else if (KIND == 2 && mb == 1 && nb == NB_MAX) avx2_i4_row4(p, m, n);               \
         else if (KIND == 2) avx2_i4_block(p, m, mb, n, nb);                                 \
         else avx2_block(p, m, mb, n, nb, KIND, NULL);                                       \
     } while (0)
@@ -319,15 +434,62 @@ T_512 ALWAYS_INLINE __m512 avx512_w(const Product *p, Py_ssize_t n, Py_ssize_t k
     return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b));
 }
 
-/* int4, group_size % 16 == 0: 16 columns (8 bytes) of a weight row per step. */
+/* int4, group_size % 16 == 0. A group's 16 possible weights, code * scale + offset for the
+ * codes 0..15 (one FMA: each lane the very value an FMA per element gives), are a table in
+ * one register; the 16 weights of columns [k, k + 16) (8 bytes at w) are looked up in it:
+ * the bytes broadcast, one per 32-bit lane (vpshufb), odd columns shifted down 4 bits, and
+ * vpermps, which reads only the low 4 bits of each lane (no mask, no convert, no FMA). */
+T_512 ALWAYS_INLINE __m512 avx512_i4_table(float scale, float offset) {
+    const __m512 codes = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    return _mm512_fmadd_ps(codes, _mm512_set1_ps(scale), _mm512_set1_ps(offset));
+}
+
+#define Z(b) ((int)(0xFFFFFF00u | (b))) /* byte b in the low byte of a lane, the others zeroed */
+T_512 ALWAYS_INLINE __m512 avx512_i4_deq(const uint8_t *w, __m512 table) {
+    const __m512i sel = _mm512_set_epi32(Z(7), Z(7), Z(6), Z(6), Z(5), Z(5), Z(4), Z(4), Z(3), Z(3), Z(2), Z(2), Z(1), Z(1),
+                                         Z(0), Z(0));
+    const __m512i shift = _mm512_set_epi32(4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0);
+    int64_t q;
+    memcpy(&q, w, 8);
+    __m512i d = _mm512_srlv_epi32(_mm512_shuffle_epi8(_mm512_set1_epi64(q), sel), shift);
+    return _mm512_permutexvar_ps(d, table);
+}
+#undef Z
+
 T_512 ALWAYS_INLINE __m512 avx512_i4_w(const Product *p, Py_ssize_t n, Py_ssize_t k) {
     const uint8_t *w = (const uint8_t *)p->w + n * (p->K / 2) + k / 2;
-    __m128i b = _mm_loadl_epi64((const __m128i *)w);
-    __m128i nib = _mm_set1_epi8(0x0F);
-    __m128i codes = _mm_unpacklo_epi8(_mm_and_si128(b, nib), _mm_and_si128(_mm_srli_epi16(b, 4), nib));
     Py_ssize_t gi = n * (p->K / p->gs) + k / p->gs;
-    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(codes)), _mm512_set1_ps(p->scale[gi]),
-                           _mm512_set1_ps(p->offset[gi]));
+    return avx512_i4_deq(w, avx512_i4_table(p->scale[gi], p->offset[gi]));
+}
+
+/* int4 straight from the codes: the steps of avx512_block (kind 2) group by group, a group's
+ * scale and offset broadcast once (no division per step); the same operations in the same
+ * order, so the same results. */
+T_512 ALWAYS_INLINE void avx512_i4_block(const Product *p, Py_ssize_t m0, int mb, Py_ssize_t n0, int nb) {
+    __m512 acc[AVX512_MB][AVX512_NB], wv[AVX512_NB], t[AVX512_NB];
+    const uint8_t *w[AVX512_NB];
+    const float *sc[AVX512_NB], *of[AVX512_NB];
+    Py_ssize_t groups = p->K / p->gs;
+    for (int j = 0; j < nb; j++) {
+        w[j] = (const uint8_t *)p->w + (n0 + j) * (p->K / 2);
+        sc[j] = p->scale + (n0 + j) * groups;
+        of[j] = p->offset + (n0 + j) * groups;
+    }
+    for (int i = 0; i < mb; i++)
+        for (int j = 0; j < nb; j++) acc[i][j] = _mm512_setzero_ps();
+    const float *x = p->x + m0 * p->K;
+    for (Py_ssize_t g = 0, k = 0; g < groups; g++) {
+        for (int j = 0; j < nb; j++) t[j] = avx512_i4_table(sc[j][g], of[j][g]);
+        for (Py_ssize_t end = k + p->gs; k < end; k += 16) {
+            for (int j = 0; j < nb; j++) wv[j] = avx512_i4_deq(w[j] + k / 2, t[j]);
+            for (int i = 0; i < mb; i++) {
+                __m512 xv = _mm512_loadu_ps(x + i * p->K + k);
+                for (int j = 0; j < nb; j++) acc[i][j] = _mm512_fmadd_ps(xv, wv[j], acc[i][j]);
+            }
+        }
+    }
+    for (int i = 0; i < mb; i++)
+        for (int j = 0; j < nb; j++) p->y[(m0 + i) * p->N + n0 + j] = avx512_reduce(acc[i][j]);
 }
 
 /* The 16 weights of row n at columns [k, k + 16) as floats, lanes outside `mask` zero
@@ -370,12 +532,88 @@ T_512 ALWAYS_INLINE void avx512_block(const Product *p, Py_ssize_t m0, int mb, P
         }
 }
 
+/* One row times 4 weight rows, written out: the very operations of avx512_block (int8) and
+ * avx512_i4_block (int4) for mb = 1, nb = 4, in the same order, so the same results. */
+T_512 static void avx512_i8_row4(const Product *p, Py_ssize_t m0, Py_ssize_t n0) {
+    const Py_ssize_t K = p->K;
+    const int8_t *w0 = (const int8_t *)p->w + n0 * K, *w1 = w0 + K, *w2 = w1 + K, *w3 = w2 + K;
+    const float *x = p->x + m0 * K;
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+#define I8(w, k) _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)((w) + (k)))))
+    Py_ssize_t k = 0;
+    for (; k + 16 <= K; k += 16) {
+        _mm_prefetch((const char *)w0 + PF_BLOCKS * 4 * K + 4 * k, _MM_HINT_T0); /* the next blocks' rows */
+        __m512 xv = _mm512_loadu_ps(x + k);
+        a0 = _mm512_fmadd_ps(xv, I8(w0, k), a0);
+        a1 = _mm512_fmadd_ps(xv, I8(w1, k), a1);
+        a2 = _mm512_fmadd_ps(xv, I8(w2, k), a2);
+        a3 = _mm512_fmadd_ps(xv, I8(w3, k), a3);
+    }
+#undef I8
+    if (k < K) {
+        __mmask16 mask = (__mmask16)((1u << (K - k)) - 1u);
+        __m512 xv = _mm512_maskz_loadu_ps(mask, x + k);
+        a0 = _mm512_fmadd_ps(xv, avx512_w(p, n0 + 0, k, mask, 1), a0);
+        a1 = _mm512_fmadd_ps(xv, avx512_w(p, n0 + 1, k, mask, 1), a1);
+        a2 = _mm512_fmadd_ps(xv, avx512_w(p, n0 + 2, k, mask, 1), a2);
+        a3 = _mm512_fmadd_ps(xv, avx512_w(p, n0 + 3, k, mask, 1), a3);
+    }
+    float *y = p->y + m0 * p->N + n0;
+    y[0] = avx512_reduce(a0) * p->scale[n0];
+    y[1] = avx512_reduce(a1) * p->scale[n0 + 1];
+    y[2] = avx512_reduce(a2) * p->scale[n0 + 2];
+    y[3] = avx512_reduce(a3) * p->scale[n0 + 3];
+}
+
+T_512 ALWAYS_INLINE void avx512_i4_row4_gs(const Product *p, Py_ssize_t m0, Py_ssize_t n0, const Py_ssize_t gs) {
+    const Py_ssize_t K = p->K, groups = K / gs;
+    const uint8_t *w0 = (const uint8_t *)p->w + n0 * (K / 2), *w1 = w0 + K / 2, *w2 = w1 + K / 2, *w3 = w2 + K / 2;
+    const uint8_t *pf = w0 + PF_BLOCKS * 4 * (K / 2);
+    const float *s0 = p->scale + n0 * groups, *o0 = p->offset + n0 * groups;
+    const float *x = p->x + m0 * K;
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (Py_ssize_t g = 0; g < groups; g++) {
+        const __m512 t0 = avx512_i4_table(s0[g], o0[g]), t1 = avx512_i4_table(s0[groups + g], o0[groups + g]);
+        const __m512 t2 = avx512_i4_table(s0[2 * groups + g], o0[2 * groups + g]);
+        const __m512 t3 = avx512_i4_table(s0[3 * groups + g], o0[3 * groups + g]);
+        for (Py_ssize_t c = 0; c < gs; c += 16, x += 16, w0 += 8, w1 += 8, w2 += 8, w3 += 8, pf += 32) {
+            _mm_prefetch((const char *)pf, _MM_HINT_T0); /* the next blocks' rows */
+            __m512 xv = _mm512_loadu_ps(x);
+            a0 = _mm512_fmadd_ps(xv, avx512_i4_deq(w0, t0), a0);
+            a1 = _mm512_fmadd_ps(xv, avx512_i4_deq(w1, t1), a1);
+            a2 = _mm512_fmadd_ps(xv, avx512_i4_deq(w2, t2), a2);
+            a3 = _mm512_fmadd_ps(xv, avx512_i4_deq(w3, t3), a3);
+        }
+    }
+    float *y = p->y + m0 * p->N + n0;
+    y[0] = avx512_reduce(a0);
+    y[1] = avx512_reduce(a1);
+    y[2] = avx512_reduce(a2);
+    y[3] = avx512_reduce(a3);
+}
+
+/* the common group sizes as constants, so their steps unroll */
+T_512 static void avx512_i4_row4(const Product *p, Py_ssize_t m0, Py_ssize_t n0) {
+    if (p->gs == 32) avx512_i4_row4_gs(p, m0, n0, 32);
+    else if (p->gs == 128) avx512_i4_row4_gs(p, m0, n0, 128);
+    else avx512_i4_row4_gs(p, m0, n0, p->gs);
+}
+
 /* Rows [n0, n0 + nb) of a quantized weight as floats into scr [nb][K]: the very values the
  * direct loads give, so a block reading them computes bitwise what it would without. */
 T_512 static void avx512_dequant(const Product *p, Py_ssize_t n0, int nb, int kind, float *scr) {
     for (int j = 0; j < nb; j++) {
         float *row = scr + j * p->K;
         Py_ssize_t k = 0;
+        if (kind == 2) {
+            const uint8_t *w = (const uint8_t *)p->w + (n0 + j) * (p->K / 2);
+            const float *sc = p->scale + (n0 + j) * (p->K / p->gs), *of = p->offset + (n0 + j) * (p->K / p->gs);
+            for (Py_ssize_t g = 0; k < p->K; g++) {
+                __m512 t = avx512_i4_table(sc[g], of[g]);
+                for (Py_ssize_t end = k + p->gs; k < end; k += 16) _mm512_storeu_ps(row + k, avx512_i4_deq(w + k / 2, t));
+            }
+            continue;
+        }
         for (; k + 16 <= p->K; k += 16) _mm512_storeu_ps(row + k, avx512_load_w(p, n0, j, k, 0xFFFF, kind, NULL));
         if (k < p->K) {
             __mmask16 mask = (__mmask16)((1u << (p->K - k)) - 1u);
@@ -418,7 +656,13 @@ T_512 static void avx512_dequant(const Product *p, Py_ssize_t n0, int nb, int ki
         for (; n < n1; n++) AVX512_ROWS(DIRECT_512, 1);                                     \
         free(scr);                                                                          \
     }
-#define DIRECT_512(m, mb, nb) avx512_block(p, m, mb, n, nb, kind, NULL)
+#define DIRECT_512(m, mb, nb)                                                               \
+    do {                                                                                    \
+        if (kind == 1 && mb == 1 && nb == AVX512_NB) avx512_i8_row4(p, m, n);               \
+        else if (kind == 2 && mb == 1 && nb == AVX512_NB) avx512_i4_row4(p, m, n);          \
+        else if (kind == 2) avx512_i4_block(p, m, mb, n, nb);                               \
+        else avx512_block(p, m, mb, n, nb, kind, NULL);                                     \
+    } while (0)
 #define SCR_512(m, mb, nb) avx512_block(p, m, mb, n, nb, 0, scr) /* the fp32 code itself on the scratch */
 AVX512_RANGE(avx512_f32, 0)
 AVX512_RANGE(avx512_i8, 1)
