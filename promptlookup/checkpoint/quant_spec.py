@@ -7,6 +7,13 @@ TensorRT-LLM's ``convert_checkpoint.py --use_weight_only --weight_only_precision
 ``quant_algo`` ``W8A16`` (int8) or ``W4A16`` (int4), both one scale per output channel;
 its grouped int4 with zero points is ``W4A16_GPTQ`` (``group_size``, ``has_zero_point``),
 which ``--per_group`` selects here.
+
+TensorRT-LLM keeps the LM head and the embedding table in the float dtype by default
+(``exclude_modules`` lists them); ``examples/quantization/quantize.py --quantize_lm_head``
+quantizes the LM head too. Here ``--quantize_lm_head`` (``QuantSpec.lm_head``) quantizes the
+LM head *and* the embedding table with the projections' precision and groups (per row of the
+``[vocab, hidden]`` table), so a tied model holds one quantized table for both; the
+``quantization`` entry then excludes neither.
 """
 from __future__ import annotations
 
@@ -23,6 +30,7 @@ HF_QUANT_LINEARS: tuple[str, ...] = (HF_Q, HF_K, HF_V, HF_O, HF_GATE, HF_UP, HF_
 PER_CHANNEL_SCALE = "per_channel_scale"
 GROUP_SCALE = "weights_scaling_factor"
 GROUP_ZERO = "zero"
+EXCLUDED_BY_DEFAULT = ("lm_head", "transformer.vocab_embedding")  # TensorRT-LLM keeps lm_head float
 ALGOS = {("int8", False): "W8A16", ("int4", False): "W4A16", ("int4", True): "W4A16_GPTQ"}
 
 
@@ -33,6 +41,7 @@ class QuantSpec:
 
     precision: str
     group_size: int | None = None
+    lm_head: bool = False  # the LM head and the embedding table quantized too (--quantize_lm_head)
 
     @property
     def quant_algo(self) -> str:
@@ -50,7 +59,7 @@ class QuantSpec:
             "group_size": self.group_size if self.group_size is not None else DEFAULT_GROUP_SIZE,
             "has_zero_point": self.group_size is not None,
             "pre_quant_scale": False,
-            "exclude_modules": ["lm_head", "transformer.vocab_embedding"],
+            "exclude_modules": [] if self.lm_head else list(EXCLUDED_BY_DEFAULT),
         }
 
     @classmethod
@@ -64,9 +73,12 @@ class QuantSpec:
         algo = quant.get("quant_algo")
         if not algo:
             return None
+        excluded = quant.get("exclude_modules")
+        # A missing/None list is read as the default (LM head and table float), as written before.
+        lm_head = isinstance(excluded, list) and "lm_head" not in excluded
         for (precision, grouped), name in ALGOS.items():
             if name == algo:
-                return cls(precision, int(quant.get("group_size") or DEFAULT_GROUP_SIZE) if grouped else None)
+                return cls(precision, int(quant.get("group_size") or DEFAULT_GROUP_SIZE) if grouped else None, lm_head)
         raise UserError(f"quant_algo {algo} is not supported by the PyTorch runtime; it runs W8A16, W4A16 and "
                         f"W4A16_GPTQ (convert_checkpoint.py --use_weight_only)")
 
