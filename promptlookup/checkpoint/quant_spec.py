@@ -13,11 +13,12 @@ TensorRT-LLM keeps the LM head and the embedding table in the float dtype by def
 quantizes the LM head too. Here ``--quantize_lm_head`` (``QuantSpec.lm_head``) quantizes the
 LM head *and* the embedding table with the projections' precision and groups (per row of the
 ``[vocab, hidden]`` table), so a tied model holds one quantized table for both; the
-``quantization`` entry then excludes neither.
+``quantization`` entry's ``exclude_modules`` then lists neither.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from fnmatch import fnmatchcase
 from typing import Any, Mapping
 
 from ..errors import UserError
@@ -30,7 +31,13 @@ HF_QUANT_LINEARS: tuple[str, ...] = (HF_Q, HF_K, HF_V, HF_O, HF_GATE, HF_UP, HF_
 PER_CHANNEL_SCALE = "per_channel_scale"
 GROUP_SCALE = "weights_scaling_factor"
 GROUP_ZERO = "zero"
-EXCLUDED_BY_DEFAULT = ("lm_head", "transformer.vocab_embedding")  # TensorRT-LLM keeps lm_head float
+EXCLUDED_BY_DEFAULT = ("lm_head", "transformer.vocab_embedding")  # what the default writes
+# TensorRT-LLM's quantize_layers (tensorrt_llm/quantization/quantize.py) applies this list when
+# exclude_modules is empty or None; with --quantize_lm_head we write it less lm_head and the
+# embedding (an empty list would read as the default there, so it is not written empty).
+TRTLLM_DEFAULT_EXCLUDES = ("*lm_head", "*router", "*vocab_embedding", "*position_embedding", "*block_embedding",
+                           "*shared_expert_gate")
+WITH_LM_HEAD = tuple(p for p in TRTLLM_DEFAULT_EXCLUDES if p not in ("*lm_head", "*vocab_embedding"))
 ALGOS = {("int8", False): "W8A16", ("int4", False): "W4A16", ("int4", True): "W4A16_GPTQ"}
 
 
@@ -59,7 +66,7 @@ class QuantSpec:
             "group_size": self.group_size if self.group_size is not None else DEFAULT_GROUP_SIZE,
             "has_zero_point": self.group_size is not None,
             "pre_quant_scale": False,
-            "exclude_modules": [] if self.lm_head else list(EXCLUDED_BY_DEFAULT),
+            "exclude_modules": list(WITH_LM_HEAD if self.lm_head else EXCLUDED_BY_DEFAULT),
         }
 
     @classmethod
@@ -73,9 +80,9 @@ class QuantSpec:
         algo = quant.get("quant_algo")
         if not algo:
             return None
-        excluded = quant.get("exclude_modules")
-        # A missing/None list is read as the default (LM head and table float), as written before.
-        lm_head = isinstance(excluded, list) and "lm_head" not in excluded
+        # As TensorRT-LLM reads it: an empty or missing list means its default (lm_head excluded).
+        excluded = quant.get("exclude_modules") or TRTLLM_DEFAULT_EXCLUDES
+        lm_head = not any(fnmatchcase("lm_head", pattern) for pattern in excluded)
         for (precision, grouped), name in ALGOS.items():
             if name == algo:
                 return cls(precision, int(quant.get("group_size") or DEFAULT_GROUP_SIZE) if grouped else None, lm_head)

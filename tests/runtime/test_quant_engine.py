@@ -94,10 +94,13 @@ def test_quantize_lm_head_is_recorded_in_the_quant_config(tied_engines):
     from promptlookup.checkpoint.load import read_checkpoint_config
 
     quant = read_checkpoint_config(tied_engines["int4_lm"])["quantization"]
-    assert quant["exclude_modules"] == [] and quant["quant_algo"] == "W4A16_GPTQ"
+    assert quant["quant_algo"] == "W4A16_GPTQ" and quant["exclude_modules"]  # empty reads as the default
+    assert not any("lm_head" in m or "vocab_embedding" in m for m in quant["exclude_modules"])
     default = read_checkpoint_config(tied_engines["int4"])["quantization"]["exclude_modules"]
     assert "lm_head" in default
     assert QuantSpec.from_config(quant) == TABLE_SPECS["int4_lm"]
+    for empty in ([], None):  # TensorRT-LLM reads an empty list as its default, lm_head excluded
+        assert not QuantSpec.from_config({**quant, "exclude_modules": empty}).lm_head
 
 
 def test_compiled_route_is_refused_for_quantized_engines(engines):
