@@ -141,8 +141,9 @@ def main(argv: list[str] | None = None) -> int:
           f"pp_size={args.pp_size}, dtype {cfg['dtype']}) in {time.perf_counter() - start:.1f}s")
     if quant is not None:
         grouping = f"groups of {quant.group_size}" if quant.group_size else "one scale per output channel"
-        print(f"quantized the decoder's projections: {quant.quant_algo} ({quant.precision}, {grouping}); "
-              f"embedding and LM head kept in {cfg['dtype']}")
+        rest = ("embedding table and LM head too (--quantize_lm_head)" if quant.lm_head
+                else f"embedding and LM head kept in {cfg['dtype']}")
+        print(f"quantized the decoder's projections: {quant.quant_algo} ({quant.precision}, {grouping}); {rest}")
         if quant.precision == "int4" and quant.group_size is None:
             print("note: int4 with one scale per output channel loses much accuracy on small models "
                   "(docs/benchmarks.md, \"Weight-only int8 and int4\"); --per_group --group_size 32 or 64 keeps it")
