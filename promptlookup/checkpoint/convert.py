@@ -28,7 +28,7 @@ from . import layout as L
 from .sharding import shard_layer, shard_lm_head
 from .config import CHECKPOINT_KIND, checkpoint_config, resolve_dtype, torch_dtype
 from .quant_spec import HF_QUANT_LINEARS, QUANT_LINEARS, QuantSpec
-from .quantize import quantize_weight, shard_quantized
+from .quantize import quantize_weight, shard_quantized, shard_quantized_lm_head
 
 # Already quantized projections (e.g. GGUF Q4_1 blocks taken over exactly): full HF name ->
 # stored tensors (part -> tensor), in the layout :func:`quantize_weight` returns.
@@ -72,14 +72,32 @@ def _stage_tensors(state: dict[str, torch.Tensor], layout: L.Layout, pp_rank: in
                 ranks[tp_rank].update({L.layer_name(local, suffix): t for suffix, t in shard.items()})
         if progress is not None:
             progress.update(1)
+    table = quant is not None and quant.lm_head  # --quantize_lm_head: the table and head too
     if layout.is_first_stage(pp_rank):
-        for rank in ranks:
-            rank[L.EMBEDDING] = state[L.HF_EMBEDDING]
+        if table:  # replicated on every rank, as the float table
+            parts = quantize_weight(quant, source[L.HF_EMBEDDING])
+            for rank in ranks:
+                rank.update({_named(L.EMBEDDING, part): t for part, t in parts.items()})
+        else:
+            for rank in ranks:
+                rank[L.EMBEDDING] = state[L.HF_EMBEDDING]
     if layout.is_last_stage(pp_rank):
-        for rank, head in zip(ranks, shard_lm_head(state[L.HF_LM_HEAD], layout)):
+        if table:  # a tied head is the table: the same codes (quantization is deterministic)
+            head = source.get(L.HF_LM_HEAD, source[L.HF_EMBEDDING])
+            heads = shard_quantized_lm_head(quant, quantize_weight(quant, head), layout)
+            for rank, parts in zip(ranks, heads):
+                rank.update({_named(L.LM_HEAD, part): t for part, t in parts.items()})
+        else:
+            for rank, head in zip(ranks, shard_lm_head(state[L.HF_LM_HEAD], layout)):
+                rank[L.LM_HEAD] = head
+        for rank in ranks:
             rank[L.FINAL_NORM] = state[L.HF_FINAL_NORM]
-            rank[L.LM_HEAD] = head
     return ranks
+
+
+def _named(weight_name: str, part: str) -> str:
+    """``lm_head.weight`` + ``per_channel_scale`` -> ``lm_head.per_channel_scale``."""
+    return weight_name.removesuffix("weight") + part
 
 
 def _save(tensors: dict[str, torch.Tensor], path: Path) -> None:
@@ -114,7 +132,8 @@ def convert_model(
 
     ``dtype`` is the storage dtype: ``auto`` keeps the model's dtype except float32, which
     is stored as float16 (as TensorRT-LLM does). ``quant``: weight-only int8/int4 of the
-    decoder's projections (the embedding, LM head and norms stay in ``dtype``), quantized
+    decoder's projections (the embedding, LM head and norms stay in ``dtype``, unless
+    ``quant.lm_head`` quantizes the LM head and the embedding table too), quantized
     from the model's own (uncast) weights, except those ``prequantized`` gives already
     quantized. Raises :class:`UserError` when the model cannot be split by
     ``tp_size``/``pp_size`` (or its groups would be), or the output location is unusable.

@@ -21,7 +21,7 @@ from ..errors import UserError
 from . import layout as L
 from .sharding import unshard_layer, unshard_lm_head
 from .quant_spec import GROUP_SCALE, GROUP_ZERO, PER_CHANNEL_SCALE, QuantSpec
-from .quantize import dequantize, quantized_shapes, unshard_quantized
+from .quantize import dequantize, quantized_shapes, unshard_quantized, unshard_quantized_lm_head
 from .config import (
     llama_config_from_checkpoint,
     quant_spec_of,
@@ -107,13 +107,31 @@ def merge_ranks(
             for suffix, tensor in merged.items():
                 state[L.hf_layer_name(index, suffix)] = tensor
     first, last = 0, layout.pp_size - 1
-    state[L.HF_EMBEDDING] = rank_of(0, first)[L.EMBEDDING]
     state[L.HF_FINAL_NORM] = rank_of(0, last)[L.FINAL_NORM]
+    if quant is not None and quant.lm_head:  # the table and the head as codes and scales
+        parts = ("weight", *quant.tensor_suffixes())
+        for part in parts:
+            state[_named(L.HF_EMBEDDING, part)] = rank_of(0, first)[_named(L.EMBEDDING, part)]
+        if tie_word_embeddings:  # one table: the head's parts are the embedding's tensors
+            head = {part: state[_named(L.HF_EMBEDDING, part)] for part in parts}
+        else:
+            head = unshard_quantized_lm_head(
+                quant, [{part: rank_of(t, last)[_named(L.LM_HEAD, part)] for part in parts}
+                        for t in range(layout.tp_size)], layout)
+        for part, t in head.items():
+            state[_named(L.HF_LM_HEAD, part)] = t
+        return state
+    state[L.HF_EMBEDDING] = rank_of(0, first)[L.EMBEDDING]
     if tie_word_embeddings:
         state[L.HF_LM_HEAD] = state[L.HF_EMBEDDING]
     else:
         state[L.HF_LM_HEAD] = unshard_lm_head([rank_of(t, last)[L.LM_HEAD] for t in range(layout.tp_size)], layout)
     return state
+
+
+def _named(weight_name: str, part: str) -> str:
+    """``lm_head.weight`` + ``per_channel_scale`` -> ``lm_head.per_channel_scale``."""
+    return weight_name.removesuffix("weight") + part
 
 
 def _empty_model(config) -> LlamaForCausalLM:
@@ -188,6 +206,14 @@ def _dequantize_state(quant: QuantSpec, state: dict[str, torch.Tensor], num_laye
             base = L.hf_layer_name(index, suffix).removesuffix("weight")
             parts = {part: state.pop(base + part) for part in ("weight", *quant.tensor_suffixes())}
             state[base + "weight"] = dequantize(quant, parts)
+    if quant.lm_head:
+        tables: dict[int, torch.Tensor] = {}  # a tied head stays the table's tensor
+        for name in (L.HF_EMBEDDING, L.HF_LM_HEAD):
+            parts = {part: state.pop(_named(name, part)) for part in ("weight", *quant.tensor_suffixes())}
+            key = id(parts["weight"])
+            if key not in tables:
+                tables[key] = dequantize(quant, parts)
+            state[name] = tables[key]
 
 
 def load_checkpoint(

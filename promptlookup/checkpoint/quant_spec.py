@@ -7,10 +7,18 @@ TensorRT-LLM's ``convert_checkpoint.py --use_weight_only --weight_only_precision
 ``quant_algo`` ``W8A16`` (int8) or ``W4A16`` (int4), both one scale per output channel;
 its grouped int4 with zero points is ``W4A16_GPTQ`` (``group_size``, ``has_zero_point``),
 which ``--per_group`` selects here.
+
+TensorRT-LLM keeps the LM head and the embedding table in the float dtype by default
+(``exclude_modules`` lists them); ``examples/quantization/quantize.py --quantize_lm_head``
+quantizes the LM head too. Here ``--quantize_lm_head`` (``QuantSpec.lm_head``) quantizes the
+LM head *and* the embedding table with the projections' precision and groups (per row of the
+``[vocab, hidden]`` table), so a tied model holds one quantized table for both; the
+``quantization`` entry's ``exclude_modules`` then lists neither.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from fnmatch import fnmatchcase
 from typing import Any, Mapping
 
 from ..errors import UserError
@@ -23,6 +31,13 @@ HF_QUANT_LINEARS: tuple[str, ...] = (HF_Q, HF_K, HF_V, HF_O, HF_GATE, HF_UP, HF_
 PER_CHANNEL_SCALE = "per_channel_scale"
 GROUP_SCALE = "weights_scaling_factor"
 GROUP_ZERO = "zero"
+EXCLUDED_BY_DEFAULT = ("lm_head", "transformer.vocab_embedding")  # what the default writes
+# TensorRT-LLM's quantize_layers (tensorrt_llm/quantization/quantize.py) applies this list when
+# exclude_modules is empty or None; with --quantize_lm_head we write it less lm_head and the
+# embedding (an empty list would read as the default there, so it is not written empty).
+TRTLLM_DEFAULT_EXCLUDES = ("*lm_head", "*router", "*vocab_embedding", "*position_embedding", "*block_embedding",
+                           "*shared_expert_gate")
+WITH_LM_HEAD = tuple(p for p in TRTLLM_DEFAULT_EXCLUDES if p not in ("*lm_head", "*vocab_embedding"))
 ALGOS = {("int8", False): "W8A16", ("int4", False): "W4A16", ("int4", True): "W4A16_GPTQ"}
 
 
@@ -33,6 +48,7 @@ class QuantSpec:
 
     precision: str
     group_size: int | None = None
+    lm_head: bool = False  # the LM head and the embedding table quantized too (--quantize_lm_head)
 
     @property
     def quant_algo(self) -> str:
@@ -50,7 +66,7 @@ class QuantSpec:
             "group_size": self.group_size if self.group_size is not None else DEFAULT_GROUP_SIZE,
             "has_zero_point": self.group_size is not None,
             "pre_quant_scale": False,
-            "exclude_modules": ["lm_head", "transformer.vocab_embedding"],
+            "exclude_modules": list(WITH_LM_HEAD if self.lm_head else EXCLUDED_BY_DEFAULT),
         }
 
     @classmethod
@@ -64,9 +80,12 @@ class QuantSpec:
         algo = quant.get("quant_algo")
         if not algo:
             return None
+        # As TensorRT-LLM reads it: an empty or missing list means its default (lm_head excluded).
+        excluded = quant.get("exclude_modules") or TRTLLM_DEFAULT_EXCLUDES
+        lm_head = not any(fnmatchcase("lm_head", pattern) for pattern in excluded)
         for (precision, grouped), name in ALGOS.items():
             if name == algo:
-                return cls(precision, int(quant.get("group_size") or DEFAULT_GROUP_SIZE) if grouped else None)
+                return cls(precision, int(quant.get("group_size") or DEFAULT_GROUP_SIZE) if grouped else None, lm_head)
         raise UserError(f"quant_algo {algo} is not supported by the PyTorch runtime; it runs W8A16, W4A16 and "
                         f"W4A16_GPTQ (convert_checkpoint.py --use_weight_only)")
 

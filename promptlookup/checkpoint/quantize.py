@@ -30,9 +30,9 @@ from typing import Mapping
 
 import torch
 
-from .layout import Layout
+from .layout import EMBEDDING, LM_HEAD, Layout
 from .quant_spec import GROUP_SCALE, GROUP_ZERO, PER_CHANNEL_SCALE, QUANT_LINEARS, QuantSpec
-from .sharding import shard_linears, unshard_linears
+from .sharding import shard_lm_head, shard_linears, unshard_lm_head, unshard_linears
 
 # --- the numerics ---------------------------------------------------------------------------
 
@@ -150,6 +150,28 @@ def unshard_quantized(spec: QuantSpec, ranks: list[Mapping[str, torch.Tensor]],
     return hf
 
 
+def shard_quantized_lm_head(spec: QuantSpec, parts: Mapping[str, torch.Tensor], layout: Layout) -> list[dict[str, torch.Tensor]]:
+    """A quantized LM head's stored tensors (part -> tensor, rows = vocabulary rows) to one
+    ``{part: tensor}`` per tensor rank: every part is split on its rows as the float head is
+    (zero-padded to the padded vocabulary). Slicing only: exact."""
+    ranks: list[dict[str, torch.Tensor]] = [{} for _ in range(layout.tp_size)]
+    for part in ("weight", *spec.tensor_suffixes()):
+        t = parts[part]
+        for r, shard in enumerate(shard_lm_head(t.view(-1, 1) if t.dim() == 1 else t, layout)):
+            ranks[r][part] = shard.reshape(-1) if t.dim() == 1 else shard
+    return ranks
+
+
+def unshard_quantized_lm_head(spec: QuantSpec, ranks: list[Mapping[str, torch.Tensor]], layout: Layout) -> dict[str, torch.Tensor]:
+    """Inverse of :func:`shard_quantized_lm_head` (padding rows dropped)."""
+    out = {}
+    for part in ("weight", *spec.tensor_suffixes()):
+        one_dim = ranks[0][part].dim() == 1
+        t = unshard_lm_head([r[part].view(-1, 1) if one_dim else r[part] for r in ranks], layout)
+        out[part] = t.reshape(-1) if one_dim else t
+    return out
+
+
 def quantized_shapes(spec: QuantSpec, shapes: Mapping[str, tuple[int, ...]]) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
     """A rank file's expected ``{name: (shape, dtype or None)}`` once quantized, from its float
     shapes (:func:`~.layout.expected_shapes`): each projection's ``weight`` becomes its codes
@@ -157,7 +179,7 @@ def quantized_shapes(spec: QuantSpec, shapes: Mapping[str, tuple[int, ...]]) -> 
     out: dict[str, tuple[tuple[int, ...], torch.dtype | None]] = {}
     for name, shape in shapes.items():
         suffix = next((s for s in QUANT_LINEARS if name.endswith("." + s)), None)
-        if suffix is None:
+        if suffix is None and not (spec.lm_head and name in (EMBEDDING, LM_HEAD)):
             out[name] = (shape, None)
             continue
         rows, cols = shape

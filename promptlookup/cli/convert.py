@@ -52,6 +52,10 @@ def build_parser() -> ArgumentParser:
                        help="int4 only: one scale and zero per group of --group_size input columns (W4A16_GPTQ)")
     quant.add_argument("--group_size", type=_positive_int, default=None,
                        help=f"columns per int4 group with --per_group (default: {DEFAULT_GROUP_SIZE})")
+    quant.add_argument("--quantize_lm_head", action="store_true",
+                       help="with --use_weight_only: quantize the LM head and the embedding table too, per vocabulary "
+                            "row with the projections' precision and groups (one table when tied; TensorRT-LLM's "
+                            "quantize.py flag; default: both stay in --dtype)")
     return parser
 
 
@@ -63,7 +67,8 @@ def quant_spec_from_args(args: argparse.Namespace) -> "QuantSpec | None":
 
     given = [flag for flag, value in (("--weight_only_precision", args.weight_only_precision),
                                       ("--per_group", args.per_group or None),
-                                      ("--group_size", args.group_size)) if value is not None]
+                                      ("--group_size", args.group_size),
+                                      ("--quantize_lm_head", args.quantize_lm_head or None)) if value is not None]
     if not args.use_weight_only:
         if given:
             raise UserError(f"{given[0]} needs --use_weight_only (without it the checkpoint is not quantized)")
@@ -74,7 +79,8 @@ def quant_spec_from_args(args: argparse.Namespace) -> "QuantSpec | None":
                         "or pass --weight_only_precision int4")
     if args.group_size is not None and not args.per_group:
         raise UserError("--group_size applies with --per_group (int4 W4A16_GPTQ); add --per_group or drop it")
-    return QuantSpec(precision, (args.group_size or DEFAULT_GROUP_SIZE) if args.per_group else None)
+    return QuantSpec(precision, (args.group_size or DEFAULT_GROUP_SIZE) if args.per_group else None,
+                     lm_head=args.quantize_lm_head)
 
 
 def _check_gguf_split(path: Path, tp_size: int, pp_size: int) -> "Layout | None":
@@ -135,8 +141,9 @@ def main(argv: list[str] | None = None) -> int:
           f"pp_size={args.pp_size}, dtype {cfg['dtype']}) in {time.perf_counter() - start:.1f}s")
     if quant is not None:
         grouping = f"groups of {quant.group_size}" if quant.group_size else "one scale per output channel"
-        print(f"quantized the decoder's projections: {quant.quant_algo} ({quant.precision}, {grouping}); "
-              f"embedding and LM head kept in {cfg['dtype']}")
+        rest = ("embedding table and LM head too (--quantize_lm_head)" if quant.lm_head
+                else f"embedding and LM head kept in {cfg['dtype']}")
+        print(f"quantized the decoder's projections: {quant.quant_algo} ({quant.precision}, {grouping}); {rest}")
         if quant.precision == "int4" and quant.group_size is None:
             print("note: int4 with one scale per output channel loses much accuracy on small models "
                   "(docs/benchmarks.md, \"Weight-only int8 and int4\"); --per_group --group_size 32 or 64 keeps it")

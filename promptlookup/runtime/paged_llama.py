@@ -264,8 +264,8 @@ class PagedLlama(nn.Module):
         self.num_kv_heads = config.num_key_value_heads
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
         self.scaling = self.head_dim**-0.5  # as Hugging Face's LlamaAttention
-        self.embed_weight = state.pop(HF_EMBEDDING).detach()
-        on_cpu = self.embed_weight.device.type == "cpu"
+        table = state.pop(HF_EMBEDDING).detach()
+        on_cpu = table.device.type == "cpu"
 
         if cpu_weight_copies not in CPU_WEIGHT_COPIES:
             raise UserError(f"cpu_weight_copies must be 1 or 2, got {cpu_weight_copies!r}")
@@ -293,15 +293,32 @@ class PagedLlama(nn.Module):
             return proj((torch.cat(parts) if len(parts) > 1 else parts[0]), bias)
 
         lm_head = take(HF_LM_HEAD)
-        tied = lm_head is None or _same_tensor(lm_head, self.embed_weight)
-        if tied:  # the product for few rows can stream the embedding table, resident anyway
-            self.lm_head = proj(self.embed_weight, shared=self.embed_weight)
+        tied = lm_head is None or _same_tensor(lm_head, table)
+        # --quantize_lm_head: the table is int8/int4 codes with their scales (one QuantLinear).
+        # Tied, that one QuantLinear is both the embedding (rows dequantized on lookup) and the
+        # LM head (kernels.linear_int8/int4): one set of tensors, no float table anywhere.
+        self.embed_table: QuantLinear | None = None
+        self.embed_weight: torch.Tensor | None = None
+        if table.dtype in (torch.int8, torch.uint8):
+            self.embed_table = _quant_part(table, HF_EMBEDDING.removesuffix("weight"), take)
+            if tied:
+                for part in ("per_channel_scale", "weights_scaling_factor", "zero"):
+                    take(HF_LM_HEAD.removesuffix("weight") + part)  # the table's own tensors again
+                self.lm_head = self.embed_table
+            else:
+                self.lm_head = _quant_part(lm_head, HF_LM_HEAD.removesuffix("weight"), take)
         else:
-            self.lm_head = proj(lm_head)
+            self.embed_weight = table
+            if tied:  # the product for few rows can stream the embedding table, resident anyway
+                self.lm_head = proj(table, shared=table)
+            elif lm_head.dtype in (torch.int8, torch.uint8):
+                self.lm_head = _quant_part(lm_head, HF_LM_HEAD.removesuffix("weight"), take)
+            else:
+                self.lm_head = proj(lm_head)
         self.eps = float(config.rms_norm_eps)
         self.norm_shape = (config.hidden_size,)
         self.norm = _frozen(take(HF_FINAL_NORM))
-        self.rotary = RotaryTable(config, self.embed_weight.dtype, self.embed_weight.device)
+        self.rotary = RotaryTable(config, self.norm.dtype, self.norm.device)
         self.act = ACT2FN[config.hidden_act]
         self.layers = nn.ModuleList()
         for i in range(config.num_hidden_layers):
@@ -344,6 +361,8 @@ class PagedLlama(nn.Module):
         for p in self.parameters():
             add(p)
         projections = [self.lm_head] + [getattr(b, n) for b in self.layers for n in ("qkv", "o_proj", "gate_up", "down_proj")]
+        if self.embed_table is not None and self.embed_table is not self.lm_head:
+            projections.append(self.embed_table)  # untied: the table's own codes
         for pr in projections:
             if isinstance(pr, QuantLinear):
                 total += pr.resident_bytes()
@@ -357,11 +376,16 @@ class PagedLlama(nn.Module):
 
     @property
     def device(self) -> torch.device:
-        return self.embed_weight.device
+        return self.norm.device
 
     @property
     def dtype(self) -> torch.dtype:
-        return self.embed_weight.dtype
+        return self.norm.dtype
+
+    @property
+    def tied_table(self) -> bool:
+        """Whether the embedding lookup and the LM head read one quantized table."""
+        return self.embed_table is not None and self.embed_table is self.lm_head
 
     @torch.inference_mode()
     def forward(self, layout: BatchLayout, pool: KVPool) -> torch.Tensor:
@@ -381,7 +405,11 @@ class PagedLlama(nn.Module):
     def embed(self, layout: BatchLayout) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The step's input rows ``[B*Q, hidden]`` and their rotary ``cos``, ``sin_signed``
         ``[B*Q, 1, head_dim]`` (:meth:`.rotary.RotaryTable.lookup`)."""
-        h = F.embedding(layout.input_ids.reshape(-1), self.embed_weight)
+        ids = layout.input_ids.reshape(-1)
+        if self.embed_table is not None:
+            h = self.embed_table.rows(ids).to(self.dtype)
+        else:
+            h = F.embedding(ids, self.embed_weight)
         cos, sin = self.rotary.lookup(layout.positions.reshape(-1))
         return h, cos, sin
 

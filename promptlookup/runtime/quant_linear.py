@@ -76,6 +76,17 @@ class QuantLinear:
             return (self.qweight.float() * self.scale.view(-1, 1)).to(dtype)
         return kernels.dequantize_int4(self.qweight, self.scale, self.offset, self.group_size).to(dtype)
 
+    def rows(self, index: torch.Tensor) -> torch.Tensor:
+        """float32 rows ``index`` of the weight (``codes[row] * scale[row] (+ offset[row])``):
+        an embedding lookup on a quantized table, equal to ``dequantize()[index]``. Cost:
+        O(len(index) * in)."""
+        q = self.qweight.index_select(0, index)
+        scale = self.scale.index_select(0, index)
+        if self.offset is None:
+            return q.float() * scale.view(-1, 1)
+        offset = self.offset.index_select(0, index)
+        return kernels.dequantize_int4(q, scale, offset, self.group_size)
+
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if x.device.type != "cpu":
             return F.linear(x, self.dequantize(x.dtype), self.bias)

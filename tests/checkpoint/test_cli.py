@@ -83,6 +83,8 @@ CASES = {
                                           "--weight_only_precision needs --use_weight_only"),
     "per_group without use_weight_only": (lambda t, h: ["--model_dir", str(h), "--per_group"],
                                           "--per_group needs --use_weight_only"),
+    "quantize_lm_head without use_weight_only": (lambda t, h: ["--model_dir", str(h), "--quantize_lm_head"],
+                                                 "--quantize_lm_head needs --use_weight_only"),
     "int8 per group": (lambda t, h: ["--model_dir", str(h), "--use_weight_only", "--per_group"],
                        "--per_group applies to int4"),
     "group size without per_group": (lambda t, h: ["--model_dir", str(h), "--use_weight_only", "--weight_only_precision",

@@ -197,3 +197,28 @@ def test_pipeline_stages_carry_their_layers_quantized(tmp_path):
     for key, w in model.state_dict().items():
         if key.endswith("_proj.weight"):
             torch.testing.assert_close(merged[key], dequantize(spec, quantize_weight(spec, w)), rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("tied", [True, False])
+@pytest.mark.parametrize("spec", [QuantSpec("int8", lm_head=True), QuantSpec("int4", 32, lm_head=True),
+                                  QuantSpec("int4", lm_head=True)], ids=["int8", "int4g32", "int4ch"])
+@pytest.mark.parametrize("tp,pp", [(1, 1), (2, 2)])
+def test_quantize_lm_head_round_trips_over_ranks(tmp_path, tied, spec, tp, pp):
+    """--quantize_lm_head: the head is split by vocabulary rows (padded: vocab 101 over 2
+    ranks), the table whole on the first stage; loading gives back the same codes, a tied
+    head as the table's own tensors, and the paged model one table for both."""
+    from promptlookup.runtime.paged_llama import PagedLlama
+
+    model = tiny_llama(seed=1, vocab_size=101, tie_word_embeddings=tied)
+    out = convert_model(model, None, tmp_path / "c", dtype="float32", quant=spec, tp_size=tp, pp_size=pp)
+    config, state = load_checkpoint_state(out, dtype="auto")
+    head = quantize_weight(spec, model.lm_head.weight)
+    for part, t in head.items():
+        assert torch.equal(state["lm_head." + part], t)
+    assert (state["lm_head.weight"] is state["model.embed_tokens.weight"]) == tied
+    float_model = load_checkpoint(out)
+    paged = PagedLlama(config, state)
+    assert paged.tied_table == tied and paged.embed_weight is None
+    ids = torch.tensor([0, 3, 100, 3])
+    assert torch.equal(paged.embed_table.rows(ids), float_model.model.embed_tokens.weight[ids])
+    assert torch.equal(paged.lm_head.dequantize(), float_model.lm_head.weight)

@@ -4,7 +4,9 @@ Checked against Hugging Face's own ``generate`` on tiny random models, for V1 an
 batched (different prompt lengths) and unbatched, over several (k, n) settings, drafter
 modes, block reuse on and off, and a KV budget small enough to force eviction. The same
 checks run on weight-only int8 and int4 engines (params ``int8``/``int4``), whose reference
-is our own plain decoding of each prompt alone (Hugging Face has no such products).
+is our own plain decoding of each prompt alone (Hugging Face has no such products); ``int4_lm``
+is int4 with ``--quantize_lm_head`` on a tied model (one quantized table for the embedding and
+the LM head), ``int8_lm`` int8 with it on an untied one (table and head quantized apart).
 """
 import random
 
@@ -35,10 +37,11 @@ def make_prompts(seed: int, count: int = 5) -> list[list[int]]:
     return prompts
 
 
-@pytest.fixture(scope="module", params=[0, 1, "int8", "int4"])
+@pytest.fixture(scope="module", params=[0, 1, "int8", "int4", "int4_lm", "int8_lm"])
 def model_and_reference(request):
     if isinstance(request.param, str):  # a quantized engine: plain decoding, one prompt at a time
-        model = quantized_model(tiny_llama(seed=0), request.param)
+        tied = request.param == "int4_lm"
+        model = quantized_model(tiny_llama(seed=0, tie_word_embeddings=tied), request.param)
         prompts = make_prompts(0)
         reference = [generate(runner_for(model), [p], max_new_tokens=MAX_NEW, end_id=END_ID)[0].output_ids
                      for p in prompts]

@@ -1,6 +1,8 @@
 """Weight-only int8/int4 engines end to end: resident weights are the engine's own (no float
 copy kept), a fraction of the float32 engine's; run.py records the precision; the compiled
-route is refused in one line. (Greedy identity on quantized engines: test_greedy_equivalence,
+route is refused in one line. With ``--quantize_lm_head`` (``QuantSpec(..., lm_head=True)``) the
+tied embedding table and LM head are one quantized table, on a geometry where the table is a
+real share of the weights as on SmolLM2. (Greedy identity on quantized engines: test_greedy_equivalence,
 test_lookahead and test_tree_lookup, parametrized over int8/int4.)"""
 from __future__ import annotations
 
@@ -23,6 +25,14 @@ GEOMETRY = dict(vocab_size=256, hidden_size=128, intermediate_size=512, num_hidd
 TARGET = {"int8": 0.35, "int4": 0.2, "int4_g128": 0.2}
 
 
+# SmolLM2-135M scaled down: 49152 x 576 tied table vs 30 layers of 576/1536 (the table ~21% of
+# the fp32 weights); here 768 x 64 vs 4 layers of 64/192 (~20%).
+TIED_GEOMETRY = dict(vocab_size=768, hidden_size=64, intermediate_size=192, num_hidden_layers=4,
+                     tie_word_embeddings=True)
+TABLE_SPECS = {"fp32": None, "int8": QuantSpec("int8"), "int4": QuantSpec("int4", 32),
+               "int8_lm": QuantSpec("int8", lm_head=True), "int4_lm": QuantSpec("int4", 32, lm_head=True)}
+
+
 @pytest.fixture(scope="module")
 def engines(tmp_path_factory):
     model = tiny_llama(seed=5, **GEOMETRY)
@@ -38,6 +48,59 @@ def test_resident_weights_are_the_quantized_engine_alone(engines, name):
     own = engine_weight_bytes(engines[name])
     assert 0.9 * own <= held <= 1.15 * own  # int4 per channel adds its computed offsets
     assert held <= TARGET[name] * fp32, held / fp32
+
+
+@pytest.fixture(scope="module")
+def tied_engines(tmp_path_factory):
+    model = tiny_llama(seed=7, **TIED_GEOMETRY)
+    root = tmp_path_factory.mktemp("tied_quant_engines")
+    return {name: _build_engine(model, None, root / name, max_seq_len=256, max_input_len=128, quant=spec)
+            for name, spec in TABLE_SPECS.items()}
+
+
+@pytest.mark.parametrize("name", ["int8", "int4"])
+def test_quantize_lm_head_meets_the_targets_with_one_table(tied_engines, name):
+    """Without the flag the float table caps the ratio above the target; with it, one
+    quantized table serves the lookup and the head, and the targets hold."""
+    fp32 = load_runner(tied_engines["fp32"], device="cpu").model.resident_weight_bytes()
+    plain = load_runner(tied_engines[name], device="cpu").model.resident_weight_bytes()
+    model = load_runner(tied_engines[name + "_lm"], device="cpu").model
+    held = model.resident_weight_bytes()
+    assert plain > TARGET[name] * fp32, plain / fp32  # the geometry's table is a real share
+    assert held <= TARGET[name] * fp32, held / fp32
+    assert model.tied_table and model.embed_weight is None  # no float table held
+    own = engine_weight_bytes(tied_engines[name + "_lm"])
+    # the engine stores lm_head.* beside the table (TensorRT-LLM always stores lm_head); one is resident
+    assert held == pytest.approx(own - model.lm_head.resident_bytes(), rel=0.01)
+
+
+@pytest.mark.parametrize("name", ["int8_lm", "int4_lm"])
+def test_quantized_table_lookup_is_the_dequantized_rows(tied_engines, name):
+    import torch
+
+    from promptlookup.checkpoint.load import load_checkpoint
+
+    model = load_runner(tied_engines[name], device="cpu").model
+    table = model.embed_table.dequantize()
+    ids = torch.tensor([0, 5, 767, 5, 300])
+    assert torch.equal(model.embed_table.rows(ids), table[ids])
+    # the float model the engine stands for (load_checkpoint dequantizes) has that table as both
+    hf = load_checkpoint(tied_engines[name])
+    assert torch.equal(hf.model.embed_tokens.weight, table)
+    assert torch.equal(hf.lm_head.weight, table)
+
+
+def test_quantize_lm_head_is_recorded_in_the_quant_config(tied_engines):
+    from promptlookup.checkpoint.load import read_checkpoint_config
+
+    quant = read_checkpoint_config(tied_engines["int4_lm"])["quantization"]
+    assert quant["quant_algo"] == "W4A16_GPTQ" and quant["exclude_modules"]  # empty reads as the default
+    assert not any("lm_head" in m or "vocab_embedding" in m for m in quant["exclude_modules"])
+    default = read_checkpoint_config(tied_engines["int4"])["quantization"]["exclude_modules"]
+    assert "lm_head" in default
+    assert QuantSpec.from_config(quant) == TABLE_SPECS["int4_lm"]
+    for empty in ([], None):  # TensorRT-LLM reads an empty list as its default, lm_head excluded
+        assert not QuantSpec.from_config({**quant, "exclude_modules": empty}).lm_head
 
 
 def test_compiled_route_is_refused_for_quantized_engines(engines):
