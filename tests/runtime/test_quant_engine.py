@@ -33,12 +33,17 @@ TABLE_SPECS = {"fp32": None, "int8": QuantSpec("int8"), "int4": QuantSpec("int4"
                "int8_lm": QuantSpec("int8", lm_head=True), "int4_lm": QuantSpec("int4", 32, lm_head=True)}
 
 
+def _engines(tmp_path_factory, folder: str, seed: int, geometry: dict, specs: dict) -> dict:
+    """One tiny engine per ``specs`` entry, all from the same random model."""
+    model = tiny_llama(seed=seed, **geometry)
+    root = tmp_path_factory.mktemp(folder)
+    return {name: _build_engine(model, None, root / name, max_seq_len=256, max_input_len=128, quant=spec)
+            for name, spec in specs.items()}
+
+
 @pytest.fixture(scope="module")
 def engines(tmp_path_factory):
-    model = tiny_llama(seed=5, **GEOMETRY)
-    root = tmp_path_factory.mktemp("quant_engines")
-    return {name: _build_engine(model, None, root / name, max_seq_len=256, max_input_len=128, quant=spec)
-            for name, spec in SPECS.items()}
+    return _engines(tmp_path_factory, "quant_engines", 5, GEOMETRY, SPECS)
 
 
 @pytest.mark.parametrize("name", ["int8", "int4", "int4_g128"])
@@ -52,10 +57,7 @@ def test_resident_weights_are_the_quantized_engine_alone(engines, name):
 
 @pytest.fixture(scope="module")
 def tied_engines(tmp_path_factory):
-    model = tiny_llama(seed=7, **TIED_GEOMETRY)
-    root = tmp_path_factory.mktemp("tied_quant_engines")
-    return {name: _build_engine(model, None, root / name, max_seq_len=256, max_input_len=128, quant=spec)
-            for name, spec in TABLE_SPECS.items()}
+    return _engines(tmp_path_factory, "tied_quant_engines", 7, TIED_GEOMETRY, TABLE_SPECS)
 
 
 @pytest.mark.parametrize("name", ["int8", "int4"])

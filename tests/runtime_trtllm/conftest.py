@@ -7,8 +7,10 @@ whether TensorRT-LLM or a GPU is there; each one that cares sets the answer up h
 from __future__ import annotations
 
 import importlib.machinery
+import json
 import sys
 import types
+from pathlib import Path
 from typing import Sequence
 
 import pytest
@@ -44,3 +46,12 @@ def simulate_gpus(monkeypatch: pytest.MonkeyPatch, capabilities: Sequence[tuple[
     monkeypatch.setattr(torch.cuda, "device_count", lambda: len(caps))
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda i=0: caps[i])
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=0: f"Simulated GPU {i} (sm_{caps[i][0]}{caps[i][1]})")
+
+
+@pytest.fixture
+def hf_dir(tmp_path: Path) -> Path:
+    """A Hugging Face Llama folder as far as the adapter looks (its ``config.json``)."""
+    d = tmp_path / "hf"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "vocab_size": 64}))
+    return d

@@ -37,14 +37,6 @@ def llm_cls():
     return Fake
 
 
-@pytest.fixture
-def hf_dir(tmp_path: Path) -> Path:
-    d = tmp_path / "hf"
-    d.mkdir()
-    (d / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "vocab_size": 64}))
-    return d
-
-
 def make(hf_dir: Path, llm_cls, **kw) -> TrtllmLookupGenerator:
     return TrtllmLookupGenerator(
         hf_dir,

@@ -30,14 +30,6 @@ def release(request, monkeypatch):
     installed_release.cache_clear()
 
 
-@pytest.fixture
-def hf_dir(tmp_path: Path) -> Path:
-    d = tmp_path / "hf"
-    d.mkdir()
-    (d / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "vocab_size": 64}))
-    return d
-
-
 def one_line(exc: pytest.ExceptionInfo) -> str:
     text = str(exc.value)
     assert "\n" not in text
