@@ -1,7 +1,6 @@
 """V2 adapter: the LLM API with NGramDecodingConfig, mapped through recording fakes."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
