@@ -101,6 +101,9 @@ torch.set_num_threads(1)
 # 1 s there belongs here. Tests that use the real SmolLM2 engine are slow automatically.
 SLOW_TESTS = (
     "tests/runtime/test_smollm2_lookup.py",
+    "tests/runtime/test_quant_engine.py::test_run_py_records_the_precision",
+    "tests/runtime/test_quant_engine.py::test_run_py_refuses_torch_compile_on_a_quantized_engine",
+    "tests/runtime/test_kernels.py::test_the_environment_variable_forces_a_path",
     "tests/checkpoint/test_smollm2.py",
     "tests/sampling/test_exact_distribution.py",
     "tests/sampling/test_seed_alignment.py::test_speculative_equals_plain_token_for_token",
@@ -169,5 +172,6 @@ def _is_listed(nodeid: str) -> bool:
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if _is_listed(item.nodeid) or "smollm2_engine_dir" in getattr(item, "fixturenames", ()):
+        # the real SmolLM2 engine, or an engine built with --torch_compile inductor (compiles at build)
+        if _is_listed(item.nodeid) or {"smollm2_engine_dir", "aot_engine"} & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
