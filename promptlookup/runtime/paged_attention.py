@@ -193,12 +193,11 @@ def _probe(device: str, dtype: torch.dtype, heads: int, kv_heads: int, head_dim:
     tables = torch.tensor([[7, 2, 10, 0], [4, 9, 1, 5]])[:, :width]
     ctx = torch.tensor([2 * block_size + 3, 3 * block_size + rows])
     base = ctx - rows
-    parents = [-1] + [0] * (rows > 1) + list(range(1, rows - 1))  # rows 1 and 2 both follow row 0
-    visible = torch.zeros(rows, rows, dtype=torch.long)
-    for r, p in enumerate(parents):
-        visible[r] = visible[p] if p >= 0 else 0
-        visible[r, r] = 1
-    visible = visible.expand(2, rows, rows).contiguous()
+    from .paged_llama import row_tree  # the step's tree rule (imported here: paged_llama imports this module)
+
+    parents = ([-1, 0, 0] + list(range(2, rows - 1)))[:rows]  # rows 1 and 2 both follow row 0
+    _, seen = row_tree(parents, rows)
+    visible = torch.tensor([[(bits >> c) & 1 for c in range(rows)] for bits in seen]).expand(2, rows, rows).contiguous()
     args = [t.to(device=device, dtype=dtype) for t in (q, pool_k, pool_v)]
     mask = pool_block_mask(*(t.to(device) for t in (tables, ctx, base, visible)), block_size, num_blocks)
     scale = head_dim ** -0.5
