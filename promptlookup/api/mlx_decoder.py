@@ -11,12 +11,25 @@ the longest matching n-gram is used (the pool with ``is_use_oldest=False``, priv
 request), the text is printed as it is accepted (accepted draft tokens highlighted with
 ``color``), followed by a statistics line; the generated text is returned and
 :attr:`last_result` keeps the token-level result.
+
+Errors are :class:`~promptlookup.errors.UserError` in one line, naming MLX's parameters
+(``n_draft``, ``ngram_max``, ``ngram_min``, ``max_tokens``, ``temp``, ``seed``), checked
+before anything runs.
+
+As a script, like MLX's prompt-lookup example (``pld-mlx-decoder`` once installed)::
+
+    python -m promptlookup.api.mlx_decoder --prompt "..." --max-tokens 100 --n-draft 10 \
+        --ngram-max 3 --ngram-min 1 --temp 0.0 --seed 0 --color [--model-name ENGINE_OR_MODEL]
+
+Bad input is one line on stderr and exit code 2.
 """
 from __future__ import annotations
 
+import argparse
+import math
 import os
 import sys
-from typing import TextIO
+from typing import Any, Callable, TextIO
 
 from ..runtime.results import SequenceResult
 from ..errors import UserError
@@ -47,18 +60,18 @@ class PromptLookupDecoder:
         seed: int = 0,
         color: bool = False,
         stream: TextIO | None = None,
+        _name: Callable[[str], str] | None = None,
     ) -> str:
-        """Generate up to ``max_tokens`` tokens for ``prompt``, printing them as they come."""
+        """Generate up to ``max_tokens`` tokens for ``prompt``, printing them as they come.
+        Cost: one encode, then V2 single-call decoding with a private n-gram pool."""
         from ..cli.inputs import encode_text
         from ..cli.stream_output import StreamPrinter
         from ..decoding import generate
         from ..drafting import DraftConfig
         from ..runtime.base import SamplingConfig
 
-        if not isinstance(prompt, str) or not prompt:
-            raise UserError("prompt must be a non-empty string")
-        if temp < 0:
-            raise UserError(f"temp must be >= 0, got {temp}")
+        check_arguments(prompt, max_tokens=max_tokens, n_draft=n_draft, ngram_max=ngram_max, ngram_min=ngram_min,
+                        temp=temp, seed=seed, max_draft_len=self.runner.limits.max_draft_len, name=_name or _param)
         draft = DraftConfig(prompt_lookup_num_tokens=n_draft, max_matching_ngram_size=ngram_max,
                             min_matching_ngram_size=ngram_min, is_use_oldest=False, is_public_pool=False)
         end_id = self.tokenizer.eos_token_id
@@ -67,6 +80,7 @@ class PromptLookupDecoder:
         out = stream if stream is not None else sys.stdout
         printer = StreamPrinter(self.tokenizer, out, color=color, num_sequences=1)
         ids = encode_text(self.tokenizer, prompt, use_chat_template=False)
+        check_length(len(ids), max_tokens, self.runner.limits, _name or _param)
         result = generate(self.runner, [ids], max_new_tokens=max_tokens, end_id=end_id,
                           sampling=SamplingConfig(float(temp), 0, 1.0, int(seed)), draft=draft, workflow="v2",
                           on_step=printer.on_step, draft_length_policy="full")[0]
@@ -76,3 +90,92 @@ class PromptLookupDecoder:
                   f"({100 * result.acceptance_rate:.1f}%) ===\n")
         self.last_result = result
         return text
+
+
+def _param(name: str) -> str:
+    return name
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def check_arguments(prompt: Any, *, max_tokens: Any, n_draft: Any, ngram_max: Any, ngram_min: Any, temp: Any,
+                    seed: Any, max_draft_len: int, name: Callable[[str], str] = _param) -> None:
+    """Refuse bad arguments in one line each, naming MLX's parameters (no other API's);
+    ``name`` spells them (the script passes its flags' spelling, ``--n-draft``)."""
+    if not isinstance(prompt, str) or not prompt:
+        raise UserError(f"{name('prompt')} must be a non-empty string")
+    for key, value in (("max_tokens", max_tokens), ("n_draft", n_draft), ("ngram_max", ngram_max),
+                       ("ngram_min", ngram_min)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise UserError(f"{name(key)} must be a positive integer, got {value!r}")
+    if ngram_min > ngram_max:
+        raise UserError(f"{name('ngram_min')} {ngram_min} exceeds {name('ngram_max')} {ngram_max}; "
+                        "no n-gram could ever match")
+    if n_draft > max_draft_len:
+        raise UserError(f"{name('n_draft')} {n_draft} exceeds the engine's max_draft_len {max_draft_len}; lower "
+                        f"{name('n_draft')} or rebuild the engine with --max_draft_len {n_draft}")
+    if isinstance(temp, bool) or not isinstance(temp, (int, float)) or not math.isfinite(temp) or temp < 0:
+        raise UserError(f"{name('temp')} must be a finite number >= 0, got {temp!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise UserError(f"{name('seed')} must be a non-negative integer, got {seed!r}")
+
+
+def check_length(prompt_tokens: int, max_tokens: int, limits: Any, name: Callable[[str], str] = _param) -> None:
+    """Refuse a prompt the engine cannot hold, or no room for ``max_tokens`` after it."""
+    if prompt_tokens > limits.max_input_len:
+        raise UserError(f"{name('prompt')} has {prompt_tokens} tokens, more than the engine's max_input_len "
+                        f"{limits.max_input_len}; shorten it")
+    if prompt_tokens + max_tokens > limits.max_seq_len:
+        raise UserError(f"{name('max_tokens')} {max_tokens} after a {prompt_tokens}-token prompt exceeds the engine's "
+                        f"max_seq_len {limits.max_seq_len}; lower {name('max_tokens')} to "
+                        f"{limits.max_seq_len - prompt_tokens} or less")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The script's flags: MLX's prompt-lookup example's names (hyphenated), plus --num-threads."""
+    from ..cli.args import ArgumentParser
+
+    p = ArgumentParser(prog="python -m promptlookup.api.mlx_decoder",
+                       description="Prompt lookup decoding, MLX's example interface.")
+    p.add_argument("--model-name", dest="model_name", default=None,
+                   help="engine directory, Hugging Face Llama directory or GGUF file (default: the bundled SmolLM2)")
+    p.add_argument("--prompt", required=True, help="the prompt text")
+    p.add_argument("--max-tokens", dest="max_tokens", type=int, default=100, help="new tokens at most")
+    p.add_argument("--n-draft", dest="n_draft", type=int, default=10, help="tokens drafted per match")
+    p.add_argument("--ngram-max", dest="ngram_max", type=int, default=3, help="longest n-gram matched")
+    p.add_argument("--ngram-min", dest="ngram_min", type=int, default=1, help="shortest n-gram matched")
+    p.add_argument("--temp", type=float, default=0.0, help="sampling temperature; 0: greedy")
+    p.add_argument("--seed", type=int, default=0, help="sampling seed")
+    p.add_argument("--color", action="store_true", help="highlight accepted draft tokens")
+    p.add_argument("--num-threads", dest="num_threads", type=int, default=None,
+                   help="PyTorch CPU threads (default: as run.py's --num_threads)")
+    p.add_argument("--device", default=None, help="auto (default), cpu, cuda or cuda:N")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse, check every value (before loading the model), print the prompt, then generate."""
+    from ..threads import configure_threads
+
+    args = build_parser().parse_args(argv)
+    configure_threads(args.num_threads, "--num-threads")
+    check_arguments(args.prompt, max_tokens=args.max_tokens, n_draft=args.n_draft, ngram_max=args.ngram_max,
+                    ngram_min=args.ngram_min, temp=args.temp, seed=args.seed, max_draft_len=sys.maxsize, name=_flag)
+    model = args.model_name
+    if model is None:
+        from ..checkpoint.bundled import smollm2_gguf_path
+
+        model = str(smollm2_gguf_path())
+    decoder = PromptLookupDecoder(model, device=args.device)
+    print(args.prompt, flush=True)
+    decoder.prompt_lookup(args.prompt, max_tokens=args.max_tokens, n_draft=args.n_draft, ngram_max=args.ngram_max,
+                          ngram_min=args.ngram_min, temp=args.temp, seed=args.seed, color=args.color, _name=_flag)
+    return 0
+
+
+if __name__ == "__main__":
+    from ..errors import run_cli
+
+    run_cli(main)
