@@ -278,4 +278,6 @@ def _run(args: Any, given: Any, begun: float) -> int:
             },
         )
         print(f"wrote {args.output_json}")
+    if printer is not None and printer.pipe_closed:  # after every file asked for is written: exit 141
+        raise BrokenPipeError("stdout's reader has gone")
     return 0

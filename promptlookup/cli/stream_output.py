@@ -21,6 +21,11 @@ would be unreadable, so the printer collects tokens and :meth:`StreamPrinter.fin
 prints each text as a block, the first line prefixed ``[i] `` and the following lines
 indented to match.
 
+A closed pipe (``run.py --streaming | head -1``): the printer's writes stop at the first
+:class:`BrokenPipeError`, the stream's file descriptor is pointed at ``/dev/null`` (so later
+prints of the script cannot fail half-way), and :attr:`StreamPrinter.pipe_closed` is set;
+generation goes on, and the script writes the files it was asked for before it exits 141.
+
 Colour (``--color``): tokens that came from accepted drafts (the first ``accepted``
 tokens of each :class:`StepEvent`, or ``SequenceResult.draft_flags``) are shown in
 :data:`DRAFT_COLOR`, as the MLX and llama.cpp prompt-lookup demos highlight them. Colour
@@ -227,6 +232,7 @@ class StreamPrinter:
         self._texts = [IncrementalText(tokenizer, track_drafts=color) for _ in range(num_sequences)]
         self._flags: list[list[bool]] = [[] for _ in range(num_sequences)]
         self._finished: list[str] | None = None
+        self.pipe_closed = False  # the stream's reader went away (BrokenPipeError); nothing more is written
 
     def on_step(self, event: StepEvent) -> None:
         seq = self._texts[event.index]
@@ -242,8 +248,23 @@ class StreamPrinter:
     def _write(self, segments: Sequence[Segment], indent: str = "") -> None:
         text = render(segments, self.color, indent)
         if text:
+            self._emit(text)
+
+    def _emit(self, text: str) -> None:
+        """Write and flush ``text``, unless the reader has gone (see the module docstring)."""
+        if self.pipe_closed:
+            return
+        try:
             self.stream.write(text)
             self.stream.flush()
+        except BrokenPipeError:
+            self.pipe_closed = True
+            try:  # what is still buffered, and every later print, goes nowhere instead of failing
+                devnull = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(devnull, self.stream.fileno())
+                os.close(devnull)
+            except (OSError, ValueError, AttributeError):
+                pass
 
     def finish(self) -> list[str]:
         if self._finished is not None:
@@ -252,16 +273,15 @@ class StreamPrinter:
         if self.live:
             seq = self._texts[0]
             if seq.broken:
-                self.stream.write("\n" + render(draft_segments(self.tokenizer, seq.ids, self._flags[0]), self.color))
+                self._emit("\n" + render(draft_segments(self.tokenizer, seq.ids, self._flags[0]), self.color))
             else:
                 self._write(seq.flush())
-            self.stream.write("\n")
+            self._emit("\n")
         else:
             for i, seq in enumerate(self._texts):
                 prefix = f"[{i}] "
                 body = render(draft_segments(self.tokenizer, seq.ids, self._flags[i]), self.color, " " * len(prefix))
-                self.stream.write(prefix + body + "\n")
-        self.stream.flush()
+                self._emit(prefix + body + "\n")
         self._finished = texts
         return list(texts)
 
