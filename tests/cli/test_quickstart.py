@@ -157,3 +157,13 @@ def test_help_says_why_defaults_differ_from_tensorrt_llm():
         assert "TensorRT-LLM's" in helps[dest] and ":" in helps[dest], dest
     args = parser.parse_args([])
     assert (args.max_num_tokens, args.max_beam_width, args.max_seq_len) == (8192, 1, None)  # TensorRT-LLM's
+
+
+@pytest.mark.parametrize("flags", [["--max_beam_width", "4"], ["--kv_cache_fraction", "0.9"], ["--n", "0"]])
+def test_refusals_are_one_line_exit_2(flags, capsys):
+    from promptlookup.errors import run_cli
+
+    with pytest.raises(SystemExit) as exc:
+        run_cli(qs.main, ["--model_dir", "nowhere", *flags])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and err.startswith("error: ") and err.count("\n") == 1 and flags[0] in err
