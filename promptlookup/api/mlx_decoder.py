@@ -49,8 +49,7 @@ class PromptLookupDecoder:
         stream: TextIO | None = None,
     ) -> str:
         """Generate up to ``max_tokens`` tokens for ``prompt``, printing them as they come."""
-        from ..cli.inputs import encode_text
-        from ..cli.stream_output import StreamPrinter
+        from ..stream_output import StreamPrinter
         from ..decoding import generate
         from ..drafting import DraftConfig
         from ..runtime.base import SamplingConfig

@@ -34,6 +34,7 @@ from starlette.routing import Route
 from ..api import LLM, SamplingParams
 from ..api.llm import RequestOutput
 from ..errors import UserError
+from ..text import chat_ids, has_chat_template
 
 
 class ApiError(Exception):
@@ -127,14 +128,10 @@ def chat_prompt(body: dict, llm: LLM) -> list[int]:
             raise ApiError("each message must be an object with string 'role' and 'content'", "messages",
                            "invalid_type")
         clean.append({"role": m["role"], "content": m["content"]})
-    tok = llm.tokenizer
-    if not getattr(tok, "chat_template", None):
+    if not has_chat_template(llm.tokenizer):
         raise ApiError("this model's tokenizer has no chat template; use /v1/completions", "messages",
                        "unsupported_value")
-    ids = tok.apply_chat_template(clean, add_generation_prompt=True, tokenize=True)
-    if isinstance(ids, dict) or hasattr(ids, "keys"):
-        ids = ids["input_ids"]
-    return list(ids)
+    return chat_ids(llm.tokenizer, clean)
 
 
 # ----------------------------------------------------------------------------- app
