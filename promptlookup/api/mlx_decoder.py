@@ -50,6 +50,7 @@ class PromptLookupDecoder:
     ) -> str:
         """Generate up to ``max_tokens`` tokens for ``prompt``, printing them as they come."""
         from ..stream_output import StreamPrinter
+        from ..text import encode_text
         from ..decoding import generate
         from ..drafting import DraftConfig
         from ..runtime.base import SamplingConfig
