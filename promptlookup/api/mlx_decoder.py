@@ -64,8 +64,8 @@ class PromptLookupDecoder:
     ) -> str:
         """Generate up to ``max_tokens`` tokens for ``prompt``, printing them as they come.
         Cost: one encode, then V2 single-call decoding with a private n-gram pool."""
-        from ..cli.inputs import encode_text
-        from ..cli.stream_output import StreamPrinter
+        from ..stream_output import StreamPrinter
+        from ..text import encode_text
         from ..decoding import generate
         from ..drafting import DraftConfig
         from ..runtime.base import SamplingConfig

@@ -30,7 +30,7 @@ from .run_flags import (
     truncate_prompts,
 )
 from .token_outputs import check_output_path, output_id_rows, write_csv, write_npy
-from .stream_output import StreamPrinter, add_color_argument, color_mode, colorize, decode_text
+from ..stream_output import StreamPrinter, add_color_argument, color_mode, colorize, decode_text
 
 
 def build_parser() -> ArgumentParser:

@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
-import threading
 import time
 import uuid
 from typing import Any, AsyncIterator
@@ -34,6 +32,7 @@ from starlette.routing import Route
 from ..api import LLM, SamplingParams
 from ..api.llm import RequestOutput
 from ..errors import UserError
+from ..text import chat_ids, has_chat_template
 
 
 class ApiError(Exception):
@@ -127,14 +126,10 @@ def chat_prompt(body: dict, llm: LLM) -> list[int]:
             raise ApiError("each message must be an object with string 'role' and 'content'", "messages",
                            "invalid_type")
         clean.append({"role": m["role"], "content": m["content"]})
-    tok = llm.tokenizer
-    if not getattr(tok, "chat_template", None):
+    if not has_chat_template(llm.tokenizer):
         raise ApiError("this model's tokenizer has no chat template; use /v1/completions", "messages",
                        "unsupported_value")
-    ids = tok.apply_chat_template(clean, add_generation_prompt=True, tokenize=True)
-    if isinstance(ids, dict) or hasattr(ids, "keys"):
-        ids = ids["input_ids"]
-    return list(ids)
+    return chat_ids(llm.tokenizer, clean)
 
 
 # ----------------------------------------------------------------------------- app
@@ -319,36 +314,3 @@ def prometheus_text(llm: LLM) -> str:
         lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
         lines += [f"{name}{labels} {value}" for labels, value in samples]
     return "\n".join(lines) + "\n"
-
-
-# ----------------------------------------------------------------------------- running
-class ServerThread:
-    """uvicorn serving ``app`` on an already bound socket, in a daemon thread (tests, bench).
-
-    ``port=0`` binds a free port; :attr:`port` tells which. ``stop()`` shuts it down.
-    """
-
-    def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0) -> None:
-        import uvicorn
-
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind((host, port))
-        self.host, self.port = host, self.sock.getsockname()[1]
-        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
-        self.thread.start()
-        deadline = time.monotonic() + 60
-        while not self.server.started:
-            if not self.thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("the server did not start")
-            time.sleep(0.01)
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=30)
-        self.sock.close()

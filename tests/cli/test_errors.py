@@ -117,7 +117,7 @@ def test_streaming_into_a_closed_pipe_still_writes_the_output_json(tiny_engine_d
 
 
 def test_stream_printer_stops_writing_at_a_closed_pipe():
-    from promptlookup.cli.stream_output import StreamPrinter
+    from promptlookup.stream_output import StreamPrinter
     from promptlookup.runtime.results import StepEvent
 
     class Closed:
