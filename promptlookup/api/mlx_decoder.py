@@ -18,14 +18,13 @@ before anything runs.
 
 As a script, like MLX's prompt-lookup example (``pld-mlx-decoder`` once installed)::
 
-    python -m promptlookup.api.mlx_decoder --prompt "..." --max-tokens 100 --n-draft 10 \
+    python -m promptlookup.cli.mlx_decoder --prompt "..." --max-tokens 100 --n-draft 10 \
         --ngram-max 3 --ngram-min 1 --temp 0.0 --seed 0 --color [--model-name ENGINE_OR_MODEL]
 
 Bad input is one line on stderr and exit code 2.
 """
 from __future__ import annotations
 
-import argparse
 import math
 import os
 import sys
@@ -96,9 +95,6 @@ def _param(name: str) -> str:
     return name
 
 
-def _flag(name: str) -> str:
-    return "--" + name.replace("_", "-")
-
 
 def check_arguments(prompt: Any, *, max_tokens: Any, n_draft: Any, ngram_max: Any, ngram_min: Any, temp: Any,
                     seed: Any, max_draft_len: int, name: Callable[[str], str] = _param) -> None:
@@ -131,51 +127,3 @@ def check_length(prompt_tokens: int, max_tokens: int, limits: Any, name: Callabl
         raise UserError(f"{name('max_tokens')} {max_tokens} after a {prompt_tokens}-token prompt exceeds the engine's "
                         f"max_seq_len {limits.max_seq_len}; lower {name('max_tokens')} to "
                         f"{limits.max_seq_len - prompt_tokens} or less")
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """The script's flags: MLX's prompt-lookup example's names (hyphenated), plus --num-threads."""
-    from ..cli.args import ArgumentParser
-
-    p = ArgumentParser(prog="python -m promptlookup.api.mlx_decoder",
-                       description="Prompt lookup decoding, MLX's example interface.")
-    p.add_argument("--model-name", dest="model_name", default=None,
-                   help="engine directory, Hugging Face Llama directory or GGUF file (default: the bundled SmolLM2)")
-    p.add_argument("--prompt", required=True, help="the prompt text")
-    p.add_argument("--max-tokens", dest="max_tokens", type=int, default=100, help="new tokens at most")
-    p.add_argument("--n-draft", dest="n_draft", type=int, default=10, help="tokens drafted per match")
-    p.add_argument("--ngram-max", dest="ngram_max", type=int, default=3, help="longest n-gram matched")
-    p.add_argument("--ngram-min", dest="ngram_min", type=int, default=1, help="shortest n-gram matched")
-    p.add_argument("--temp", type=float, default=0.0, help="sampling temperature; 0: greedy")
-    p.add_argument("--seed", type=int, default=0, help="sampling seed")
-    p.add_argument("--color", action="store_true", help="highlight accepted draft tokens")
-    p.add_argument("--num-threads", dest="num_threads", type=int, default=None,
-                   help="PyTorch CPU threads (default: as run.py's --num_threads)")
-    p.add_argument("--device", default=None, help="auto (default), cpu, cuda or cuda:N")
-    return p
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Parse, check every value (before loading the model), print the prompt, then generate."""
-    from ..threads import configure_threads
-
-    args = build_parser().parse_args(argv)
-    configure_threads(args.num_threads, "--num-threads")
-    check_arguments(args.prompt, max_tokens=args.max_tokens, n_draft=args.n_draft, ngram_max=args.ngram_max,
-                    ngram_min=args.ngram_min, temp=args.temp, seed=args.seed, max_draft_len=sys.maxsize, name=_flag)
-    model = args.model_name
-    if model is None:
-        from ..checkpoint.bundled import smollm2_gguf_path
-
-        model = str(smollm2_gguf_path())
-    decoder = PromptLookupDecoder(model, device=args.device)
-    print(args.prompt, flush=True)
-    decoder.prompt_lookup(args.prompt, max_tokens=args.max_tokens, n_draft=args.n_draft, ngram_max=args.ngram_max,
-                          ngram_min=args.ngram_min, temp=args.temp, seed=args.seed, color=args.color, _name=_flag)
-    return 0
-
-
-if __name__ == "__main__":
-    from ..errors import run_cli
-
-    run_cli(main)

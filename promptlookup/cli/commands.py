@@ -61,7 +61,7 @@ def ngram_cache() -> NoReturn:
 
 
 def mlx_decoder() -> NoReturn:
-    """``pld-mlx-decoder`` = ``python -m promptlookup.api.mlx_decoder`` (MLX's prompt-lookup example's flags)."""
-    from ..api.mlx_decoder import main
+    """``pld-mlx-decoder`` = ``python -m promptlookup.cli.mlx_decoder`` (MLX's prompt-lookup example's flags)."""
+    from .mlx_decoder import main
 
     run_cli(main)

@@ -74,7 +74,7 @@ def test_errors_name_mlx_parameters(decoder, kwargs, message):
 
 
 def test_cli_prints_prompt_then_text_then_statistics(tiny_engine_dir, capsys):
-    from promptlookup.api.mlx_decoder import main
+    from promptlookup.cli.mlx_decoder import main
 
     assert main(["--model-name", str(tiny_engine_dir), "--prompt", PROMPT, "--max-tokens", "12", "--n-draft", "4",
                  "--ngram-max", "2", "--ngram-min", "1", "--temp", "0", "--seed", "0", "--num-threads", "1"]) == 0
@@ -92,13 +92,13 @@ def test_cli_bad_values_are_one_line_exit_2_before_loading(flags, message, tmp_p
     import subprocess
     import sys
 
-    got = subprocess.run([sys.executable, "-m", "promptlookup.api.mlx_decoder", "--model-name", str(tmp_path / "none"),
+    got = subprocess.run([sys.executable, "-m", "promptlookup.cli.mlx_decoder", "--model-name", str(tmp_path / "none"),
                           "--prompt", "hi", "--num-threads", "1", *flags], capture_output=True, text=True)
     assert got.returncode == 2 and got.stderr.count("\n") == 1 and message in got.stderr, got.stderr
 
 
 def test_cli_n_draft_above_the_engine_names_the_flag(tiny_engine_dir):
-    from promptlookup.api.mlx_decoder import main
+    from promptlookup.cli.mlx_decoder import main
 
     with pytest.raises(UserError, match="--n-draft 100000 exceeds the engine's max_draft_len"):
         main(["--model-name", str(tiny_engine_dir), "--prompt", PROMPT, "--n-draft", "100000", "--num-threads", "1"])
