@@ -108,7 +108,7 @@ def parse_lookahead_config(text: str) -> LookaheadConfig:
     return LookaheadConfig(*value)
 
 
-class NgramPool:
+class LookaheadPool:
     """Per key token, at most ``capacity`` continuations in LRU order, each with a source label."""
 
     def __init__(self, capacity: int) -> None:
@@ -146,7 +146,7 @@ class LookaheadRequest:
         self.n = n
         rng = random.Random(seed)
         self.levels: list[list[int]] = [[rng.choice(list(prompt)) for _ in range(w + n - 2)]]
-        self.pool = NgramPool(g)
+        self.pool = LookaheadPool(g)
         self.seed_pool = seed_pool_from_text
         self.tokens = list(prompt)
         if seed_pool_from_text:

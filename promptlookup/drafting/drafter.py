@@ -1,8 +1,13 @@
 """The n-gram drafter: request context first, then the public pool, then persisted caches.
 
 :func:`make_drafter` builds a process-wide :class:`NgramDrafter`; each request gets a
-:class:`NgramRequest` (see ``base.py`` for the protocol and its invariants). Sources, in
-the order they are consulted by :meth:`NgramRequest.propose`:
+:class:`NgramRequest` (see ``base.py`` for the protocol and its invariants). The sources of
+steps 1 and 2 below are the drafting *mode*, one class per mode behind one interface
+(:mod:`.mode`: :mod:`.pool_mode`, :mod:`.longest_mode`, :mod:`.llamacpp_mode`, built by
+:func:`make_mode`); :class:`NgramRequest` wraps the mode and applies the rules every mode
+shares (the generation-phase timing, the minimum match, the cache fallback, the adaptive
+cut, V1's ``[end_id]`` miss, the length limits). Sources, in the order they are consulted
+by :meth:`NgramRequest.propose`:
 
 1. **Request context** (prompt + output so far).
    - ``mode="pool"``: TensorRT-LLM's n-gram pool, exactly (rules in :mod:`.pool_spec`):
@@ -50,13 +55,14 @@ from .adaptive import AdaptiveLength
 from .base import DRAFT_MODES, MAX_CANDIDATES, POOL_RULES, DraftConfig
 from .cache_file import DEFAULT_MAX_NGRAM, LAX, STRICT, NgramCache, file_format
 from .identity import TokenizerIdentity
-from .llamacpp_draft import NGRAM_MAX, llamacpp_draft
+from .llamacpp_mode import LlamacppMode
+from .longest_mode import LongestMode
+from .mode import DraftMode, FinishedRequest, Hit, ModeRequest, no_hit
 from .native import DraftingClasses, drafting_classes
+from .pool_mode import PoolMode
 from .pool_v1 import PLDCursor, PLDPool
 from .tree import is_covered
 
-# longest mode: earlier occurrences examined per requested candidate (bounds candidates()'s cost)
-SCAN_PER_CANDIDATE = 8
 
 def validate_config(config: DraftConfig) -> None:
     """Raise :class:`UserError` for option values no drafter can honour."""
@@ -97,8 +103,19 @@ def resolve_pool_rules(config: DraftConfig, workflow: str) -> str:
     return workflow if config.pool_rules == "auto" else config.pool_rules
 
 
+def make_mode(config: DraftConfig, pool_rules: str, classes: DraftingClasses,
+              dynamic_cache: NgramCache | None, static_cache: NgramCache | None) -> DraftMode:
+    """The mode class for ``config.mode`` (the one place a mode is chosen): the pool under
+    ``pool_rules`` ("v1" or "v2"), the longest match, or llama.cpp's caches."""
+    if config.mode == "pool":
+        return PoolMode(config, classes, v1=pool_rules == "v1")
+    if config.mode == "llamacpp":
+        return LlamacppMode(config.prompt_lookup_num_tokens, dynamic_cache, static_cache)
+    return LongestMode(config, classes)
+
+
 class NgramDrafter:
-    """Process-wide drafter: owns the public pool and the persisted caches.
+    """Process-wide drafter: owns the mode's shared state and the persisted caches.
 
     ``tokenizer`` (a :class:`TokenizerIdentity` or a Hugging Face tokenizer) is required
     when ``static_cache`` or ``dynamic_cache`` is set: cache files built with another
@@ -119,23 +136,14 @@ class NgramDrafter:
         self.pool_rules = resolve_pool_rules(config, workflow)
         self.end_id = None if end_id is None else int(end_id)
         self.classes: DraftingClasses = drafting_classes(implementation)
-        if config.mode == "pool" and self.pool_rules == "v1":
+        v1 = config.mode == "pool" and self.pool_rules == "v1"
+        if v1:
             self.classes = self.classes._replace(NGramPool=PLDPool, PoolCursor=PLDCursor,
                                                  implementation={**self.classes.implementation, "pool": "python"})
-        NGramPool, SuffixAutomaton = self.classes.NGramPool, self.classes.SuffixAutomaton
+        # V1: a request whose sources all miss drafts [end_id], as V1 does
+        self.miss_draft: list[int] = [self.end_id] if v1 and self.end_id is not None else []
         self.identity: TokenizerIdentity | None = (
             TokenizerIdentity.from_tokenizer(tokenizer) if tokenizer is not None else None
-        )
-        k, n = config.prompt_lookup_num_tokens, config.max_matching_ngram_size
-        self.public_pool = (
-            NGramPool(k, n, config.is_keep_all, config.is_use_oldest, config.max_candidates)
-            if config.mode == "pool" and config.is_public_pool
-            else None
-        )
-        self.shared_text = (
-            SuffixAutomaton(config.max_match_len, config.max_candidates > 1)
-            if config.mode == "longest" and config.is_public_pool
-            else None
         )
         self.finished_requests = 0
         self.static_cache: NgramCache | None = None
@@ -158,6 +166,7 @@ class NgramDrafter:
                 self.dynamic_format = file_format(path)
             else:
                 self.dynamic_cache = NgramCache(DEFAULT_MAX_NGRAM)
+        self.mode: DraftMode = make_mode(config, self.pool_rules, self.classes, self.dynamic_cache, self.static_cache)
 
     def new_request(self, prompt: Sequence[int], max_seq_len: int) -> "NgramRequest":
         return NgramRequest(self, prompt, max_seq_len)
@@ -170,15 +179,14 @@ class NgramDrafter:
 
     def _absorb(self, tokens: list[int]) -> None:
         self.finished_requests += 1
-        if self.shared_text is not None:
-            self.shared_text.extend(tokens)
-            self.shared_text.append(-self.finished_requests)  # separator: never matches a token
+        self.mode.absorb(tokens, self.finished_requests)
         if self.dynamic_cache is not None:
             self.dynamic_cache.update(tokens)
 
 
 class NgramRequest:
-    """One request's drafting state (implements ``RequestDrafter``)."""
+    """One request's drafting state (implements ``RequestDrafter``): the mode's request state
+    (``mode``) wrapped in the rules every mode shares (see the module docstring)."""
 
     def __init__(self, drafter: NgramDrafter, prompt: Sequence[int], max_seq_len: int) -> None:
         config = drafter.config
@@ -196,94 +204,31 @@ class NgramRequest:
         self.last_source = ""
         self.adaptive = AdaptiveLength(self.k) if config.adaptive else None
         self.has_caches = drafter.static_cache is not None or drafter.dynamic_cache is not None
-        classes = drafter.classes
-        self.cursor: Any = None  # PoolCursor or PLDCursor (pool mode)
-        v1 = config.mode == "pool" and drafter.pool_rules == "v1"
-        self.generation_phase_only = config.mode == "pool" and not v1  # V2 timing
-        self.miss_draft = [drafter.end_id] if v1 and drafter.end_id is not None else []
-        self.context: NgramCache | None = None  # llama.cpp's context cache (llamacpp mode)
-        self.sam: Any = None  # SuffixAutomaton of the request's text (longest mode)
-        self.public: Any = None  # Matcher over the finished requests' texts (longest mode)
-        self.public_seen = 0  # length of the shared text when ``public`` last caught up with it
-        if config.mode == "pool":
-            pool = drafter.public_pool
-            if pool is None:
-                pool = classes.NGramPool(self.k, config.max_matching_ngram_size, config.is_keep_all,
-                                         config.is_use_oldest, config.max_candidates)
-            self.cursor = classes.PoolCursor(pool)
-        elif config.mode == "llamacpp":
-            self.generation_phase_only = True  # llama.cpp's lookup drafts after the first sampled token
-            self.context = NgramCache(NGRAM_MAX)
-            self.context.update(self.tokens)
-        else:
-            self.sam = classes.SuffixAutomaton(config.max_match_len, config.max_candidates > 1)
-            self.sam.extend(self.tokens)
-            if drafter.shared_text is not None:
-                self._rematch_public()
-
-    def _rematch_public(self) -> None:
-        """Match the request's tail against the shared text as it is now.
-
-        A :class:`Matcher` finds each token's match in the text as it was when the token
-        arrived, so a request that finishes meanwhile would be missed. Re-walking the last
-        ``max_match_len`` tokens from the start (matches are capped at that length) finds
-        the longest match in the current text: O(max_match_len) per finished request.
-        """
-        shared = self.drafter.shared_text
-        self.public = self.drafter.classes.Matcher(shared)
-        self.public.feed(self.tokens[-self.config.max_match_len:])
-        self.public_seen = len(shared)
+        self.mode: ModeRequest = drafter.mode.new_request(self.tokens)
 
     def extend(self, tokens: Sequence[int]) -> None:
         if self.finished:
             raise RuntimeError("extend() after finish()")
         new = list(map(int, tokens))
-        start = len(self.tokens)
         self.tokens.extend(new)
-        if self.context is not None:
-            self.context.update(self.tokens, start)
-        if self.sam is not None:
-            self.sam.extend(new)
-            if self.public is not None:
-                self.public.feed(new)
+        self.mode.extend(self.tokens, new)
 
     def propose(self) -> list[int]:
         if self.finished:
             raise RuntimeError("propose() after finish()")
         tokens = self.tokens
         budget = min(self.k, self.max_seq_len - 1 - len(tokens))
-        draft: list[int] = []
-        match_len = ref = 0
-        source = ""
-        context_phase = self.generation_phase_only and len(tokens) == self.prompt_len
-        if self.cursor is not None:
-            if not context_phase:  # V2 drafts from the first generated token on
-                # always called then: TensorRT-LLM updates its pool on every call
-                draft, match_len = self.cursor.propose(tokens, self.max_seq_len)
-            ref = self.config.max_matching_ngram_size
-            source = "context"
-        elif self.context is not None:
-            if budget > 0 and not context_phase:
-                drafter = self.drafter
-                draft = llamacpp_draft(tokens, budget, self.context, drafter.dynamic_cache, drafter.static_cache)
-            match_len = ref = len(draft)
-            source = "llamacpp"
-        elif budget > 0:
-            assert self.sam is not None
-            match_len = self.sam.match_len
-            draft = self.sam.continuation(budget)
-            ref = self.k
-            source = "context"
-            if self.public is not None:
-                if len(self.drafter.shared_text) != self.public_seen:  # a request finished meanwhile
-                    self._rematch_public()
-                public_len, public_draft = self.public.continuation(budget)
-                if public_draft and (public_len > match_len or not draft):
-                    draft, match_len, source = public_draft, public_len, "public"
+        mode = self.drafter.mode
+        hit: Hit
+        if mode.generation_phase_only and len(tokens) == self.prompt_len:
+            hit = no_hit()  # e.g. TensorRT-LLM V2 drafts from the first generated token on
+        else:
+            hit = self.mode.propose(tokens, budget, self.max_seq_len)
+        draft, match_len, ref, source = hit
         min_len = self.config.min_matching_ngram_size
         if match_len < min_len:  # too short a match (the pool's and automaton's longest hit)
             draft = []
-        if not draft and budget > 0 and self.has_caches and self.context is None:
+        if not draft and budget > 0 and self.has_caches and mode.falls_back_to_caches:
             draft, match_len, ref, source = self._cache_draft(budget)
             if match_len < min_len:
                 draft = []
@@ -291,8 +236,9 @@ class NgramRequest:
             draft = draft[: self.adaptive.length(match_len, ref)]
         if not draft:
             match_len, source = 0, ""
-            if self.miss_draft and budget > 0:
-                draft, source = list(self.miss_draft), "end_id"  # V1: nothing matched
+            miss_draft = self.drafter.miss_draft
+            if miss_draft and budget > 0:
+                draft, source = list(miss_draft), "end_id"  # V1: nothing matched
         self.last_match_len = match_len
         self.last_source = source
         self.last_draft = draft
@@ -304,17 +250,17 @@ class NgramRequest:
 
         ``[propose()'s draft]`` followed by, from the source that gave it:
         - pool mode: the other matches of the pattern behind the draft, then those of the
-          shorter patterns (:meth:`PoolCursor.candidates`);
+          shorter patterns (:meth:`PoolCursor.candidates`; V1's pool keeps one match);
         - longest mode: continuations of other earlier occurrences of the matched suffix,
           then of shorter suffixes, from the request's text and the public pool, longer
-          matches first (:meth:`SuffixAutomaton.candidates`, :meth:`Matcher.candidates`);
-        - caches (static/dynamic): nothing more: the draft alone.
+          matches first (:meth:`.longest_mode.LongestRequest.candidates`);
+        - caches (static/dynamic) and the llama.cpp mode: nothing more: the draft alone.
         Each is cut like the draft (k, ``max_seq_len``, and the adaptive cut for its own
         match length); one equal to or a prefix of an earlier candidate is dropped. Empty
         when the draft was empty. A pure read of the drafting state.
 
         Cost: pool mode O(n * (n + G * k)); longest mode O(S * (d + G * k)) with S =
-        :data:`SCAN_PER_CANDIDATE` * G earlier occurrences examined at most (d: the
+        :data:`.longest_mode.SCAN_PER_CANDIDATE` * G earlier occurrences examined at most (d: the
         occurrence records per position, a handful); independent of the text length.
         """
         if self.finished:
@@ -328,20 +274,8 @@ class NgramRequest:
         if not draft or max_candidates == 1 or self.last_source in ("dynamic", "static"):
             return [draft] if draft else []
         budget = min(self.k, self.max_seq_len - 1 - len(self.tokens))
-        found: list[tuple[list[int], int]] = []  # (candidate, match length), best first, deduplicated
-        merged = False  # found joins two deduplicated lists
-        ref = self.k
-        if self.cursor is not None and hasattr(self.cursor, "candidates"):  # V1's PLDPool keeps one match
-            ref = self.config.max_matching_ngram_size
-            found = self.cursor.candidates(self.tokens, self.max_seq_len, max_candidates)
-        elif self.sam is not None and budget > 0:
-            scan = SCAN_PER_CANDIDATE * max_candidates
-            found = [(d, m) for m, d in self.sam.candidates(budget, max_candidates, scan)]
-            if self.public is not None:
-                public = [(d, m) for m, d in self.public.candidates(budget, max_candidates, scan)]
-                if public:  # longer matches first; stable: the request's own text first on ties
-                    found = sorted(found + public, key=lambda item: -item[1])
-                    merged = True
+        # (candidate, match length), best first, deduplicated unless merged (two such lists joined)
+        found, ref, merged = self.mode.candidates(self.tokens, budget, self.max_seq_len, max_candidates)
         if self.adaptive is None and not merged and found and found[0][0] == draft:
             return [candidate for candidate, _ in found[:max_candidates]]  # nothing to cut or merge
         out = [draft]
@@ -394,10 +328,7 @@ class NgramRequest:
             return
         self.finished = True
         self.drafter._absorb(self.tokens)
-        self.cursor = None  # a private pool goes with the request (TensorRT-LLM drops it)
-        self.context = None
-        self.sam = None
-        self.public = None
+        self.mode = FinishedRequest()  # the mode's state goes (a private pool with it, as TensorRT-LLM drops it)
 
 
 def make_drafter(config: DraftConfig, tokenizer: Any = None, implementation: str = "auto", *,

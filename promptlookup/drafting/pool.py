@@ -30,7 +30,7 @@ same order, and applies the same rule, including the skip-while-removing quirk. 
 truncated ones, so the removal walk costs O(truncated matches of that pattern) rather than
 O(all matches) as in TensorRT-LLM, whose walk is O(|S|) and grows with the text.
 
-Two further shortcuts change no draft (see :class:`NGramPool`): insertions into a pattern
+Two further shortcuts change no draft (see :class:`~.pool_index.NGramPool`): insertions into a pattern
 that already holds several matches are *deferred* and applied, in order, when the pattern
 is looked up; and with ``is_use_oldest`` a pattern whose oldest match is full is *settled*
 (its draft can never change again), so insertions into it are skipped.
@@ -45,275 +45,22 @@ pattern).
 order, the same settling); :func:`make_drafter` uses it wherever it is built, and this
 module where it is not (step costs: docs/benchmarks.md). The property tests hold both to
 :class:`~.pool_spec.NGramPoolManagerSpec`. V1's pool is :mod:`.pool_v1`.
+
+Modules: :mod:`.match_set` (one pattern's ``S`` and the insertion rule, written once),
+:mod:`.pool_index` (the pattern index, :class:`NGramPool`, and its records) and this one
+(:class:`PoolCursor`, a request's walk over the index). ``NGramPool`` and ``MatchSet`` are
+re-exported here, the names the C module ``native/_pool`` mirrors.
 """
 from __future__ import annotations
 
 from typing import Sequence
 
 from .base import MAX_CANDIDATES
+from .match_set import MatchSet, in_order
+from .pool_index import NGramPool, PatternRecord
 from .tree import is_covered
 
-Match = tuple  # a continuation: tuple[int, ...]
-
-
-class MatchSet:
-    """The ordered set ``S`` of continuations TensorRT-LLM keeps for one pattern (2+ entries).
-
-    A pattern with a single match is stored as the bare tuple (the common case); it becomes
-    a :class:`MatchSet` when a second distinct match has to be kept.
-
-    Representation (``S`` order = insertion order):
-    - full matches (length k) in ``full_set``; the first and last with their sequence numbers.
-      Full matches are never removed, so only the endpoints matter.
-    - truncated matches in ``short`` (insertion-ordered dict), each with its sequence number
-      and the number of full matches inserted before it; two consecutive truncated entries
-      are adjacent in ``S`` iff no full match lies between them (equal counts).
-    """
-
-    __slots__ = ("k", "full_set", "full_first", "full_first_seq", "full_last", "full_last_seq", "short", "seq",
-                 "keep", "oldest", "full_keep")
-
-    def __init__(self, k: int, first: Match, second: Match, keep: int = 1, oldest: bool = True) -> None:
-        self.k = k
-        # candidates: with keep > 1, the first (oldest) or last keep full matches, (seq, m)
-        self.keep = keep
-        self.oldest = oldest
-        self.full_keep: list[tuple[int, Match]] = []
-        self.full_set: set[Match] = set()
-        self.full_first: Match | None = None
-        self.full_first_seq = -1
-        self.full_last: Match | None = None
-        self.full_last_seq = -1
-        self.short: dict[Match, tuple[int, int]] = {}
-        self.seq = 0
-        self._append(first)
-        self._append(second)
-
-    def _append(self, m: Match) -> None:
-        seq = self.seq
-        self.seq = seq + 1
-        if len(m) == self.k:
-            if self.full_first is None:
-                self.full_first, self.full_first_seq = m, seq
-            self.full_last, self.full_last_seq = m, seq
-            self.full_set.add(m)
-            if self.keep > 1:
-                self._keep_full(seq, m)
-        else:
-            self.short[m] = (seq, len(self.full_set))
-
-    def _keep_full(self, seq: int, m: Match) -> None:
-        full_keep = self.full_keep
-        if not self.oldest:
-            full_keep.append((seq, m))
-            if len(full_keep) > self.keep:
-                del full_keep[0]
-        elif len(full_keep) < self.keep:
-            full_keep.append((seq, m))
-
-    def ordered(self, count: int) -> list[Match]:
-        """The first ``count`` entries of ``S`` (``S[0], S[1], ...``) with ``oldest``, else the
-        last ones (``S[-1], S[-2], ...``); ``count <= keep`` (only those full matches are kept)."""
-        if count <= 1:
-            return [self.first() if self.oldest else self.last()]
-        if self.oldest:
-            shorts = [(seq, m) for m, (seq, _) in self.short.items()]
-            fulls = self.full_keep
-            before = int.__lt__
-        else:
-            shorts = [(seq, m) for m, (seq, _) in reversed(self.short.items())]
-            fulls = self.full_keep[::-1]
-            before = int.__gt__
-        out: list[Match] = []
-        i = j = 0
-        while len(out) < count and (i < len(shorts) or j < len(fulls)):
-            if j == len(fulls) or (i < len(shorts) and before(shorts[i][0], fulls[j][0])):
-                out.append(shorts[i][1])
-                i += 1
-            else:
-                out.append(fulls[j][1])
-                j += 1
-        return out
-
-    def prefix_is_full(self) -> bool:
-        """With ``oldest``: ``S[0:keep]`` are all full matches, so they can never change."""
-        full_keep = self.full_keep
-        if len(full_keep) < self.keep:
-            return False
-        short = self.short
-        return not short or short[next(iter(short))][0] > full_keep[-1][0]
-
-    def first(self) -> Match:
-        short = self.short
-        if short:
-            m = next(iter(short))
-            if self.full_first is None or short[m][0] < self.full_first_seq:
-                return m
-        return self.full_first  # type: ignore[return-value]
-
-    def last(self) -> Match:
-        short = self.short
-        if short:
-            m = next(reversed(short))
-            if self.full_last is None or short[m][0] > self.full_last_seq:
-                return m
-        return self.full_last  # type: ignore[return-value]
-
-    def add(self, m: Match) -> None:
-        """``S.add(m)`` after removing shorter entries the way TensorRT-LLM's loop does."""
-        short = self.short
-        if m in short or m in self.full_set:
-            return
-        if short:
-            b = len(m)
-            if len(short) == 1:
-                e = next(iter(short))
-                if len(e) < b:
-                    short.clear()
-            else:
-                dead = []
-                prev_removed = False
-                prev_nfull = -1
-                for e, (_, nfull) in short.items():
-                    if prev_removed and nfull == prev_nfull:
-                        prev_removed = False  # directly after a removed entry: skipped by the walk
-                    elif len(e) < b:
-                        dead.append(e)
-                        prev_removed = True
-                    else:
-                        prev_removed = False
-                    prev_nfull = nfull
-                for e in dead:
-                    del short[e]
-        seq = self.seq
-        self.seq = seq + 1
-        if len(m) == self.k:
-            if self.full_first is None:
-                self.full_first, self.full_first_seq = m, seq
-            self.full_last, self.full_last_seq = m, seq
-            self.full_set.add(m)
-            if self.keep > 1:
-                self._keep_full(seq, m)
-        else:
-            short[m] = (seq, len(self.full_set))
-
-    def __len__(self) -> int:
-        return len(self.full_set) + len(self.short)
-
-
-def _apply(state, m: Match, k: int, keep_all: bool, keep: int = 1, oldest: bool = True):
-    """One TensorRT-LLM insertion of match ``m`` into ``S`` (``None``: pattern absent);
-    ``keep``/``oldest``: how a new :class:`MatchSet` keeps full matches for candidates."""
-    if state is None:
-        return m
-    if type(state) is tuple:  # S = [state]
-        if state == m:
-            return state
-        if len(state) < len(m):  # replaced (keep_all=False) or removed as shorter
-            return m
-        return MatchSet(k, state, m, keep, oldest)
-    if not keep_all and len(m) > len(state.first()):
-        return m
-    state.add(m)
-    return state
-
-
-def _first_is_full(state, k: int) -> bool:
-    if type(state) is tuple:
-        return len(state) == k
-    return len(state.first()) == k
-
-
-class NGramPool:
-    """Pattern -> matches maps for sizes 1..n (one dict per size; size-1 keys are bare ints).
-
-    Each pattern's record is a list ``[S, pending]``:
-
-    - ``S`` is a bare tuple (a single match) or a :class:`MatchSet`;
-    - ``pending`` lists insertions not yet applied, as ``(text, q, r)`` meaning the match
-      ``tuple(text[q:r])`` (texts only grow, so the slice is what TensorRT-LLM inserted at
-      that moment). They are applied in their original order when the pattern is looked
-      up, or when more than :data:`PENDING_LIMIT` wait. Applying costs what eager insertion
-      costs; deferring only keeps the work off the per-step path for patterns that are not
-      looked up.
-    - ``pending is None`` marks a *settled* record: with ``is_use_oldest`` the answer is
-      ``S[0]``, and once ``S[0]`` is a full-length match nothing can remove or displace it,
-      so later insertions cannot change any draft and are not recorded at all.
-
-    A pattern whose very first match is already full (with ``is_use_oldest``: most patterns
-    of a long prompt) is settled from the start and stored as the bare match tuple instead
-    of a record, which keeps the number of objects the garbage collector walks small.
-
-    Candidates (``max_candidates = c > 1``, see :meth:`PoolCursor.candidates`): every
-    :class:`MatchSet` also keeps its first ``c`` (``is_use_oldest``) or last ``c`` full
-    matches in order, so ``S[0:c]`` / ``S[-c:]`` are known; a record settles only once
-    ``S[0:c]`` are all full, and none is stored bare. With ``c == 1`` nothing changes.
-    Drafts never depend on ``c``: only what :meth:`PoolCursor.candidates` can see does.
-    """
-
-    PENDING_LIMIT = 32
-
-    def __init__(self, k: int, n: int, is_keep_all: bool, is_use_oldest: bool, max_candidates: int = 1) -> None:
-        if not 1 <= max_candidates <= MAX_CANDIDATES:
-            raise ValueError(f"max_candidates must be in 1..{MAX_CANDIDATES}, got {max_candidates}")
-        self.k = k
-        self.n = n
-        self.is_keep_all = is_keep_all
-        self.is_use_oldest = is_use_oldest
-        # matches kept per pattern for candidates(): S[0:c] (oldest) or S[-c:]. With c > 1 a
-        # pattern settles only once S[0:c] are all full, and is never stored bare.
-        self.max_candidates = max_candidates
-        self.settle_single = is_use_oldest and max_candidates == 1
-        self.maps: list[dict] = [{} for _ in range(n + 1)]  # maps[s] for s in 1..n
-
-    def num_patterns(self) -> int:
-        return sum(len(m) for m in self.maps)
-
-    def materialize(self, rec: list):
-        """Apply ``rec``'s pending insertions in order; return its ``S``."""
-        state = rec[0]
-        pending = rec[1]
-        if pending:
-            k = self.k
-            keep_all = self.is_keep_all
-            for text, q, r in pending:
-                m = tuple(text[q:r])
-                if type(state) is MatchSet:
-                    if keep_all or len(m) <= len(state.first()):
-                        state.add(m)
-                    else:
-                        state = m
-                else:
-                    state = _apply(state, m, k, keep_all, self.max_candidates, self.is_use_oldest)
-            rec[0] = state
-            if self.is_settled(state):
-                rec[1] = None
-            else:
-                rec[1] = []
-        return state
-
-    def is_settled(self, state) -> bool:
-        """With ``is_use_oldest``: the first ``max_candidates`` entries of ``S`` are full."""
-        if not self.is_use_oldest:
-            return False
-        if self.max_candidates == 1:
-            return _first_is_full(state, self.k)
-        return type(state) is MatchSet and state.prefix_is_full()
-
-    def lookup(self, text: Sequence[int], max_size: int) -> tuple[Match, int]:
-        """First hit for sizes ``max_size..1`` on the tail of ``text``: (match, size) or ((), 0)."""
-        maps = self.maps
-        for s in range(max_size, 0, -1):
-            key = text[-1] if s == 1 else tuple(text[-s:])
-            rec = maps[s].get(key)
-            if rec is not None:
-                if type(rec) is tuple:  # settled, stored bare
-                    return rec, s
-                state = self.materialize(rec)
-                if type(state) is tuple:
-                    return state, s
-                return (state.first() if self.is_use_oldest else state.last()), s
-        return (), 0
+__all__ = ["MatchSet", "NGramPool", "PoolCursor"]
 
 
 class PoolCursor:
@@ -328,7 +75,7 @@ class PoolCursor:
     def __init__(self, pool: NGramPool) -> None:
         self.pool = pool
         self.prev_len = -1  # text length at the previous (updating) call; -1: never called
-        self.tails: list[list[tuple[int, list]]] = [[] for _ in range(pool.n + 1)]
+        self.tails: list[list[tuple[int, PatternRecord]]] = [[] for _ in range(pool.n + 1)]
 
     def propose(self, text: Sequence[int], max_seq_len: int) -> tuple[list[int], int]:
         """TensorRT-LLM's ``get_draft_tokens``: (draft, matched n-gram size; 0 on no hit)."""
@@ -338,11 +85,8 @@ class PoolCursor:
             return [], 0
         pool = self.pool
         k = pool.k
-        oldest = pool.is_use_oldest
         settle_single = pool.settle_single
-        keep = pool.max_candidates
-        limit = pool.PENDING_LIMIT
-        materialize = pool.materialize
+        offer = pool.offer
         top = min(pool.n, length - 1)
         prev = self.prev_len
         tails = self.tails
@@ -351,65 +95,32 @@ class PoolCursor:
             # match was truncated at the previous call hold full matches (no-op), so only
             # the remembered truncated positions and the new ones are visited, in order.
             keep_from = length - s - k + 1  # positions from here on are still truncated
-            kept = []
+            kept: list[tuple[int, PatternRecord]] = []
             for p, rec in tails[s]:
-                pending = rec[1]
-                if pending is None:  # settled: nothing can change its draft any more
+                if rec.pending is None:  # settled: nothing can change its draft any more
                     continue
                 q = p + s
-                r = q + k
-                if r > length:
-                    r = length
-                state = rec[0]
-                if not pending and type(state) is tuple:
-                    # nothing deferred and S holds one match: apply now, it is cheap
-                    m = tuple(text[q:r])
-                    if len(state) < len(m):
-                        rec[0] = m
-                        if settle_single and r - q == k:
-                            rec[1] = None
-                    elif state != m:
-                        rec[0] = MatchSet(k, state, m, keep, oldest)
-                else:
-                    pending.append((text, q, r))
-                    if len(pending) > limit:
-                        materialize(rec)
-                if p >= keep_from and rec[1] is not None:
+                offer(rec, text, q, min(q + k, length))
+                if p >= keep_from and rec.pending is not None:
                     kept.append((p, rec))
             table = pool.maps[s]
             for p in range(0 if prev < 0 else max(0, prev - s), length - s):
                 key = text[p] if s == 1 else tuple(text[p:p + s])
                 q = p + s
-                r = q + k
-                if r > length:
-                    r = length
-                rec = table.get(key)
-                if rec is None:  # pattern absent: S = [m]
+                r = min(q + k, length)
+                entry = table.get(key)
+                if entry is None:  # pattern absent: S = [m]
                     m = tuple(text[q:r])
                     if settle_single and r - q == k:
                         table[key] = m  # settled from the start, stored bare (see NGramPool)
                         continue
-                    rec = table[key] = [m, []]
-                elif type(rec) is tuple:
+                    rec = table[key] = PatternRecord(m, [])
+                elif isinstance(entry, tuple) or entry.pending is None:  # settled
                     continue
                 else:
-                    pending = rec[1]
-                    if pending is None:
-                        continue
-                    state = rec[0]
-                    if not pending and type(state) is tuple:
-                        m = tuple(text[q:r])
-                        if len(state) < len(m):
-                            rec[0] = m
-                            if settle_single and r - q == k:
-                                rec[1] = None
-                        elif state != m:
-                            rec[0] = MatchSet(k, state, m, keep, oldest)
-                    else:
-                        pending.append((text, q, r))
-                        if len(pending) > limit:
-                            materialize(rec)
-                if p >= keep_from and rec[1] is not None:
+                    rec = entry
+                    offer(rec, text, q, r)
+                if p >= keep_from and rec.pending is not None:
                     kept.append((p, rec))
             tails[s] = kept
         self.prev_len = length
@@ -446,12 +157,10 @@ class PoolCursor:
         out: list[tuple[list[int], int]] = []
         chosen: list[list[int]] = []
         for s in range(min(pool.n, length - 1), 0, -1):
-            rec = pool.maps[s].get(text[-1] if s == 1 else tuple(text[-s:]))
-            if rec is None:
+            entry = pool.maps[s].get(text[-1] if s == 1 else tuple(text[-s:]))
+            if entry is None:
                 continue
-            state = rec if type(rec) is tuple else pool.materialize(rec)
-            matches = [state] if type(state) is tuple else state.ordered(per_pattern)
-            for m in matches:
+            for m in in_order(pool.matches(entry), per_pattern):
                 draft = list(m[:budget])
                 if is_covered(draft, chosen):
                     continue

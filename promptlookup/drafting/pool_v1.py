@@ -59,6 +59,11 @@ class PLDCursor:
         self._update(text)
         return self._lookup(text, room)
 
+    def candidates(self, text: Sequence[int], max_seq_len: int, max_candidates: int) -> list[tuple[list[int], int]]:
+        """None beyond :meth:`propose`'s draft: V1's pool offers one draft per pattern
+        (``max_candidates`` is accepted for the cursors' common interface). O(1)."""
+        return []
+
     def _update(self, text: Sequence[int]) -> None:
         """Insert every (pattern, match) of the window, sizes n..1, positions ascending."""
         pool = self.pool

@@ -68,7 +68,7 @@ import torch
 from ..errors import UserError
 from ..fsutil import atomic_write_bytes
 from ..runtime import compiled as compiled_module
-from ..runtime import cuda_graphs, kv_cache, paged_attention, paged_llama
+from ..runtime import batch_layout, cuda_graphs, kv_cache, paged_attention, paged_llama
 from ..runtime.compiled import CompiledForward, inductor_unavailable_reason
 from ..runtime.device import resolve_device
 from ..runtime.torch_runner import TorchRunner
@@ -76,7 +76,7 @@ from .config import EngineConfig
 
 BACKEND = "inductor"
 CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"
-GRAPH_MODULES = (compiled_module, cuda_graphs, paged_attention, paged_llama, kv_cache)  # their source defines the compiled step
+GRAPH_MODULES = (compiled_module, cuda_graphs, paged_attention, paged_llama, batch_layout, kv_cache)  # their source defines the compiled step
 REBUILD = "rebuild the engine with build.sh --torch_compile inductor to compile ahead of time"
 
 

@@ -9,7 +9,7 @@ from promptlookup.decoding.lookahead import (
     WINDOW,
     LookaheadConfig,
     LookaheadRequest,
-    NgramPool,
+    LookaheadPool,
     parse_lookahead_config,
     step_tokens,
     trtllm_draft_len,
@@ -77,13 +77,13 @@ def test_tree_mask_and_positions_match_the_papers_rule(w, n, g):
 
 
 def test_pool_is_lru_with_at_most_g_entries_per_key():
-    pool = NgramPool(2)
+    pool = LookaheadPool(2)
     pool.add(1, [2, 3], WINDOW)
     pool.add(1, [4, 5], WINDOW)
     pool.add(1, [2, 3], PROMPT)  # re-inserted: most recent, relabelled
     pool.add(1, [6, 7], WINDOW)  # evicts the oldest, [4, 5]
     assert pool.candidates(1) == [((6, 7), WINDOW), ((2, 3), PROMPT)]
-    assert NgramPool(0).candidates(1) == []
+    assert LookaheadPool(0).candidates(1) == []
 
 
 def test_window_update_makes_w_ngrams_and_moves_forward():

@@ -48,7 +48,7 @@ def test_forcing_python_is_reported_and_honoured(monkeypatch):
     with pytest.raises(RuntimeError, match="not built"):
         drafting_classes("c")
     drafter = make_drafter(DraftConfig(), implementation="python")
-    assert type(drafter.new_request([1, 2, 1], 100).cursor).__module__ == "promptlookup.drafting.pool"
+    assert type(drafter.new_request([1, 2, 1], 100).mode.cursor).__module__ == "promptlookup.drafting.pool"
 
 
 def test_unknown_implementation_is_refused():
