@@ -66,14 +66,14 @@ class RequestOutput:
     """
 
     def __init__(self, llm: "LLM", handle: RequestHandle, prompt: str | None, prompt_token_ids: list[int],
-                 params: SamplingParams) -> None:
+                 params: SamplingParams, index: int = 0) -> None:
         self.llm = llm
         self.handle = handle
         self.request_id = handle.id
         self.prompt = prompt
         self.prompt_token_ids = prompt_token_ids
         self.params = params
-        self.outputs = [CompletionOutput()]
+        self.outputs = [CompletionOutput(index)]
         self.finished = False
         self.error: str | None = None
         self._ids: list[int] = []
@@ -98,20 +98,23 @@ class RequestOutput:
                 self.error = event.error or "generation failed"
         full = self.llm.decode(self._ids)
         stops = self.params.stop or ()
-        hit = min(((full.find(s), s) for s in stops if s in full), default=None)
+        # a stop string counts only where it needs the min_tokens-th token or a later one
+        early = len(self.llm.decode(self._ids[: self.params.min_tokens - 1])) if self.params.min_tokens > 1 else 0
+        found = ((full.find(s, max(0, early - len(s) + 1)), s) for s in stops)
+        hit = min(((i, s) for i, s in found if i >= 0), default=None)
         if hit is not None:
             cut, stop = hit
             keep = len(self._ids)
-            while keep > 1 and stop in self.llm.decode(self._ids[: keep - 1]):
+            while keep > 1 and self.llm.decode(self._ids[: keep - 1]).find(stop, cut) == cut:
                 keep -= 1
             self._ids = self._ids[:keep]
             del out.draft_flags[keep:]
             out.text, out.stop_reason, out.finish_reason = full[:cut], stop, "stop"
             out.accepted = sum(out.draft_flags)
             self.finished = True
-            self.handle.cancel()
+            self.handle.stop()
         elif self.finished:
-            out.text = full
+            out.text = full.rstrip(REPLACEMENT)  # a character cut by the end never completes: drop it
         else:
             text = full.rstrip(REPLACEMENT)
             hold = max((n for s in stops for n in range(1, len(s)) if text.endswith(s[:n])), default=0)
@@ -286,13 +289,13 @@ class LLM:
 
     # ------------------------------------------------------------------ generation
     def _submit(self, prompt: str | Sequence[int], params: SamplingParams, request_id: int,
-                loop: asyncio.AbstractEventLoop | None) -> RequestOutput:
+                loop: asyncio.AbstractEventLoop | None, index: int = 0) -> RequestOutput:
         if not isinstance(params, SamplingParams):
             raise UserError(f"sampling_params must be a SamplingParams, got {type(params).__name__}")
         text, ids = self.encode(prompt)
         end_id = params.end_id if params.end_id is not None else self.default_end_id
         request = GenerationRequest(ids, params.max_tokens, end_id, params.sampling_config(), request_id)
-        return RequestOutput(self, self.scheduler.submit(request, loop), text, ids, params)
+        return RequestOutput(self, self.scheduler.submit(request, loop), text, ids, params, index)
 
     def generate(
         self,
@@ -335,10 +338,17 @@ class LLM:
         inputs: str | Sequence[int],
         sampling_params: SamplingParams | None = None,
         streaming: bool = False,
+        *,
+        request_id: int = 0,
+        index: int = 0,
     ) -> RequestOutput:
         """Submit one prompt and return at once. In async code, ``async for`` the result to
         stream (every update with ``streaming=True``, else only the final one) or
-        ``await out.aresult()``; in sync code, iterate it or call ``result()``."""
+        ``await out.aresult()``; in sync code, iterate it or call ``result()``.
+
+        ``request_id`` keys the sampling noise with the seed (same seed and request id: same
+        sample; the server gives an unseeded request a fresh random one); ``index`` is the
+        output's ``CompletionOutput.index`` (the choice number of ``n`` samples)."""
         if self.trtllm is not None:
             raise UserError("LLM(backend='trtllm') offers generate() only; stream with TensorRT-LLM's own "
                             "LLM.generate_async, or use backend='torch'")
@@ -346,7 +356,9 @@ class LLM:
             loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
             loop = None
-        out = self._submit(inputs, sampling_params or SamplingParams(), 0, loop)
+        if isinstance(request_id, bool) or not isinstance(request_id, int) or request_id < 0:
+            raise UserError(f"request_id must be an integer >= 0, got {request_id!r}")
+        out = self._submit(inputs, sampling_params or SamplingParams(), request_id, loop, index)
         if not streaming:
             return _FinalOnly(out)
         return out
