@@ -30,7 +30,10 @@ def test_plain_decoding_without_prompt_lookup_config(tiny_engine_dir):
 @pytest.mark.parametrize("argv,match", [
     (["--prompt_lookup_config", "[0,2,[0]]"], "prompt_lookup_config"),
     (["--port", "70000"], "port"),
-    (["--engine_dir", "/nonexistent/engine"], "does not exist"),
+    (["--engine_dir", "/nonexistent/engine", "--port", "0"], "does not exist"),
+    (["--shutdown_timeout", "-1"], "shutdown_timeout"),
+    (["--max_waiting_requests", "-1"], "max_waiting_requests"),
+    (["--max_request_bytes", "0"], "max_request_bytes"),
 ])
 def test_bad_values_are_user_errors(argv, match):
     with pytest.raises(UserError, match=match):
