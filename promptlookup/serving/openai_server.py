@@ -78,7 +78,12 @@ def chat_prompt(body: dict, llm: LLM) -> list[int]:
     if not getattr(tok, "chat_template", None):
         raise ApiError("this model's tokenizer has no chat template; use /v1/completions", "messages",
                        "unsupported_value")
-    ids = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    from jinja2 import TemplateError
+
+    try:
+        ids = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    except TemplateError as exc:  # the template's own rules (e.g. roles must alternate)
+        raise ApiError(f"the chat template refused these messages: {exc}", "messages", "invalid_value") from None
     if isinstance(ids, dict) or hasattr(ids, "keys"):
         ids = ids["input_ids"]
     return list(ids)
@@ -270,6 +275,8 @@ class OpenAIServer:
             raw = await self._read_body(request)
             prepared = await asyncio.get_running_loop().run_in_executor(self._prepare_pool, self._prepare, raw, chat)
             outs = self._submit(prepared)
+        except UserError as exc:  # the library refused the request: a client error, whatever its text
+            return error_response(ApiError(str(exc), None, "invalid_value"))
         except ApiError as exc:
             return error_response(exc, {"Retry-After": "1"} if exc.status in (429, 503) else None)
         rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
