@@ -43,6 +43,20 @@ def build_parser() -> ArgumentParser:
     return p
 
 
+def gathering_forward(compiled):
+    """``compiled`` (a ``CompiledForward``) made to gather each layer's attended K/V rows under a
+    dense mask (SDPA, as the eager path does) instead of reading the pool in place: graphs then
+    depend on a context bucket too. For this comparison only; runs use the in-place attention."""
+    from promptlookup.runtime.cuda_graphs import StepBuckets
+
+    b = compiled.buckets
+    compiled.buckets = StepBuckets(b.max_b, b.max_q, b.max_k)  # split by context
+    compiled._pool_blocks = None  # padded_layout then gathers
+    compiled._probed = True  # the in-place kernel is not used
+    compiled.shapes.clear()
+    return compiled
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     import torch
@@ -56,12 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     for mode in args.modes.split(","):
         runner = load_runner(args.engine_dir, device="cpu", compile_mode=mode.removesuffix("-gather"))
         if mode.endswith("-gather"):
-            from promptlookup.runtime.compiled import CompiledForward
-            from promptlookup.runtime.cuda_graphs import StepBuckets
-
-            b = runner.compiled.buckets
-            runner.compiled = CompiledForward(runner.model, runner.pool, StepBuckets(b.max_b, b.max_q, b.max_k),
-                                              attention="gather")
+            runner.compiled = gathering_forward(runner.compiled)
         prompt = [(7 * i) % 1000 + 10 for i in range(args.context)]
         blocks = SequenceBlocks()
         runner.blocks.ensure_capacity(blocks, args.context + max(tokens))

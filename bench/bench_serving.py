@@ -117,7 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     from promptlookup.api import LLM, KvCacheConfig, NGramDecodingConfig, SamplingParams
     from promptlookup.cli.args import parse_prompt_lookup_config
     from promptlookup.evaluation.grounded_prompts import code_edit_prompts
-    from promptlookup.serving.openai_server import OpenAIServer, ServerThread
+    from promptlookup.serving.openai_server import OpenAIServer
+    from tests.serving.server_thread import ServerThread
 
     k, n, _ = parse_prompt_lookup_config(args.prompt_lookup_config)
     clients = [int(c) for c in args.clients.split(",")]

@@ -18,16 +18,50 @@ the new tokens follow the row as given (as ``model.generate`` lays out left-padd
 
 Defaults (``max_new_tokens``/``max_length``, ``eos_token_id``, ``pad_token_id``,
 ``temperature``, ``top_k``, ``top_p``) come from ``model.generation_config`` as in
-``model.generate``. The runner is kept on the model (freed with it) and rebuilt only when a call
+``model.generate``. ``repetition_penalty`` is Hugging Face's (a seen token's logit divided by
+it if positive, multiplied if negative; counted over the row's unmasked prompt and its new
+tokens). ``streamer`` takes Hugging Face's streamer protocol (``TextStreamer``,
+``TextIteratorStreamer``): ``put(prompt ids)``, then ``put`` of the tokens each verification
+step accepts (one or more at a time, as in Hugging Face's assisted generation), then ``end()``;
+batch size 1, as there.
+
+Errors are one-line exceptions that are also Hugging Face's types: a model that is not a
+loaded Llama raises :class:`TypeError`/:class:`ValueError`; a ``model.generate`` keyword this
+function does not support (``num_beams=4``, ``return_dict_in_generate=True``, ...) raises
+:class:`ValueError` naming it and listing what is supported; a keyword at its neutral value
+(``num_beams=1``) is accepted. All are also :class:`~promptlookup.errors.UserError`. The runner is kept on the model (freed with it) and rebuilt only when a call
 needs larger limits: the first call pays for fusing the weights, later calls do not.
 """
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
 
 from .errors import UserError
+
+class HFValueError(UserError, ValueError):
+    """A bad value, raised as Hugging Face would (a ValueError) and as this project does."""
+
+
+class HFTypeError(UserError, TypeError):
+    """A wrong type, raised as Hugging Face would (a TypeError) and as this project does."""
+
+
+# model.generate keywords accepted only at their neutral value (what they would change is not supported)
+NEUTRAL_KEYWORDS: dict[str, Any] = {
+    "num_beams": 1, "num_beam_groups": 1, "num_return_sequences": 1, "return_dict_in_generate": False,
+    "output_scores": False, "output_logits": False, "output_attentions": False, "output_hidden_states": False,
+    "use_cache": True, "penalty_alpha": None, "assistant_model": None,
+    "no_repeat_ngram_size": 0, "encoder_repetition_penalty": 1.0, "length_penalty": 1.0, "min_new_tokens": None,
+    "min_length": 0, "bad_words_ids": None, "force_words_ids": None, "logits_processor": None,
+    "stopping_criteria": None, "typical_p": 1.0, "epsilon_cutoff": 0.0, "eta_cutoff": 0.0, "min_p": None,
+    "diversity_penalty": 0.0, "constraints": None, "renormalize_logits": False, "generation_config": None,
+}
+SUPPORTED_KEYWORDS = ("attention_mask", "prompt_lookup_num_tokens", "max_matching_ngram_size", "max_new_tokens",
+                      "max_length", "do_sample", "temperature", "top_k", "top_p", "repetition_penalty",
+                      "eos_token_id", "pad_token_id", "streamer", "seed")
 
 DEFAULT_NEW_TOKENS = 20  # transformers' default when no length is set anywhere
 _ATTR = "_promptlookup_runner"  # the runner rides on the model: freed with it (a plain reference cycle)
@@ -57,7 +91,7 @@ def _runner_for(model: torch.nn.Module, batch: int, seq_len: int, k: int):
     cfg = model.config
     max_pos = int(getattr(cfg, "max_position_embeddings", seq_len))
     if seq_len > max_pos:
-        raise UserError(f"input plus max_new_tokens is {seq_len} tokens, more than the model's "
+        raise HFValueError(f"input plus max_new_tokens is {seq_len} tokens, more than the model's "
                         f"max_position_embeddings {max_pos}; lower max_new_tokens")
     limits = EngineLimits(max_batch_size=batch, max_input_len=seq_len - 1, max_seq_len=seq_len,
                           max_draft_len=k, vocab_size=int(cfg.vocab_size))
@@ -67,12 +101,56 @@ def _runner_for(model: torch.nn.Module, batch: int, seq_len: int, k: int):
     return runner
 
 
+def check_model(model: Any) -> None:
+    """Refuse anything but a loaded Llama (a ``torch.nn.Module`` whose config has model_type 'llama')."""
+    if not isinstance(model, torch.nn.Module):
+        hint = f"; load it first: AutoModelForCausalLM.from_pretrained({model!r})" if isinstance(model, str) else ""
+        raise HFTypeError(f"model must be a loaded Llama model (a transformers LlamaForCausalLM), "
+                          f"got {type(model).__name__} {model!r:.60}{hint}")
+    model_type = getattr(getattr(model, "config", None), "model_type", None)
+    if model_type != "llama":
+        raise HFValueError(f"model is a {type(model).__name__} with model_type {model_type!r}; only Llama models "
+                           f"(model_type 'llama') run on promptlookup's runtime")
+
+
+def check_keywords(extra: dict[str, Any]) -> None:
+    """Refuse ``model.generate`` keywords not supported here, naming them and what is supported."""
+    for name, value in extra.items():
+        if name in NEUTRAL_KEYWORDS and _same(value, NEUTRAL_KEYWORDS[name]):
+            continue
+        what = f"{name}={value!r:.40}" if name in NEUTRAL_KEYWORDS else f"keyword {name!r}"
+        neutral = f" (only {name}={NEUTRAL_KEYWORDS[name]!r})" if name in NEUTRAL_KEYWORDS else ""
+        raise HFValueError(f"promptlookup.hf.generate does not support {what}{neutral}; supported keywords: "
+                           f"{', '.join(SUPPORTED_KEYWORDS)}")
+
+
+def _same(value: Any, neutral: Any) -> bool:
+    """Whether ``value`` is the neutral value itself (``False`` is not ``0``, ``None`` only ``None``)."""
+    if neutral is None or isinstance(neutral, bool):
+        return value is neutral
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and value == neutral
+
+
+class _StreamerSink:
+    """Feeds Hugging Face's streamer protocol from this runtime's step events (one sequence)."""
+
+    def __init__(self, streamer: Any) -> None:
+        if not (callable(getattr(streamer, "put", None)) and callable(getattr(streamer, "end", None))):
+            raise HFTypeError(f"streamer must have put() and end() (Hugging Face's BaseStreamer), "
+                              f"got {type(streamer).__name__}")
+        self.streamer = streamer
+
+    def __call__(self, event: Any) -> None:
+        if event.tokens:
+            self.streamer.put(torch.tensor([list(event.tokens)], dtype=torch.long))
+
+
 def _single(value: Any, name: str) -> int | None:
     if value is None:
         return None
     if isinstance(value, (list, tuple)):
         if len(value) != 1:
-            raise UserError(f"{name} {list(value)}: only one end token is supported; pass eos_token_id=<one id>")
+            raise HFValueError(f"{name} {list(value)}: only one end token is supported; pass eos_token_id=<one id>")
         value = value[0]
     if isinstance(value, torch.Tensor):
         value = value.item()
@@ -94,7 +172,10 @@ def generate(
     top_p: float | None = None,
     eos_token_id: int | list[int] | None = None,
     pad_token_id: int | None = None,
+    repetition_penalty: float | None = None,
+    streamer: Any = None,
     seed: int = 0,
+    **unsupported: Any,
 ) -> torch.Tensor:
     """``model.generate(input_ids, prompt_lookup_num_tokens=..., ...)`` on this project's runtime.
 
@@ -104,8 +185,10 @@ def generate(
     from .drafting import DraftConfig, make_drafter
     from .runtime.base import SamplingConfig
 
+    check_model(model)
+    check_keywords(unsupported)
     if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2:
-        raise UserError("input_ids must be a 2-D LongTensor [batch, length]")
+        raise HFValueError("input_ids must be a 2-D LongTensor [batch, length]")
     gen = getattr(model, "generation_config", None)
 
     def default(value: Any, name: str, fallback: Any) -> Any:
@@ -123,38 +206,53 @@ def generate(
         else:
             max_new_tokens = DEFAULT_NEW_TOKENS
     if max_new_tokens < 1:
-        raise UserError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
+        raise HFValueError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
     if not isinstance(prompt_lookup_num_tokens, int) or prompt_lookup_num_tokens < 1:
-        raise UserError(f"prompt_lookup_num_tokens must be a positive integer, got {prompt_lookup_num_tokens!r}")
+        raise HFValueError(f"prompt_lookup_num_tokens must be a positive integer, got {prompt_lookup_num_tokens!r}")
     end_id = _single(default(eos_token_id, "eos_token_id", None), "eos_token_id")
     pad_id = _single(default(pad_token_id, "pad_token_id", None), "pad_token_id")
     if pad_id is None:
         pad_id = end_id if end_id is not None else 0
     do_sample = bool(default(do_sample, "do_sample", False))
-    sampling = SamplingConfig()
+    penalty = default(repetition_penalty, "repetition_penalty", 1.0)
+    if isinstance(penalty, bool) or not isinstance(penalty, (int, float)) or not (math.isfinite(penalty)
+                                                                                  and penalty > 0):
+        raise HFValueError(f"repetition_penalty must be a finite number > 0, got {penalty!r}")
+    sampling = SamplingConfig(repetition_penalty=float(penalty))
     if do_sample:
         sampling = SamplingConfig(float(default(temperature, "temperature", 1.0)), int(default(top_k, "top_k", 50)),
-                                  float(default(top_p, "top_p", 1.0)), int(seed))
+                                  float(default(top_p, "top_p", 1.0)), int(seed), repetition_penalty=float(penalty))
+    sink = None
+    if streamer is not None:
+        if input_ids.shape[0] != 1:
+            raise HFValueError(f"streamer supports batch size 1 (as Hugging Face's streamers), "
+                               f"got a batch of {input_ids.shape[0]}")
+        sink = _StreamerSink(streamer)
 
     rows = input_ids.tolist()
     if attention_mask is not None:
         if attention_mask.shape != input_ids.shape:
-            raise UserError(f"attention_mask {tuple(attention_mask.shape)} does not match input_ids "
+            raise HFValueError(f"attention_mask {tuple(attention_mask.shape)} does not match input_ids "
                             f"{tuple(input_ids.shape)}")
         mask = attention_mask.tolist()
         prompts = [[t for t, m in zip(row, ms) if m] for row, ms in zip(rows, mask)]
     else:
         prompts = [list(row) for row in rows]
     if any(not p for p in prompts):
-        raise UserError("a row of input_ids has no unmasked token")
+        raise HFValueError("a row of input_ids has no unmasked token")
 
     longest = max(len(p) for p in prompts)
     runner = _runner_for(model, batch, longest + max_new_tokens + 1, prompt_lookup_num_tokens)
     drafter = make_drafter(DraftConfig(prompt_lookup_num_tokens=prompt_lookup_num_tokens,
                                        max_matching_ngram_size=max_matching_ngram_size, is_public_pool=False))
+    if sink is not None:
+        sink.streamer.put(input_ids.detach().cpu())
     with torch.inference_mode():
         results = run_single_call(runner, prompts, max_new_tokens=max_new_tokens,
-                                  end_id=end_id if end_id is not None else -1, drafter=drafter, sampling=sampling)
+                                  end_id=end_id if end_id is not None else -1, drafter=drafter, sampling=sampling,
+                                  on_step=sink)
+    if sink is not None:
+        sink.streamer.end()
     new = max(len(r.output_ids) for r in results)
     out = [row + r.output_ids + [pad_id] * (new - len(r.output_ids)) for row, r in zip(rows, results)]
     return torch.tensor(out, dtype=input_ids.dtype, device=input_ids.device)

@@ -1,4 +1,9 @@
-"""Imports run one way: cli/api/serving -> evaluation -> decoding/engine -> runtime -> drafting/checkpoint.
+"""Imports run one way, and every package (and top-level module) has its own rank.
+
+Top to bottom: cli -> serving -> api -> evaluation -> hf -> decoding -> engine -> runtime
+-> drafting -> checkpoint -> the base modules (stream_output, text, defaults, threads,
+fsutil, literals, errors). A module may import only what ranks strictly lower than its
+own package, so two packages at one level cannot import each other either.
 
 Every ``import`` in the package (at module level or inside functions) is read from the
 source; a lower layer naming a higher one fails, so no cycle can hide behind a lazy import.
@@ -7,13 +12,34 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "promptlookup"
-RANK = {  # a package may import packages of its own rank or lower
-    "errors": 0, "literals": 0, "fsutil": 0, "threads": 0, "defaults": 0,
-    "drafting": 1, "checkpoint": 1,
-    "runtime": 2,
-    "decoding": 3, "engine": 3,
-    "evaluation": 4,
-    "cli": 5, "api": 5, "serving": 5, "hf": 5, "__init__": 6,
+ORDER = [  # top to bottom; a package may import only the packages after it
+    "__init__",
+    "cli",
+    "serving",  # the HTTP app, a client of the API
+    "api",  # LLM, configs, the MLX-style decoder
+    "evaluation",
+    "hf",
+    "decoding",  # loops, proposers, scheduler, draft budget
+    "engine",
+    "runtime",
+    "drafting",
+    "checkpoint",
+    # base modules
+    "stream_output",
+    "text",
+    "defaults",
+    "threads",
+    "fsutil",
+    "literals",
+    "errors",
+]
+RANK = {name: len(ORDER) - i for i, name in enumerate(ORDER)}
+
+# Known violations, each to be removed by a change in flight. Do not add to this list.
+TEMPORARY_ALLOWED = {
+    # The LLM API drives the continuous-batching scheduler, which still lives in serving/;
+    # moving serving/scheduler.py (and draft_budget.py) into decoding/ removes this entry.
+    ("api/llm.py", "serving"),
 }
 
 
@@ -36,13 +62,29 @@ def imported_packages(path: Path) -> set[str]:
     return found
 
 
+def own_package(path: Path) -> str:
+    return path.relative_to(PACKAGE).parts[0].removesuffix(".py")
+
+
+def test_every_package_has_a_rank():
+    unranked = sorted({own_package(p) for p in PACKAGE.rglob("*.py")} - set(RANK))
+    assert not unranked, f"give {unranked} a place in ORDER"
+
+
 def test_imports_run_one_way():
     wrong = []
     for path in sorted(PACKAGE.rglob("*.py")):
-        own = path.relative_to(PACKAGE).parts[0].removesuffix(".py")
-        if own not in RANK:
-            continue
+        own = own_package(path)
+        rel = path.relative_to(PACKAGE).as_posix()
         for pkg in imported_packages(path):
-            if pkg in RANK and RANK[pkg] > RANK[own]:
-                wrong.append(f"{path.relative_to(PACKAGE)} imports {pkg}")
+            if pkg == own or pkg not in RANK or (rel, pkg) in TEMPORARY_ALLOWED:
+                continue
+            if RANK[pkg] >= RANK.get(own, len(ORDER) + 1):
+                wrong.append(f"{rel} imports {pkg}")
     assert not wrong, wrong
+
+
+def test_temporary_allowances_are_still_needed():
+    stale = [entry for entry in sorted(TEMPORARY_ALLOWED)
+             if entry[1] not in imported_packages(PACKAGE / entry[0])]
+    assert not stale, f"remove {stale} from TEMPORARY_ALLOWED"

@@ -22,10 +22,10 @@ from typing import Any, AsyncIterator, Iterator, Sequence
 from ..defaults import DRAFT_LENGTH_POLICIES
 from ..errors import UserError
 from ..serving.scheduler import FINISH_ERROR, GenerationRequest, RequestHandle, Scheduler, TokenEvent
+from ..text import REPLACEMENT, IncrementalDetokenizer, decode_text, encode_text, find_stop, stop_hold, stop_token_count
 from .configs import KvCacheConfig, LookaheadDecodingConfig, NGramDecodingConfig, SamplingParams
 from .model_cache import AutoBuild, resolve_engine
 
-REPLACEMENT = "\ufffd"
 
 
 
@@ -77,6 +77,7 @@ class RequestOutput:
         self.finished = False
         self.error: str | None = None
         self._ids: list[int] = []
+        self._text = IncrementalDetokenizer(llm.tokenizer)  # the text of _ids, O(new tokens) per event
 
     # ------------------------------------------------------------------ events
     def _apply(self, event: TokenEvent) -> bool:
@@ -85,28 +86,28 @@ class RequestOutput:
             return False
         out = self.outputs[0]
         before_text, before_ids = out.text, len(out.token_ids)
+        searched = len(self._text.text)  # text already searched for stop strings
         if event.tokens:
             out.steps += 1
             out.drafted += event.drafted
             out.accepted += event.accepted
             self._ids.extend(event.tokens)
+            self._text.push(event.tokens)
             out.draft_flags.extend([True] * event.accepted + [False] * (len(event.tokens) - event.accepted))
         if event.finish_reason is not None:
             self.finished = True
             out.finish_reason = event.finish_reason
             if event.finish_reason == FINISH_ERROR:
                 self.error = event.error or "generation failed"
-        full = self.llm.decode(self._ids)
+            self._text.flush()
+        full = self._text.text
         stops = self.params.stop or ()
-        # a stop string counts only where it needs the min_tokens-th token or a later one
-        early = len(self.llm.decode(self._ids[: self.params.min_tokens - 1])) if self.params.min_tokens > 1 else 0
-        found = ((full.find(s, max(0, early - len(s) + 1)), s) for s in stops)
-        hit = min(((i, s) for i, s in found if i >= 0), default=None)
+        if self.params.min_tokens > 1:  # a stop string counts only where it needs the min_tokens-th token
+            searched = max(searched, len(decode_text(self.llm.tokenizer, self._ids[: self.params.min_tokens - 1])))
+        hit = find_stop(full, stops, searched)
         if hit is not None:
             cut, stop = hit
-            keep = len(self._ids)
-            while keep > 1 and self.llm.decode(self._ids[: keep - 1]).find(stop, cut) == cut:
-                keep -= 1
+            keep = stop_token_count(self.llm.tokenizer, self._ids, stop, at=cut)
             self._ids = self._ids[:keep]
             del out.draft_flags[keep:]
             out.text, out.stop_reason, out.finish_reason = full[:cut], stop, "stop"
@@ -116,9 +117,8 @@ class RequestOutput:
         elif self.finished:
             out.text = full.rstrip(REPLACEMENT)  # a character cut by the end never completes: drop it
         else:
-            text = full.rstrip(REPLACEMENT)
-            hold = max((n for s in stops for n in range(1, len(s)) if text.endswith(s[:n])), default=0)
-            out.text = text[: len(text) - hold] if hold else text
+            hold = stop_hold(full, stops)
+            out.text = full[: len(full) - hold] if hold else full
         if not out.text.startswith(before_text):  # a decoder that rewrote shown text: resend all
             before_text = ""
         out.token_ids = list(self._ids)
@@ -272,15 +272,11 @@ class LLM:
         return int(end)
 
     def decode(self, ids: Sequence[int]) -> str:
-        from ..cli.stream_output import decode_text
-
         return decode_text(self.tokenizer, ids)
 
     def encode(self, prompt: str | Sequence[int]) -> tuple[str | None, list[int]]:
         """(text, token ids) of a prompt: text is tokenized as given (no chat template);
         token ids are used exactly."""
-        from ..cli.inputs import encode_text
-
         if isinstance(prompt, str):
             return prompt, encode_text(self.tokenizer, prompt, use_chat_template=False)
         if isinstance(prompt, Sequence) and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):

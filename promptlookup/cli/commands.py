@@ -58,3 +58,10 @@ def ngram_cache() -> NoReturn:
     from .ngram_cache import main
 
     run_cli(main)
+
+
+def mlx_decoder() -> NoReturn:
+    """``pld-mlx-decoder`` = ``python -m promptlookup.cli.mlx_decoder`` (MLX's prompt-lookup example's flags)."""
+    from .mlx_decoder import main
+
+    run_cli(main)

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..errors import UserError
+from ..text import encode_text
 
 INPUT_FILE_TYPES = (".txt", ".json", ".csv", ".npy")
 
@@ -105,19 +106,6 @@ def read_input_file(path: str, end_id: int | None) -> list[str | list[int]]:
             out.append(ids)
         return out
     raise AssertionError(suffix)  # check_input_file admits only INPUT_FILE_TYPES
-
-
-def encode_text(tokenizer: Any, text: str, use_chat_template: bool) -> list[int]:
-    if use_chat_template:
-        if not getattr(tokenizer, "chat_template", None):
-            raise UserError("--use_chat_template: this tokenizer has no chat template")
-        ids = tokenizer.apply_chat_template(
-            [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True
-        )
-        if isinstance(ids, dict) or hasattr(ids, "keys"):
-            ids = ids["input_ids"]
-        return list(ids)
-    return list(tokenizer(text)["input_ids"])
 
 
 def collect_prompts(

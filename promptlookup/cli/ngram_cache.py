@@ -2,7 +2,7 @@
 
     python -m promptlookup.cli.ngram_cache create  --output corpus.ngc --tokenizer_dir TOK  a.txt b.jsonl
     python -m promptlookup.cli.ngram_cache merge   --output all.ngc  a.ngc b.ngc
-    python -m promptlookup.cli.ngram_cache inspect all.ngc --top 5
+    python -m promptlookup.cli.ngram_cache inspect all.ngc --top 5 [--decode --tokenizer_dir TOK]
     python -m promptlookup.cli.ngram_cache stats   --tokenizer_dir TOK outputs.jsonl --jsonl_field output
 
 Inputs (``create`` and ``stats``), by file name:
@@ -19,7 +19,12 @@ line on stderr and exit code 2.
 
 Cache files may be in this project's versioned format or in llama.cpp's
 (``llama-lookup-create``, ``llama-lookup``); every subcommand reads both, told apart by
-content, and ``create``/``merge`` write either (``--format``).
+content, and ``create``/``merge`` write either (``--format``). ``create`` counts n-grams of
+``--ngram_min``..``--ngram_max`` tokens; the defaults follow the format: 1..4 for this
+project's, and 2..2 for llama.cpp's, which is what ``llama-lookup-create`` writes for a static
+cache (``LLAMA_NGRAM_STATIC``). ``inspect --decode`` shows each listed n-gram and its next
+token as text (needs the tokenizer: ``--tokenizer_dir``, which may be an engine directory,
+or ``--gguf_file``).
 """
 from __future__ import annotations
 
@@ -32,7 +37,14 @@ from typing import Any
 
 from ..drafting import DraftConfig, NgramCache, TokenizerIdentity, config_grid, simulate_corpus
 from ..drafting.base import DRAFT_MODES
-from ..drafting.cache_file import DEFAULT_MAX_NGRAM, FORMATS, LLAMACPP_NGRAM_MAX, MAX_NGRAM_LIMIT, file_format
+from ..drafting.cache_file import (
+    DEFAULT_MAX_NGRAM,
+    FORMATS,
+    LLAMACPP_NGRAM_MAX,
+    LLAMACPP_NGRAM_STATIC,
+    MAX_NGRAM_LIMIT,
+    file_format,
+)
 from ..errors import UserError, run_cli
 from ..fsutil import atomic_write_json, ensure_writable
 from .args import ArgumentParser
@@ -157,21 +169,36 @@ def _int_list(text: str, flag: str, low: int = 1) -> list[int]:
 
 
 # -- subcommands -----------------------------------------------------------------------------
-def cmd_create(args) -> int:
-    if not 1 <= args.max_ngram <= MAX_NGRAM_LIMIT:
-        raise UserError(f"--max_ngram must be between 1 and {MAX_NGRAM_LIMIT}, got {args.max_ngram}")
-    if args.format == "llama.cpp" and args.max_ngram > LLAMACPP_NGRAM_MAX:
+def ngram_range(args) -> tuple[int, int]:
+    """(``--ngram_min``, ``--ngram_max``) with the format's defaults: 1..4 for promptlookup,
+    llama.cpp's static 2..2 for llama.cpp (there, ``--ngram_max 1`` alone means 1..1)."""
+    static = args.format == "llama.cpp"
+    high = args.max_ngram if args.max_ngram is not None else (LLAMACPP_NGRAM_STATIC if static else DEFAULT_MAX_NGRAM)
+    if args.ngram_min is not None:
+        low = args.ngram_min
+    else:
+        low = min(LLAMACPP_NGRAM_STATIC, high) if static else 1
+    if not 1 <= high <= MAX_NGRAM_LIMIT:
+        raise UserError(f"--ngram_max must be between 1 and {MAX_NGRAM_LIMIT}, got {high}")
+    if static and high > LLAMACPP_NGRAM_MAX:
         raise UserError(f"--format llama.cpp holds n-grams of at most {LLAMACPP_NGRAM_MAX} tokens; "
-                        f"pass --max_ngram {LLAMACPP_NGRAM_MAX} or less, got {args.max_ngram}")
+                        f"pass --ngram_max {LLAMACPP_NGRAM_MAX} or less, got {high}")
+    if not 1 <= low <= high:
+        raise UserError(f"--ngram_min must be between 1 and --ngram_max {high}, got {low}")
+    return low, high
+
+
+def cmd_create(args) -> int:
+    low, high = ngram_range(args)
     tok = load_tokenizer(args.tokenizer_dir, args.gguf_file)
     sequences, identity = read_sequences(args.inputs, tok, args.jsonl_field, None)
-    cache = NgramCache(args.max_ngram)
+    cache = NgramCache(high)
     for ids, _ in sequences:
-        cache.update(ids)
+        cache.update(ids, min_ngram=low)
     cache.save(args.output, identity, args.format)
     tokens = sum(len(ids) for ids, _ in sequences)
     print(
-        f"wrote {args.output} ({args.format} format): {cache.num_ngrams()} n-grams (sizes 1..{cache.max_ngram}) from "
+        f"wrote {args.output} ({args.format} format): {cache.num_ngrams()} n-grams (sizes {low}..{high}) from "
         f"{len(sequences)} sequence(s), {tokens} tokens, tokenizer {identity.describe()}"
     )
     return 0
@@ -206,10 +233,32 @@ def cmd_merge(args) -> int:
     return 0
 
 
+def _decoder(args, identity: TokenizerIdentity | None, cache: NgramCache):
+    """A token-ids -> text function for ``inspect --decode`` (None without --decode), after
+    checking that the tokenizer is the cache's."""
+    if not args.decode:
+        if args.tokenizer_dir or args.gguf_file:
+            raise UserError("--tokenizer_dir/--gguf_file are read by inspect only with --decode; add --decode")
+        return None
+    tok = load_tokenizer(args.tokenizer_dir, args.gguf_file)
+    if tok is None:
+        raise UserError("--decode needs the tokenizer: pass --tokenizer_dir (a tokenizer or engine directory) "
+                        "or --gguf_file")
+    tokenizer, mine = tok
+    if identity is not None and not identity.compatible(mine):
+        raise UserError(f"{args.cache} was built with {identity.describe()}, not with {mine.describe()}; "
+                        "pass the tokenizer it was built with")
+    if cache.max_token() >= mine.vocab_size:  # llama.cpp's files record no tokenizer: the one check possible
+        raise UserError(f"{args.cache} holds token id {cache.max_token()}, outside {mine.describe()}'s "
+                        f"{mine.vocab_size} tokens; pass the tokenizer it was built with")
+    return lambda ids: tokenizer.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
+
 def cmd_inspect(args) -> int:
     if args.top < 0:
         raise UserError(f"--top must be >= 0, got {args.top}")
     cache, identity = NgramCache.load(args.cache)
+    decode = _decoder(args, identity, cache)
     size = Path(args.cache).stat().st_size
     fmt = file_format(args.cache)
     report: dict[str, Any] = {
@@ -230,7 +279,8 @@ def cmd_inspect(args) -> int:
             "pairs": cache.num_pairs(s),
             "observations": cache.total_count(s),
             "top": [
-                {"ngram": list(g), "observations": total, "top_token": t, "top_count": c}
+                {"ngram": list(g), "observations": total, "top_token": t, "top_count": c,
+                 **({"text": decode(g), "top_text": decode([t])} if decode else {})}
                 for g, total, t, c in cache.top(s, args.top)
             ],
         }
@@ -239,9 +289,12 @@ def cmd_inspect(args) -> int:
     if args.top:
         for row in report["sizes"]:
             for item in row["top"]:
+                gram, nxt = item["ngram"], item["top_token"]
+                if decode:
+                    gram, nxt = f"{gram} {item['text']!r}", f"{nxt} {item['top_text']!r}"
                 print(
-                    f"  {row['size']}-gram {item['ngram']}: seen {item['observations']}x, "
-                    f"most often followed by {item['top_token']} ({item['top_count']}x)"
+                    f"  {row['size']}-gram {gram}: seen {item['observations']}x, "
+                    f"most often followed by {nxt} ({item['top_count']}x)"
                 )
     if args.output_json:
         atomic_write_json(args.output_json, report)
@@ -303,7 +356,12 @@ def build_parser() -> ArgumentParser:
     p = sub.add_parser("create", help="build a static cache from text, JSONL or tokenized JSON")
     p.add_argument("inputs", nargs="+", help="text, .jsonl or tokenized .json files")
     p.add_argument("--output", required=True, help="cache file to write")
-    p.add_argument("--max_ngram", type=int, default=DEFAULT_MAX_NGRAM, help="largest n-gram size counted")
+    p.add_argument("--ngram_max", "--max_ngram", dest="max_ngram", type=int, default=None,
+                   help=f"largest n-gram size counted (default: {DEFAULT_MAX_NGRAM}; --format llama.cpp: "
+                        f"{LLAMACPP_NGRAM_STATIC}, as llama-lookup-create's static cache)")
+    p.add_argument("--ngram_min", type=int, default=None,
+                   help=f"smallest n-gram size counted (default: 1; --format llama.cpp: {LLAMACPP_NGRAM_STATIC}, "
+                        "as llama-lookup-create's static cache)")
     p.add_argument("--format", choices=list(FORMATS), default="promptlookup",
                    help="file format: this project's (records the tokenizer) or llama.cpp's (n-grams of at most 4 tokens)")
     tokenizer_flags(p)
@@ -317,6 +375,10 @@ def build_parser() -> ArgumentParser:
     p = sub.add_parser("inspect", help="print a cache's header, sizes and most frequent n-grams")
     p.add_argument("cache", help="cache file to inspect")
     p.add_argument("--top", type=int, default=5, help="n-grams to list per size")
+    p.add_argument("--decode", action="store_true", help="show the listed n-grams and next tokens as text too")
+    p.add_argument("--tokenizer_dir", default=None,
+                   help="with --decode: Hugging Face tokenizer folder or engine directory")
+    p.add_argument("--gguf_file", default=None, help="with --decode: read the tokenizer from this GGUF file")
     p.add_argument("--output_json", default=None, help="also write the report as JSON")
 
     p = sub.add_parser("stats", help="simulate drafting over texts without a model")

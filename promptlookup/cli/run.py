@@ -30,7 +30,7 @@ from .run_flags import (
     truncate_prompts,
 )
 from .token_outputs import check_output_path, output_id_rows, write_csv, write_npy
-from .stream_output import StreamPrinter, add_color_argument, color_mode, colorize, decode_text
+from ..stream_output import StreamPrinter, add_color_argument, color_mode, colorize, decode_text
 
 
 def build_parser() -> ArgumentParser:
@@ -278,4 +278,6 @@ def _run(args: Any, given: Any, begun: float) -> int:
             },
         )
         print(f"wrote {args.output_json}")
+    if printer is not None and printer.pipe_closed:  # after every file asked for is written: exit 141
+        raise BrokenPipeError("stdout's reader has gone")
     return 0

@@ -81,6 +81,7 @@ FORMATS = ("promptlookup", "llama.cpp")  # file formats, told apart by content
 LLAMACPP_NGRAM_MAX = 4  # llama.cpp's LLAMA_NGRAM_MAX: n-gram slots per record
 MAX_NGRAM_LIMIT = 16
 DEFAULT_MAX_NGRAM = 4  # llama.cpp's LLAMA_NGRAM_MAX
+LLAMACPP_NGRAM_STATIC = 2  # llama.cpp's LLAMA_NGRAM_STATIC: lookup-create's static caches hold 2-grams only
 
 _HEADER = struct.Struct("<8sIII32sH")  # magic, version, max_ngram, vocab_size, sha256, name length
 _SECTION = struct.Struct("<QQ")
@@ -136,10 +137,11 @@ class NgramCache:
             entry[1] = token
             entry[2] = c
 
-    def update(self, tokens: Sequence[int], start: int = 0) -> None:
-        """Count every (n-gram, next token) pair whose next token is at index >= ``start``."""
+    def update(self, tokens: Sequence[int], start: int = 0, min_ngram: int = 1) -> None:
+        """Count every (n-gram of ``min_ngram``..``max_ngram`` tokens, next token) pair whose next
+        token is at index >= ``start`` (llama.cpp's ``common_ngram_cache_update(ngram_min, ngram_max)``)."""
         add = self._add
-        for s in range(1, self.max_ngram + 1):
+        for s in range(max(1, min_ngram), self.max_ngram + 1):
             for i in range(max(start, s), len(tokens)):
                 key = tokens[i - 1] if s == 1 else tuple(tokens[i - s:i])
                 add(s, key, tokens[i], 1)

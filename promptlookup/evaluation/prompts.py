@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import UserError
+from ..text import chat_ids, has_chat_template
 
 TLDR_SUFFIX = " TL;DR: "
 SYSTEM_PROMPT = "You summarize news articles. Reply with a short summary of the article, in two or three sentences."
@@ -36,23 +37,24 @@ def summary_text(article: str) -> str:
 
 def check_chat_template(tokenizer: Any) -> None:
     """Raise :class:`UserError` when ``tokenizer`` has no chat template."""
-    if not getattr(tokenizer, "chat_template", None):
+    if not has_chat_template(tokenizer):
         raise UserError("--use_chat_template was given but the tokenizer has no chat template; drop the flag for a base model")
 
 
-def _render_chat(tokenizer: Any, text: str) -> str:
+def _chat_ids(tokenizer: Any, text: str) -> list[int]:
     messages = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": text}]
     try:
-        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return chat_ids(tokenizer, messages)
+    except UserError:
+        raise
     except Exception:  # some templates reject a system turn: fold it into the user turn
-        merged = [{"role": "user", "content": f"{SYSTEM_PROMPT}\n\n{text}"}]
-        return tokenizer.apply_chat_template(merged, tokenize=False, add_generation_prompt=True)
+        return chat_ids(tokenizer, [{"role": "user", "content": f"{SYSTEM_PROMPT}\n\n{text}"}])
 
 
 def _encode(tokenizer: Any, article: str, use_chat_template: bool) -> list[int]:
     text = summary_text(article)
     if use_chat_template:
-        return list(tokenizer.encode(_render_chat(tokenizer, text), add_special_tokens=False))
+        return _chat_ids(tokenizer, text)
     return list(tokenizer.encode(text, add_special_tokens=True))
 
 

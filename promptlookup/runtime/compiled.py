@@ -13,15 +13,11 @@ and LM head; under CUDA graphs they are captured with the layers. Inductor fuses
 layer's elementwise work around the matmuls (RMSNorm with the residual add, the rotary
 embedding, SiLU times up) into a few generated kernels, C++ on the CPU and Triton on a GPU.
 
-Attention (``attention=``):
-
-- ``"pool"`` (the default): FlexAttention reads each layer's KV pool in place through a
-  block mask made of the block tables (:mod:`.paged_attention`); nothing is copied per
-  layer, and a graph's shape depends on ``(B', Q')`` alone, so a run needs one graph per
-  (batch, tokens) bucket: ``log2(B') + 1`` times ``log2(Q') + 1`` of them at most.
-- ``"gather"``: each layer gathers the ``K'`` attended K/V rows of every sequence
-  (``index_select``) and runs SDPA under a dense mask, as the eager path does; graphs then
-  depend on a context bucket ``K'`` too (:class:`~.cuda_graphs.StepBuckets`).
+Attention: FlexAttention reads each layer's KV pool in place through a block mask made of
+the block tables (:mod:`.paged_attention`); nothing is copied per layer, and a graph's shape
+depends on ``(B', Q')`` alone, so a run needs one graph per (batch, tokens) bucket:
+``log2(B') + 1`` times ``log2(Q') + 1`` of them at most. (``bench/bench_compiled.py``
+times the alternative, gathering the attended K/V rows per layer under a dense mask.)
 
 Shapes. Every graph is compiled for static shapes (``dynamic=False``): a step runs on the
 graph of its bucket, and steps that fit no bucket (the prefill of a long prompt) run eagerly.
@@ -30,8 +26,8 @@ Costs. Compiling one bucket takes seconds for a tiny model and far longer for a 
 (docs/benchmarks.md); :meth:`CompiledForward.warmup` compiles ahead of a run, inductor keeps its
 own on-disk cache (``TORCHINDUCTOR_CACHE_DIR``) that makes a second process's compiles
 cheaper, and an engine built with ``--torch_compile inductor`` carries PyTorch's compile
-caches for its buckets (:mod:`promptlookup.engine.compile_cache`). A step then costs one padded forward of ``B' * Q'`` rows; with ``"pool"``
-attention each sequence's rows visit only the blocks its context occupies.
+caches for its buckets (:mod:`promptlookup.engine.compile_cache`). A step then costs one padded forward of ``B' * Q'`` rows; each sequence's
+rows visit only the blocks its context occupies.
 docs/benchmarks.md has the CPU measurements against the eager path.
 
 Exactness: the same operations as the eager forward on padded shapes, in fp32 with
@@ -60,8 +56,6 @@ from .kv_cache import KVPool
 from .paged_attention import check_block_size, check_compiled_attention
 from .paged_llama import PagedLlama, Parents
 
-ATTENTION_MODES = ("pool", "gather")  # see the module docstring
-
 
 def inductor_unavailable_reason(device: torch.device) -> str | None:
     """Why inductor cannot compile for ``device`` here (``None``: it can, as far as one can tell
@@ -76,8 +70,8 @@ def inductor_unavailable_reason(device: torch.device) -> str | None:
 class CompiledForward:
     """The inductor-compiled padded step of ``model`` over ``pool``, one graph per bucket.
 
-    ``attention``: ``"pool"`` (in place; ``buckets`` must not split contexts, i.e. be made
-    with ``by_context=False``) or ``"gather"`` (see the module docstring).
+    ``buckets`` must not split contexts (made with ``by_context=False``): attention reads the
+    pool in place (see the module docstring).
     Graphs are compiled lazily, at the first step of their bucket, or by :meth:`warmup`.
     Raises :class:`UserError` when inductor is unavailable or the pool's blocks are too
     small for its attention kernels, and, before the first compiled step, when that kernel
@@ -86,21 +80,17 @@ class CompiledForward:
     ``dense_projections=True``).
     """
 
-    def __init__(self, model: PagedLlama, pool: KVPool, buckets: StepBuckets, attention: str = "pool") -> None:
+    def __init__(self, model: PagedLlama, pool: KVPool, buckets: StepBuckets) -> None:
         reason = inductor_unavailable_reason(model.device)
         if reason is not None:
             raise UserError(f"--torch_compile inductor: {reason}; use --torch_compile off")
         if any(isinstance(getattr(b, n), CpuLinear) for b in model.layers for n in ("qkv", "o_proj", "gate_up", "down_proj")):
             raise ValueError("the compiled forward needs a PagedLlama built with dense_projections=True")
-        if attention not in ATTENTION_MODES:
-            raise ValueError(f"attention must be one of {ATTENTION_MODES}, got {attention!r}")
-        if (attention == "pool") == buckets.by_context:
-            raise ValueError(f"{attention!r} attention needs buckets with by_context={attention == 'gather'}")
-        if attention == "pool":
-            check_block_size(pool.block_size)
-        self._probed = attention != "pool"  # the pool attention is probed before its first compiled step
-        self.attention = attention
-        self._pool_blocks = pool.num_blocks if attention == "pool" else None
+        if buckets.by_context:
+            raise ValueError("in-place attention needs buckets with by_context=False")
+        check_block_size(pool.block_size)
+        self._probed = False  # the attention kernel is probed before its first compiled step
+        self._pool_blocks: int | None = pool.num_blocks  # padded_layout's in-place attention
         import torch._dynamo.config as dynamo_config
 
         self.model = model

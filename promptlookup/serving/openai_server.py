@@ -33,8 +33,6 @@ from __future__ import annotations
 import asyncio
 import json
 import secrets
-import socket
-import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -49,6 +47,7 @@ from starlette.routing import Route
 from ..api import LLM
 from ..api.llm import RequestOutput
 from ..errors import UserError
+from ..text import chat_ids, has_chat_template
 from .metrics import prometheus_text, weight_bytes
 from .request_fields import (ApiError, Sampling, _get, chat_messages, check_model, completion_prompt,  # noqa: F401
                              sampling_from_body)
@@ -74,19 +73,15 @@ def error_response(exc: ApiError, headers: dict[str, str] | None = None) -> JSON
 
 def chat_prompt(body: dict, llm: LLM) -> list[int]:
     messages = chat_messages(body)
-    tok = llm.tokenizer
-    if not getattr(tok, "chat_template", None):
+    if not has_chat_template(llm.tokenizer):
         raise ApiError("this model's tokenizer has no chat template; use /v1/completions", "messages",
                        "unsupported_value")
     from jinja2 import TemplateError
 
     try:
-        ids = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+        return chat_ids(llm.tokenizer, messages)
     except TemplateError as exc:  # the template's own rules (e.g. roles must alternate)
         raise ApiError(f"the chat template refused these messages: {exc}", "messages", "invalid_value") from None
-    if isinstance(ids, dict) or hasattr(ids, "keys"):
-        ids = ids["input_ids"]
-    return list(ids)
 
 
 @dataclass(frozen=True)
@@ -401,36 +396,3 @@ async def _unless_disconnected(request: Request, outs: list[RequestOutput]) -> l
         o.abort()
     result.cancel()
     return None
-
-
-# ----------------------------------------------------------------------------- running
-class ServerThread:
-    """uvicorn serving ``app`` on an already bound socket, in a daemon thread (tests, bench).
-
-    ``port=0`` binds a free port; :attr:`port` tells which. ``stop()`` shuts it down.
-    """
-
-    def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0) -> None:
-        import uvicorn
-
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind((host, port))
-        self.host, self.port = host, self.sock.getsockname()[1]
-        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
-        self.thread.start()
-        deadline = time.monotonic() + 60
-        while not self.server.started:
-            if not self.thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("the server did not start")
-            time.sleep(0.01)
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=30)
-        self.sock.close()

@@ -86,3 +86,87 @@ def test_runner_is_cached_on_the_model_and_not_copied(model):
     clone = copy.deepcopy(model)
     assert clone.__dict__["_promptlookup_runner"].runner is None
     assert hf.generate(clone, ids, max_new_tokens=6).tolist() == hf.generate(model, ids, max_new_tokens=6).tolist()
+
+
+def test_a_non_model_is_refused_naming_what_is_expected():
+    ids = torch.tensor([[1, 2, 3]])
+    with pytest.raises(TypeError, match=r"loaded Llama model .*got str 'gpt2'.*from_pretrained\('gpt2'\)") as exc:
+        hf.generate("gpt2", ids)
+    assert isinstance(exc.value, UserError) and "\n" not in str(exc.value)
+    with pytest.raises(ValueError, match="model_type None; only Llama"):
+        hf.generate(torch.nn.Linear(2, 2), ids)
+
+
+@pytest.mark.parametrize("kwargs, named", [
+    ({"num_beams": 4}, "num_beams=4 (only num_beams=1)"),
+    ({"return_dict_in_generate": True}, "return_dict_in_generate=True"),
+    ({"num_return_sequences": 2}, "num_return_sequences=2"),
+    ({"output_scores": True}, "output_scores=True"),
+    ({"not_a_keyword": 1}, "keyword 'not_a_keyword'"),
+])
+def test_unsupported_keywords_are_named_with_what_is_supported(model, kwargs, named):
+    with pytest.raises(ValueError) as exc:
+        hf.generate(model, torch.tensor([[1, 2, 3]]), max_new_tokens=2, **kwargs)
+    text = str(exc.value)
+    assert named in text and "supported keywords: " in text and "repetition_penalty" in text and "\n" not in text
+
+
+def test_neutral_keywords_are_accepted(model):
+    ids = torch.tensor([repetitive(8, 12)])
+    plain = hf.generate(model, ids, max_new_tokens=6)
+    same = hf.generate(model, ids, max_new_tokens=6, num_beams=1, return_dict_in_generate=False, use_cache=True)
+    assert same.tolist() == plain.tolist()
+
+
+@pytest.mark.parametrize("k", [1, 6])
+def test_repetition_penalty_equals_model_generate(model, k):
+    ids = torch.tensor([repetitive(9, 24)])
+    theirs = model.generate(ids, max_new_tokens=20, do_sample=False, repetition_penalty=1.5)
+    ours = hf.generate(model, ids, max_new_tokens=20, do_sample=False, repetition_penalty=1.5,
+                       prompt_lookup_num_tokens=k)
+    assert ours.tolist() == theirs.tolist()
+    assert ours.tolist() != hf.generate(model, ids, max_new_tokens=20, prompt_lookup_num_tokens=k).tolist()
+    with pytest.raises(ValueError, match="repetition_penalty must be a finite number > 0"):
+        hf.generate(model, ids, repetition_penalty=0.0)
+
+
+class Recorder:
+    """Hugging Face's streamer protocol: put(tensor) ... end()."""
+
+    def __init__(self) -> None:
+        self.puts: list[list[int]] = []
+        self.ended = 0
+
+    def put(self, value: torch.Tensor) -> None:
+        self.puts.append(value.reshape(-1).tolist())
+
+    def end(self) -> None:
+        self.ended += 1
+
+
+def test_streamer_gets_the_prompt_then_every_new_token_then_end(model):
+    ids = torch.tensor([repetitive(10, 24)])
+    rec = Recorder()
+    out = hf.generate(model, ids, max_new_tokens=16, prompt_lookup_num_tokens=6, streamer=rec)
+    assert rec.puts[0] == ids[0].tolist() and rec.ended == 1
+    assert sum(rec.puts[1:], []) == out[0, ids.shape[1]:].tolist()
+    assert len(rec.puts) - 1 <= 16  # one put per verification step (several tokens when drafts are accepted)
+
+
+def test_streamer_works_with_transformers_text_streamer(model):
+    from transformers import TextIteratorStreamer
+
+    class Tok:  # a tokenizer for the tiny vocabulary: token t is the text "<t>"
+        def decode(self, ids, **_):
+            return "".join(f"<{t}>" for t in ids)
+
+    streamer = TextIteratorStreamer(Tok(), skip_prompt=True)
+    out = hf.generate(model, torch.tensor([repetitive(11, 12)]), max_new_tokens=8, streamer=streamer)
+    assert "".join(streamer) == Tok().decode(out[0, 12:].tolist())
+
+
+def test_streamer_refuses_batches_and_non_streamers(model):
+    with pytest.raises(ValueError, match="batch size 1"):
+        hf.generate(model, torch.tensor([[1, 2], [3, 4]]), max_new_tokens=2, streamer=Recorder())
+    with pytest.raises(TypeError, match="put\\(\\) and end\\(\\)"):
+        hf.generate(model, torch.tensor([[1, 2]]), max_new_tokens=2, streamer=object())

@@ -106,6 +106,41 @@ def test_streaming_into_a_closed_pipe(tiny_engine_dir):
     assert r.returncode == 141 and r.stderr == "", r.stderr
 
 
+def test_streaming_into_a_closed_pipe_still_writes_the_output_json(tiny_engine_dir, tmp_path):
+    """``run.py --streaming --output_json r.json | head -1``: the JSON asked for, then exit 141."""
+    out = tmp_path / "r.json"
+    r = _with_closed_reader([sys.executable, "run.py", "--engine_dir", str(tiny_engine_dir), "--input_text", TEXT,
+                             "--streaming", "--max_output_len", "8", "--output_json", str(out)])
+    assert r.returncode == 141 and r.stderr == "", r.stderr
+    seq = json.loads(out.read_text())["sequences"][0]
+    assert seq["generated_tokens"] == len(seq["output_ids"]) > 0
+
+
+def test_stream_printer_stops_writing_at_a_closed_pipe():
+    from promptlookup.stream_output import StreamPrinter
+    from promptlookup.runtime.results import StepEvent
+
+    class Closed:
+        writes = 0
+
+        def write(self, text):
+            Closed.writes += 1
+            raise BrokenPipeError
+
+        def flush(self):
+            pass
+
+    class Tok:
+        def decode(self, ids, **_):
+            return "".join(f"<{t}>" for t in ids)
+
+    printer = StreamPrinter(Tok(), Closed(), color=False, num_sequences=1)
+    printer.on_step(StepEvent(0, [1, 2], 0))
+    printer.on_step(StepEvent(0, [3], 0))
+    assert printer.pipe_closed and Closed.writes == 1
+    assert printer.finish() == ["<1><2><3>"] and Closed.writes == 1
+
+
 def test_ngram_cache_inspect_into_a_closed_pipe(tmp_path):
     from promptlookup.drafting import NgramCache, TokenizerIdentity
 

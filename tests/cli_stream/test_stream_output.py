@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from promptlookup.cli.stream_output import (
+from promptlookup.stream_output import (
     DRAFT_COLOR,
     RESET,
     StreamPrinter,

@@ -215,7 +215,8 @@ def test_new_dynamic_cache_is_written_in_llamacpps_format(tmp_path):
 def test_cli_reads_and_writes_both_formats(tmp_path, capsys):
     tokens = tmp_path / "corpus.json"
     tokens.write_text(json.dumps({"tokenizer": IDENT.to_json(), "sequences": [[1, 2, 3, 1, 2, 4]]}))
-    assert cli.main(["create", str(tokens), "--output", str(tmp_path / "a.lcache"), "--format", "llama.cpp"]) == 0
+    assert cli.main(["create", str(tokens), "--output", str(tmp_path / "a.lcache"), "--format", "llama.cpp",
+                     "--ngram_min", "1", "--ngram_max", "4"]) == 0
     assert read_llamacpp(tmp_path / "a.lcache") == count_ngrams([1, 2, 3, 1, 2, 4])
     write_llamacpp(tmp_path / "b.lcache", {(1, 2): {3: 5}})
     assert cli.main(["merge", "--output", str(tmp_path / "m.lcache"), str(tmp_path / "a.lcache"),
@@ -246,3 +247,67 @@ def test_run_accepts_llamacpps_flag_names():
                        "--lookup-cache-static", "s.lcache", "--lookup-cache-dynamic", "d.lcache"])
     draft = draft_from_args(args)
     assert (draft.mode, draft.static_cache, draft.dynamic_cache) == ("llamacpp", "s.lcache", "d.lcache")
+
+
+def test_create_llamacpp_defaults_to_lookup_creates_static_2grams(tmp_path, capsys):
+    """llama-lookup-create writes LLAMA_NGRAM_STATIC (2) -grams only; so does --format llama.cpp by default."""
+    text = [1, 2, 3, 1, 2, 4, 5, 1, 2, 3]
+    tokens = tmp_path / "corpus.json"
+    tokens.write_text(json.dumps({"tokenizer": IDENT.to_json(), "sequences": [text]}))
+    out = tmp_path / "static.lcache"
+    assert cli.main(["create", str(tokens), "--output", str(out), "--format", "llama.cpp"]) == 0
+    assert read_llamacpp(out) == count_ngrams(text, sizes=[2])
+    assert "sizes 2..2" in capsys.readouterr().out
+    assert cli.main(["create", str(tokens), "--output", str(out), "--format", "llama.cpp", "--ngram_max", "3"]) == 0
+    assert read_llamacpp(out) == count_ngrams(text, sizes=[2, 3])
+    assert cli.main(["create", str(tokens), "--output", str(out), "--format", "llama.cpp", "--ngram_min", "1",
+                     "--ngram_max", "1"]) == 0
+    assert read_llamacpp(out) == count_ngrams(text, sizes=[1])
+    mine = tmp_path / "p.ngc"  # this project's format keeps its 1..4 default; --ngram_min applies to it too
+    assert cli.main(["create", str(tokens), "--output", str(mine)]) == 0
+    assert as_table(NgramCache.load(mine)[0]) == count_ngrams(text)
+    assert cli.main(["create", str(tokens), "--output", str(mine), "--ngram_min", "3"]) == 0
+    assert as_table(NgramCache.load(mine)[0]) == count_ngrams(text, sizes=[3, 4])
+    for flags, message in ((["--ngram_min", "3", "--ngram_max", "2"], "--ngram_min must be between 1 and --ngram_max 2"),
+                           (["--ngram_min", "0"], "--ngram_min must be between 1"),
+                           (["--ngram_max", "5"], "at most 4 tokens")):
+        with pytest.raises(UserError, match=message):
+            cli.main(["create", str(tokens), "--output", str(out), "--format", "llama.cpp", *flags])
+
+
+def test_inspect_decode_shows_text(tmp_path, capsys, smollm2_tokenizer_dir):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("the cat sat on the mat. the cat sat on the hat. the cat sat down.")
+    cache = tmp_path / "c.lcache"
+    assert cli.main(["create", str(corpus), "--output", str(cache), "--format", "llama.cpp",
+                     "--tokenizer_dir", str(smollm2_tokenizer_dir)]) == 0
+    capsys.readouterr()
+    report = tmp_path / "r.json"
+    assert cli.main(["inspect", str(cache), "--top", "2", "--decode", "--tokenizer_dir", str(smollm2_tokenizer_dir),
+                     "--output_json", str(report)]) == 0
+    out = capsys.readouterr().out
+    import re
+
+    assert re.search(r"2-gram \[\d+, \d+\] '[^']+': seen", out) and "' cat'" in out  # ids, then their text
+    top = json.loads(report.read_text())["sizes"][1]["top"][0]
+    assert top["text"] and top["top_text"] and isinstance(top["ngram"], list)
+    with pytest.raises(UserError, match="--decode needs the tokenizer"):
+        cli.main(["inspect", str(cache), "--decode"])
+    with pytest.raises(UserError, match="only with --decode"):
+        cli.main(["inspect", str(cache), "--tokenizer_dir", str(smollm2_tokenizer_dir)])
+    toy = tmp_path / "toy.ngc"
+    (tmp_path / "toy.json").write_text(json.dumps({"tokenizer": IDENT.to_json(), "sequences": [[1, 2, 3, 1, 2]]}))
+    assert cli.main(["create", str(tmp_path / "toy.json"), "--output", str(toy)]) == 0
+    with pytest.raises(UserError, match="was built with"):
+        cli.main(["inspect", str(toy), "--decode", "--tokenizer_dir", str(smollm2_tokenizer_dir)])
+
+
+def test_inspect_decode_takes_an_engine_directory(tmp_path, capsys, tiny_engine_dir):
+    text = tmp_path / "t.txt"
+    text.write_text("one two one two one two")
+    cache = tmp_path / "e.lcache"
+    assert cli.main(["create", str(text), "--output", str(cache), "--format", "llama.cpp",
+                     "--tokenizer_dir", str(tiny_engine_dir)]) == 0
+    capsys.readouterr()
+    assert cli.main(["inspect", str(cache), "--decode", "--tokenizer_dir", str(tiny_engine_dir)]) == 0
+    assert "' two'" in capsys.readouterr().out

@@ -19,7 +19,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMANDS = ("pld-convert-checkpoint", "pld-build", "pld-run", "pld-summarize", "pld-serve", "pld-quickstart",
-            "pld-ngram-cache")
+            "pld-ngram-cache", "pld-mlx-decoder")
 
 
 @pytest.fixture(scope="module")

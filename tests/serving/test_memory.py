@@ -33,7 +33,8 @@ def test_metrics_export_memory_by_holder(tiny_engine_dir):
     pytest.importorskip("starlette")
     pytest.importorskip("uvicorn")
     from promptlookup import LLM, NGramDecodingConfig
-    from promptlookup.serving.openai_server import OpenAIServer, ServerThread
+    from promptlookup.serving.openai_server import OpenAIServer
+    from tests.serving.server_thread import ServerThread
 
     with LLM(str(tiny_engine_dir), speculative_config=NGramDecodingConfig(max_draft_len=4)) as llm:
         srv = ServerThread(OpenAIServer(llm, "tiny").app)

@@ -22,7 +22,8 @@ from promptlookup import LLM, NGramDecodingConfig, SamplingParams  # noqa: E402
 from promptlookup.decoding import generate  # noqa: E402
 from promptlookup.engine.load import load_runner  # noqa: E402
 from promptlookup.runtime.base import SamplingConfig  # noqa: E402
-from promptlookup.serving.openai_server import OpenAIServer, ServerThread  # noqa: E402
+from promptlookup.serving.openai_server import OpenAIServer  # noqa: E402
+from tests.serving.server_thread import ServerThread  # noqa: E402
 
 MODEL = "tiny"
 PROMPT = "1, 2, 3, 4, 5, 1, 2, 3, 4, 5, 1, 2, 3"

@@ -18,7 +18,8 @@ pytest.importorskip("uvicorn")
 from promptlookup import LLM, NGramDecodingConfig  # noqa: E402
 from promptlookup.decoding import generate  # noqa: E402
 from promptlookup.engine.load import load_runner  # noqa: E402
-from promptlookup.serving.openai_server import OpenAIServer, ServerThread  # noqa: E402
+from promptlookup.serving.openai_server import OpenAIServer  # noqa: E402
+from tests.serving.server_thread import ServerThread  # noqa: E402
 
 PROMPTS = ["one two three four one two three four one two three", "a b a b a b a b", "hello world",
            "the cat sat on the mat. the cat sat on", "1 2 3 1 2 3 1 2", "x"]

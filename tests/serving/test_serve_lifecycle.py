@@ -22,7 +22,8 @@ pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
 
 from promptlookup import LLM  # noqa: E402
-from promptlookup.serving.openai_server import OpenAIServer, ServerThread  # noqa: E402
+from promptlookup.serving.openai_server import OpenAIServer  # noqa: E402
+from tests.serving.server_thread import ServerThread  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 BOUND = 120  # seconds: any single wait below

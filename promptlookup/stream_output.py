@@ -1,28 +1,23 @@
-"""Streaming and coloured text output for ``run.py``.
+"""Streaming and coloured text output for ``run.py`` and the MLX-style decoder.
 
-Text rule (used everywhere here, so streamed text and final text always agree): the text
-of a sequence is ``tokenizer.decode(ids, skip_special_tokens=True,
-clean_up_tokenization_spaces=False)``. Clean-up is off because it rewrites text that is
-already on screen (``"word ,"`` becomes ``"word,"`` only once the comma arrives); with it
-off, the decoders of byte-level BPE and SentencePiece tokenizers are *prefix-stable*: the
-text of a token prefix is a prefix of the text of the whole sequence, except for a
-trailing U+FFFD where a multi-byte character is still incomplete.
-
-Incremental detokenization (:class:`IncrementalText`): after each step the whole token list
-of the sequence is decoded again, trailing U+FFFD characters are held back, and only the
-new stable suffix is printed. Decoding the whole list (rather than the new tokens alone)
-keeps SentencePiece's and BPE's leading spaces right across chunk boundaries. Cost: O(n)
-per step for a sequence of n tokens (two decodes when colour is on), small next to a
-model forward pass. If a decoder ever breaks prefix stability, nothing more is streamed
-for that sequence and :meth:`StreamPrinter.finish` reprints its full text on a new line.
+Text rule and incremental detokenization: :mod:`promptlookup.text` (the text of a sequence
+is ``decode_text(tokenizer, ids)``; :class:`IncrementalText` releases it through one
+:class:`~promptlookup.text.IncrementalDetokenizer`, O(new tokens) per step, holding back
+incomplete characters). If a decoder ever breaks prefix stability,
+:meth:`StreamPrinter.finish` reprints the sequence's full text on a new line.
 
 Several sequences: only a batch of one is streamed live. With more, interleaved chunks
 would be unreadable, so the printer collects tokens and :meth:`StreamPrinter.finish`
 prints each text as a block, the first line prefixed ``[i] `` and the following lines
 indented to match.
 
+A closed pipe (``run.py --streaming | head -1``): the printer's writes stop at the first
+:class:`BrokenPipeError`, the stream's file descriptor is pointed at ``/dev/null`` (so later
+prints of the script cannot fail half-way), and :attr:`StreamPrinter.pipe_closed` is set;
+generation goes on, and the script writes the files it was asked for before it exits 141.
+
 Colour (``--color``): tokens that came from accepted drafts (the first ``accepted``
-tokens of each :class:`StepEvent`, or ``SequenceResult.draft_flags``) are shown in
+tokens of each step event, or ``SequenceResult.draft_flags``) are shown in
 :data:`DRAFT_COLOR`, as the MLX and llama.cpp prompt-lookup demos highlight them. Colour
 is off by default and is only emitted to a terminal unless forced with ``always``.
 """
@@ -32,24 +27,22 @@ import argparse
 import os
 from typing import Protocol, Sequence, TextIO
 
-from ..runtime.results import StepEvent
-from ..errors import UserError
+from .errors import UserError
+from .text import REPLACEMENT, IncrementalDetokenizer, Tokenizer, decode_text
 
 DRAFT_COLOR = "\x1b[32m"  # green: text the target accepted from a draft
 RESET = "\x1b[0m"
 COLOR_CHOICES = ("auto", "always", "never")
-REPLACEMENT = "\ufffd"
 
 Segment = tuple[str, bool]  # (text, came from an accepted draft)
 
 
-class Tokenizer(Protocol):
-    def decode(self, ids: Sequence[int], **kwargs: object) -> str: ...
+class StepEvent(Protocol):
+    """What the printer reads of a step event (``runtime.results.StepEvent``)."""
 
-
-def decode_text(tokenizer: Tokenizer, ids: Sequence[int]) -> str:
-    """The text rule of this module (see the module docstring)."""
-    return tokenizer.decode(list(ids), skip_special_tokens=True, clean_up_tokenization_spaces=False)
+    index: int
+    tokens: list[int]
+    accepted: int
 
 
 def _stable(text: str) -> str:
@@ -147,61 +140,45 @@ def colorize(tokenizer: Tokenizer, ids: Sequence[int], draft_flags: Sequence[boo
 
 
 class IncrementalText:
-    """One sequence's growing text, released only where it is stable.
+    """One sequence's growing text as segments, released only where it is stable.
 
-    Invariants: ``shown`` is a prefix of the text of ``ids`` (unless ``broken``);
-    ``_bounds`` holds ``(end, drafted)`` with non-decreasing ``end``, one or two per push,
-    attributing each character of the stable text to draft or target tokens.
+    A thin view of one :class:`~promptlookup.text.IncrementalDetokenizer`: a step's accepted
+    draft tokens and its other tokens are pushed separately, so a character belongs to the
+    run whose last token completes it. Cost: the detokenizer's, O(new tokens) per push.
     """
 
     def __init__(self, tokenizer: Tokenizer, track_drafts: bool = True) -> None:
         self.tokenizer = tokenizer
         self.track_drafts = track_drafts
-        self.ids: list[int] = []
-        self.shown = ""
-        self.broken = False
-        self._bounds: list[tuple[int, bool]] = []
-        self._next_bound = 0  # first bound whose end is past len(shown)
+        self._detok = IncrementalDetokenizer(tokenizer)
+
+    @property
+    def ids(self) -> list[int]:
+        return self._detok.ids
+
+    @property
+    def shown(self) -> str:
+        return self._detok.text
+
+    @property
+    def broken(self) -> bool:
+        return self._detok.broken
 
     def push(self, tokens: Sequence[int], accepted: int = 0) -> list[Segment]:
         """Append one step's tokens; return the newly stable text as segments."""
-        base = len(self.ids)
-        self.ids.extend(int(t) for t in tokens)
-        if self.broken:
-            return []
-        if self.track_drafts and accepted > 0:
-            cut = base + min(accepted, len(tokens))
-            self._bounds.append((len(_stable(decode_text(self.tokenizer, self.ids[:cut]))), True))
-        stable = _stable(decode_text(self.tokenizer, self.ids))
-        self._bounds.append((len(stable), False))
-        return self._release(stable)
+        tokens = [int(t) for t in tokens]
+        cut = min(accepted, len(tokens)) if self.track_drafts and accepted > 0 else 0
+        segments: list[Segment] = []
+        for part, drafted in ((tokens[:cut], True), (tokens[cut:], False)):
+            text = self._detok.push(part) if len(part) else ""
+            if text:
+                segments.append((text, drafted))
+        return segments
 
     def flush(self) -> list[Segment]:
-        """Release everything, including a trailing U+FFFD that never completed."""
-        text = decode_text(self.tokenizer, self.ids)
-        if self.broken:
-            return []
-        self._bounds.append((len(text), False))
-        return self._release(text)
-
-    def _release(self, text: str) -> list[Segment]:
-        if not text.startswith(self.shown):
-            self.broken = True
-            return []
-        segments: list[Segment] = []
-        pos = len(self.shown)
-        while pos < len(text):
-            while self._next_bound < len(self._bounds) and self._bounds[self._next_bound][0] <= pos:
-                self._next_bound += 1
-            if self._next_bound < len(self._bounds):
-                end, drafted = self._bounds[self._next_bound]
-                end = min(end, len(text))
-            else:
-                end, drafted = len(text), False
-            segments.append((text[pos:end], drafted))
-            pos = end
-        self.shown = text
-        return segments
+        """Release everything, including a trailing U+FFFD that never completed (nothing if ``broken``)."""
+        text = self._detok.flush()
+        return [(text, False)] if text else []
 
 
 # --------------------------------------------------------------------------- printer
@@ -227,6 +204,7 @@ class StreamPrinter:
         self._texts = [IncrementalText(tokenizer, track_drafts=color) for _ in range(num_sequences)]
         self._flags: list[list[bool]] = [[] for _ in range(num_sequences)]
         self._finished: list[str] | None = None
+        self.pipe_closed = False  # the stream's reader went away (BrokenPipeError); nothing more is written
 
     def on_step(self, event: StepEvent) -> None:
         seq = self._texts[event.index]
@@ -242,8 +220,23 @@ class StreamPrinter:
     def _write(self, segments: Sequence[Segment], indent: str = "") -> None:
         text = render(segments, self.color, indent)
         if text:
+            self._emit(text)
+
+    def _emit(self, text: str) -> None:
+        """Write and flush ``text``, unless the reader has gone (see the module docstring)."""
+        if self.pipe_closed:
+            return
+        try:
             self.stream.write(text)
             self.stream.flush()
+        except BrokenPipeError:
+            self.pipe_closed = True
+            try:  # what is still buffered, and every later print, goes nowhere instead of failing
+                devnull = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(devnull, self.stream.fileno())
+                os.close(devnull)
+            except (OSError, ValueError, AttributeError):
+                pass
 
     def finish(self) -> list[str]:
         if self._finished is not None:
@@ -251,17 +244,17 @@ class StreamPrinter:
         texts = [decode_text(self.tokenizer, seq.ids) for seq in self._texts]
         if self.live:
             seq = self._texts[0]
+            tail = seq.flush()
             if seq.broken:
-                self.stream.write("\n" + render(draft_segments(self.tokenizer, seq.ids, self._flags[0]), self.color))
+                self._emit("\n" + render(draft_segments(self.tokenizer, seq.ids, self._flags[0]), self.color))
             else:
-                self._write(seq.flush())
-            self.stream.write("\n")
+                self._write(tail)
+            self._emit("\n")
         else:
             for i, seq in enumerate(self._texts):
                 prefix = f"[{i}] "
                 body = render(draft_segments(self.tokenizer, seq.ids, self._flags[i]), self.color, " " * len(prefix))
-                self.stream.write(prefix + body + "\n")
-        self.stream.flush()
+                self._emit(prefix + body + "\n")
         self._finished = texts
         return list(texts)
 
