@@ -112,12 +112,17 @@ def check_args(args: argparse.Namespace) -> None:
         raise UserError("--served_model_name: names must not be empty")
 
 
+def api_key(args: argparse.Namespace) -> str | None:
+    """``--api_key``, else ``$PROMPTLOOKUP_API_KEY``, else None (no key)."""
+    import os
+
+    return args.api_key or os.environ.get(API_KEY_ENV) or None
+
+
 def main(argv: list[str] | None = None) -> int:
     """Bind the port (a busy one: exit 2 before anything loads), load the model, commit its
     KV pool, serve until SIGTERM/SIGINT (:mod:`promptlookup.serving.lifecycle`), then save
     the dynamic n-gram cache and return 0."""
-    import os
-
     args = parse_args(argv)
     check_args(args)
     from ..threads import configure_threads
@@ -132,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             llm.runner.pool.commit()  # resident now: start-up memory is what the server holds
             names = args.served_model_name or [(args.engine_dir or "smollm2").rstrip("/").split("/")[-1]]
-            server = OpenAIServer(llm, names, api_key=args.api_key or os.environ.get(API_KEY_ENV) or None,
+            server = OpenAIServer(llm, names, api_key=api_key(args),
                                   max_request_bytes=args.max_request_bytes,
                                   max_waiting_requests=args.max_waiting_requests)
             host, port = sock.getsockname()[:2]

@@ -276,6 +276,11 @@ def test_lone_surrogates_are_400(server, path, body):
     assert status == 400 and payload["error"]["code"] == "invalid_unicode"
 
 
+def test_lone_surrogate_in_an_echoed_value_is_no_500(server):
+    status, payload, _ = raw_post(server, "/v1/completions", b'{"model": "\\udc80", "prompt": "a"}')
+    assert status == 404 and payload["error"]["code"] == "model_not_found"
+
+
 def test_context_errors_speak_api_field_names(client):
     with pytest.raises(openai.BadRequestError) as exc:
         client.completions.create(model=MODEL, prompt="the cat sat on the mat " * 10, max_tokens=1500)
