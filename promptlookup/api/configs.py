@@ -12,6 +12,7 @@ bad field and value.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from ..defaults import DEFAULT_KV_CACHE_ENABLE_BLOCK_REUSE
@@ -133,6 +134,14 @@ class SamplingParams:
     seed: int = 0
     end_id: int | None = None
     stop: tuple[str, ...] | list[str] | str | None = field(default=None)
+    # logits processors (runtime/logits_processors.py; neutral defaults): the three penalties
+    # with TensorRT-LLM's semantics, OpenAI's logit_bias {token id: bias}, and min_tokens
+    # (neither end_id nor a stop string ends the request before that many tokens)
+    repetition_penalty: float = 1.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    logit_bias: dict[int, float] | tuple[tuple[int, float], ...] | None = None
+    min_tokens: int = 0
 
     def __post_init__(self) -> None:
         _int("max_tokens", self.max_tokens, 1)
@@ -151,6 +160,26 @@ class SamplingParams:
             if not all(isinstance(s, str) and s for s in stop):
                 raise UserError(f"stop must be a string or a list of non-empty strings, got {self.stop!r}")
             object.__setattr__(self, "stop", tuple(stop))
+        for name in ("repetition_penalty", "presence_penalty", "frequency_penalty"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise UserError(f"{name} must be a finite number, got {value!r}")
+        if self.repetition_penalty <= 0:
+            raise UserError(f"repetition_penalty must be > 0, got {self.repetition_penalty!r}")
+        bias = dict(self.logit_bias or {})
+        for token, value in bias.items():
+            if isinstance(token, bool) or not isinstance(token, int) or token < 0:
+                raise UserError(f"logit_bias keys must be token ids (integers >= 0), got {token!r}")
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise UserError(f"logit_bias[{token}] must be a finite number, got {value!r}")
+        object.__setattr__(self, "logit_bias", tuple(sorted((t, float(b)) for t, b in bias.items())) or None)
+        _int("min_tokens", self.min_tokens, 0)
+        if self.min_tokens > self.max_tokens:
+            raise UserError(f"min_tokens ({self.min_tokens}) must not exceed max_tokens ({self.max_tokens})")
 
     def sampling_config(self) -> SamplingConfig:
-        return SamplingConfig(float(self.temperature), self.top_k, float(self.top_p), self.seed)
+        return SamplingConfig(float(self.temperature), self.top_k, float(self.top_p), self.seed,
+                              repetition_penalty=float(self.repetition_penalty),
+                              presence_penalty=float(self.presence_penalty),
+                              frequency_penalty=float(self.frequency_penalty),
+                              logit_bias=self.logit_bias or (), min_tokens=self.min_tokens)

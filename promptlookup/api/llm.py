@@ -22,7 +22,7 @@ from typing import Any, AsyncIterator, Iterator, Sequence
 from ..defaults import DRAFT_LENGTH_POLICIES
 from ..errors import UserError
 from ..serving.scheduler import FINISH_ERROR, GenerationRequest, RequestHandle, Scheduler, TokenEvent
-from ..text import IncrementalDetokenizer, decode_text, encode_text, find_stop, stop_hold, stop_token_count
+from ..text import REPLACEMENT, IncrementalDetokenizer, decode_text, encode_text, find_stop, stop_hold, stop_token_count
 from .configs import KvCacheConfig, LookaheadDecodingConfig, NGramDecodingConfig, SamplingParams
 from .model_cache import AutoBuild, resolve_engine
 
@@ -66,14 +66,14 @@ class RequestOutput:
     """
 
     def __init__(self, llm: "LLM", handle: RequestHandle, prompt: str | None, prompt_token_ids: list[int],
-                 params: SamplingParams) -> None:
+                 params: SamplingParams, index: int = 0) -> None:
         self.llm = llm
         self.handle = handle
         self.request_id = handle.id
         self.prompt = prompt
         self.prompt_token_ids = prompt_token_ids
         self.params = params
-        self.outputs = [CompletionOutput()]
+        self.outputs = [CompletionOutput(index)]
         self.finished = False
         self.error: str | None = None
         self._ids: list[int] = []
@@ -102,18 +102,20 @@ class RequestOutput:
             self._text.flush()
         full = self._text.text
         stops = self.params.stop or ()
+        if self.params.min_tokens > 1:  # a stop string counts only where it needs the min_tokens-th token
+            searched = max(searched, len(decode_text(self.llm.tokenizer, self._ids[: self.params.min_tokens - 1])))
         hit = find_stop(full, stops, searched)
         if hit is not None:
             cut, stop = hit
-            keep = stop_token_count(self.llm.tokenizer, self._ids, stop)
+            keep = stop_token_count(self.llm.tokenizer, self._ids, stop, at=cut)
             self._ids = self._ids[:keep]
             del out.draft_flags[keep:]
             out.text, out.stop_reason, out.finish_reason = full[:cut], stop, "stop"
             out.accepted = sum(out.draft_flags)
             self.finished = True
-            self.handle.cancel()
+            self.handle.stop()
         elif self.finished:
-            out.text = full
+            out.text = full.rstrip(REPLACEMENT)  # a character cut by the end never completes: drop it
         else:
             hold = stop_hold(full, stops)
             out.text = full[: len(full) - hold] if hold else full
@@ -283,13 +285,13 @@ class LLM:
 
     # ------------------------------------------------------------------ generation
     def _submit(self, prompt: str | Sequence[int], params: SamplingParams, request_id: int,
-                loop: asyncio.AbstractEventLoop | None) -> RequestOutput:
+                loop: asyncio.AbstractEventLoop | None, index: int = 0) -> RequestOutput:
         if not isinstance(params, SamplingParams):
             raise UserError(f"sampling_params must be a SamplingParams, got {type(params).__name__}")
         text, ids = self.encode(prompt)
         end_id = params.end_id if params.end_id is not None else self.default_end_id
         request = GenerationRequest(ids, params.max_tokens, end_id, params.sampling_config(), request_id)
-        return RequestOutput(self, self.scheduler.submit(request, loop), text, ids, params)
+        return RequestOutput(self, self.scheduler.submit(request, loop), text, ids, params, index)
 
     def generate(
         self,
@@ -332,10 +334,17 @@ class LLM:
         inputs: str | Sequence[int],
         sampling_params: SamplingParams | None = None,
         streaming: bool = False,
+        *,
+        request_id: int = 0,
+        index: int = 0,
     ) -> RequestOutput:
         """Submit one prompt and return at once. In async code, ``async for`` the result to
         stream (every update with ``streaming=True``, else only the final one) or
-        ``await out.aresult()``; in sync code, iterate it or call ``result()``."""
+        ``await out.aresult()``; in sync code, iterate it or call ``result()``.
+
+        ``request_id`` keys the sampling noise with the seed (same seed and request id: same
+        sample; the server gives an unseeded request a fresh random one); ``index`` is the
+        output's ``CompletionOutput.index`` (the choice number of ``n`` samples)."""
         if self.trtllm is not None:
             raise UserError("LLM(backend='trtllm') offers generate() only; stream with TensorRT-LLM's own "
                             "LLM.generate_async, or use backend='torch'")
@@ -343,7 +352,9 @@ class LLM:
             loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
             loop = None
-        out = self._submit(inputs, sampling_params or SamplingParams(), 0, loop)
+        if isinstance(request_id, bool) or not isinstance(request_id, int) or request_id < 0:
+            raise UserError(f"request_id must be an integer >= 0, got {request_id!r}")
+        out = self._submit(inputs, sampling_params or SamplingParams(), request_id, loop, index)
         if not streaming:
             return _FinalOnly(out)
         return out

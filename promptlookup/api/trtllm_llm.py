@@ -78,6 +78,9 @@ class TrtllmGeneration:
         if any(p.stop for p in params):
             raise UserError("stop strings are not passed to TensorRT-LLM by this path; drop SamplingParams.stop "
                             "or use backend='torch'")
+        if any(p.sampling_config().has_logits_processors for p in params):
+            raise UserError("penalties, logit_bias and min_tokens are not passed to TensorRT-LLM by this path; "
+                            "drop them or use backend='torch'")
         groups: dict[tuple, list[int]] = {}
         for i, p in enumerate(params):
             end_id = p.end_id if p.end_id is not None else default_end_id

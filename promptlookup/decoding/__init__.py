@@ -122,5 +122,7 @@ def generate(
         if drafter is not None:  # runs inside the backend where its own drafter cannot keep the settings
             kwargs["drafter"] = drafter
         return runner.generate_lookup(prompts, draft=config, **kwargs)
+    if sampling.min_tokens:  # V1 resubmits whole sequences: the runner cannot tell output from prompt
+        raise UserError("min_tokens needs the live batch (--workflow v2); V1 resubmits whole sequences")
     return run_orchestrator(runner, prompts, drafter=drafter, max_candidates=max_candidates,
                             lookahead=lookahead, trees=tree_mode, **kwargs)

@@ -34,6 +34,8 @@ class SamplingConfig:
     frequency_penalty: float = 0.0  # subtracted per occurrence of a seen token
     bad_words: tuple[tuple[int, ...], ...] = ()  # token sequences never produced
     stop_words: tuple[tuple[int, ...], ...] = ()  # a sequence ends once its text ends with one
+    logit_bias: tuple[tuple[int, float], ...] = ()  # (token, bias) added to the raw logits (OpenAI's logit_bias)
+    min_tokens: int = 0  # end_id is banned until the sequence has this many output tokens
 
     @property
     def greedy(self) -> bool:
@@ -41,9 +43,10 @@ class SamplingConfig:
 
     @property
     def has_logits_processors(self) -> bool:
-        """Whether any penalty or bad word changes the logits (stop words do not)."""
+        """Whether any penalty, bad word, logit bias or ``min_tokens`` changes the logits (stop words do not)."""
         return (self.repetition_penalty != 1.0 or self.presence_penalty != 0.0
-                or self.frequency_penalty != 0.0 or bool(self.bad_words))
+                or self.frequency_penalty != 0.0 or bool(self.bad_words) or bool(self.logit_bias)
+                or self.min_tokens > 0)
 
 
 @dataclass

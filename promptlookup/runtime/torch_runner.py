@@ -133,7 +133,7 @@ class DecodeBatch:
         the last accepted node per sequence in a single copy (``rows + sequences`` int64).
         Committing then costs O(accepted path) host work per sequence plus, when a branch
         other than the first is accepted, one K/V slot move."""
-        choices, paths = fetch_step(trees, self._select(indices, trees, sampling), end_id)
+        choices, paths = fetch_step(trees, self._select(indices, trees, sampling, end_id), end_id)
         results = []
         moves: list[tuple[int, int]] = []  # (from, to) physical slots of accepted tree nodes
         bs = self.runner.pool.block_size
@@ -170,7 +170,8 @@ class DecodeBatch:
             row += len(tree) + 1
         return out
 
-    def _select(self, indices: Sequence[int], trees: Sequence[DraftTree], sampling: SamplingConfig) -> torch.Tensor:
+    def _select(self, indices: Sequence[int], trees: Sequence[DraftTree], sampling: SamplingConfig,
+                end_id: int | None = None) -> torch.Tensor:
         """The forward pass of :meth:`verify` and the target's choices at every row, as an
         int64 tensor on the model's device (per sequence: the root, then every node).
         Nothing is read back to the host."""
@@ -215,7 +216,9 @@ class DecodeBatch:
             positions.append(root)
             positions.extend(root + d for d in tree.depths())
         if sampling.has_logits_processors:  # penalties / bad words: each row with its own prefix
-            logits = apply_logits_processors(logits, row_prefixes([s.tokens for s in seqs], trees), sampling)
+            prompt_lens = [s.prompt_len for s, tree in zip(seqs, trees) for _ in range(len(tree) + 1)]
+            logits = apply_logits_processors(logits, row_prefixes([s.tokens for s in seqs], trees), sampling,
+                                             prompt_lens, end_id)
         return select_tokens(logits, sampling, requests, positions)
 
     def add(self, prompt: Sequence[int], request: int) -> int:

@@ -98,12 +98,20 @@ class RequestHandle:
         self.result: SequenceResult = SequenceResult()  # replaced by the live one on admission
         self.finish_reason: str | None = None
         self.cancelled = False
+        self.stopped = False  # ended by its consumer (a stop string): counted as finished
+        self.abort_error: str | None = None  # ended by Scheduler.abort_all: finishes with this error
         self.state: LoopState | None = None
         self.index: int | None = None  # slot in the batch while live
         self.reserved_blocks = 0
 
     def cancel(self) -> None:
         """Stop generating; the request leaves the batch (freeing its blocks) before the next step."""
+        self.scheduler._cancel(self)
+
+    def stop(self) -> None:
+        """As :meth:`cancel`, for a request its consumer ended normally (a stop string
+        found in its text): counted as finished, not cancelled."""
+        self.stopped = True
         self.scheduler._cancel(self)
 
     def _emit(self, event: TokenEvent) -> None:
@@ -226,6 +234,32 @@ class Scheduler:
             self._lock.notify_all()
         return handle
 
+    @property
+    def alive(self) -> bool:
+        """Whether the scheduler thread is running (``/health``)."""
+        return self._thread.is_alive()
+
+    @property
+    def kv_capacity(self) -> int:
+        """KV blocks a request may reserve at most (the pool less the scratch block)."""
+        return self._capacity
+
+    def kv_blocks_for(self, prompt_len: int, max_new_tokens: int) -> int:
+        """KV blocks reserved at admission for a request of this size (its worst case)."""
+        return -(-(prompt_len + max_new_tokens + self.k + 1) // self.runner.pool.block_size)
+
+    def abort_all(self, error: str) -> int:
+        """End every waiting and live request before the next step with finish reason
+        ``error`` and this message (their blocks freed); return how many. For a bounded
+        shutdown: the requests' consumers see an error, not a silent end."""
+        with self._lock:
+            handles = list(self._waiting) + self._live
+            for h in handles:
+                h.abort_error = error
+                h.cancelled = True
+            self._lock.notify_all()
+        return len(handles)
+
     def wait_idle(self, timeout: float) -> bool:
         """Block until no request is waiting or live (True), or ``timeout`` seconds pass."""
         with self._lock:
@@ -242,8 +276,7 @@ class Scheduler:
 
     # ---------------------------------------------------------------- internals
     def _blocks_needed(self, request: GenerationRequest) -> int:
-        slots = len(request.prompt) + request.max_new_tokens + self.k + 1
-        return -(-slots // self.runner.pool.block_size)
+        return self.kv_blocks_for(len(request.prompt), request.max_new_tokens)
 
     def _cancel(self, handle: RequestHandle) -> None:
         with self._lock:
@@ -283,12 +316,23 @@ class Scheduler:
     def _retire_cancelled(self) -> None:
         for h in [h for h in self._waiting if h.cancelled]:
             self._waiting.remove(h)
-            self.stats.requests_cancelled += 1
-            h.finish_reason = FINISH_CANCELLED
-            h._emit(TokenEvent([], 0, FINISH_CANCELLED))
+            reason = FINISH_CANCELLED if h.abort_error is None else FINISH_ERROR
+            if h.abort_error is None:
+                self.stats.requests_cancelled += 1
+            else:
+                self.stats.requests_failed += 1
+            h.finish_reason = reason
+            h._emit(TokenEvent([], 0, reason, h.abort_error))
         for h in [h for h in self._live if h.cancelled]:
-            self.stats.requests_cancelled += 1
-            self._leave(h, FINISH_CANCELLED)
+            if h.stopped:
+                self.stats.requests_finished += 1
+                self._leave(h, FINISH_STOP)
+            elif h.abort_error is not None:
+                self.stats.requests_failed += 1
+                self._leave(h, FINISH_ERROR, error=h.abort_error)
+            else:
+                self.stats.requests_cancelled += 1
+                self._leave(h, FINISH_CANCELLED)
         self.stats.waiting = len(self._waiting)
         self._lock.notify_all()
 
