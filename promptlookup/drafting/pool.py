@@ -39,7 +39,8 @@ Cost per :meth:`PoolCursor.propose`: O(n * (k + new tokens)) dictionary operatio
 tuples of at most k tokens, independent of the text length (the first call indexes the
 prompt: O(n * len(prompt))); measured costs are in docs/benchmarks.md. Memory:
 O(n * L) patterns, plus deferred insertions (at most :data:`NGramPool.PENDING_LIMIT` per
-pattern).
+pattern); with ``max_patterns`` at most that many patterns, the least recently used evicted
+first (:mod:`.pool_index` states when a pattern counts as used).
 
 ``native/pool.c`` implements the same two classes in C (eager insertions in the same
 order, the same settling); :func:`make_drafter` uses it wherever it is built, and this
@@ -90,6 +91,7 @@ class PoolCursor:
         top = min(pool.n, length - 1)
         prev = self.prev_len
         tails = self.tails
+        lru = pool.max_patterns is not None
         for s in range(top, 0, -1):
             # TensorRT-LLM rescans from prev - (k + n - 1); positions before the ones whose
             # match was truncated at the previous call hold full matches (no-op), so only
@@ -97,13 +99,13 @@ class PoolCursor:
             keep_from = length - s - k + 1  # positions from here on are still truncated
             kept: list[tuple[int, PatternRecord]] = []
             for p, rec in tails[s]:
-                if rec.pending is None:  # settled: nothing can change its draft any more
+                if rec.pending is None:  # settled (nothing can change its draft) or evicted
                     continue
                 q = p + s
                 offer(rec, text, q, min(q + k, length))
                 if p >= keep_from and rec.pending is not None:
                     kept.append((p, rec))
-            table = pool.maps[s]
+            table = pool.table
             for p in range(0 if prev < 0 else max(0, prev - s), length - s):
                 key = text[p] if s == 1 else tuple(text[p:p + s])
                 q = p + s
@@ -113,11 +115,17 @@ class PoolCursor:
                     m = tuple(text[q:r])
                     if settle_single and r - q == k:
                         table[key] = m  # settled from the start, stored bare (see NGramPool)
+                        if lru:
+                            pool.added()
                         continue
                     rec = table[key] = PatternRecord(m, [])
-                elif isinstance(entry, tuple) or entry.pending is None:  # settled
-                    continue
+                    if lru:
+                        pool.added()
                 else:
+                    if lru:
+                        table.move_to_end(key)  # a new occurrence: the pattern is used
+                    if isinstance(entry, tuple) or entry.pending is None:  # settled
+                        continue
                     rec = entry
                     offer(rec, text, q, r)
                 if p >= keep_from and rec.pending is not None:
@@ -157,7 +165,7 @@ class PoolCursor:
         out: list[tuple[list[int], int]] = []
         chosen: list[list[int]] = []
         for s in range(min(pool.n, length - 1), 0, -1):
-            entry = pool.maps[s].get(text[-1] if s == 1 else tuple(text[-s:]))
+            entry = pool.table.get(text[-1] if s == 1 else tuple(text[-s:]))
             if entry is None:
                 continue
             for m in in_order(pool.matches(entry), per_pattern):

@@ -7,9 +7,36 @@ pool through :class:`~.pool.PoolCursor`; the rules are those of :mod:`.pool`.
 
 Cost: :meth:`NGramPool.lookup` is O(n) dict lookups plus the deferred insertions it
 applies; applying an insertion costs what :func:`~.match_set.insert` costs.
+
+Size limit (``max_patterns``, least recently used first)
+---------------------------------------------------------
+A pool that lives for the whole process (the public pool) would grow with every request;
+``max_patterns`` bounds it. Invariant: after every call, the pool holds at most
+``max_patterns`` patterns (all sizes together). The patterns are kept in one
+:class:`~collections.OrderedDict` in order of last use, where a pattern is *used* when
+
+- a cursor's text gains a new occurrence of it (a new window position, see
+  :class:`~.pool.PoolCursor`; whether or not the pattern already existed or is settled), or
+- it gives a draft (:meth:`NGramPool.lookup`'s hit; :meth:`~.pool.PoolCursor.candidates`,
+  a pure read, uses nothing).
+
+Re-offering a longer continuation at a position still truncated since the previous call
+is not a use (that position's occurrence was counted when it was new). When a pattern is
+created in a full pool, the least recently used one is evicted first: its matches go, and
+a cursor that still remembers one of its truncated positions drops it (the record is marked
+dead: ``pending = None``). A pattern seen again later starts afresh, as a new pattern
+would. ``native/pool.c`` applies the same order and the same moments, so both give the same
+drafts. Eviction changes drafts (it forgets matches), never the verified output. Cost: O(1)
+per use (``move_to_end``) and per eviction (``popitem``). ``max_patterns=None``: no limit
+and no bookkeeping.
+
+One dict serves every size: a size-1 pattern is a bare int and a size-s pattern an s-tuple,
+so keys of different sizes never collide, and ``maps[s]`` is the same dict for every s.
 """
 from __future__ import annotations
 
+import sys
+from collections import OrderedDict
 from typing import Sequence
 
 from .base import MAX_CANDIDATES
@@ -66,9 +93,13 @@ class NGramPool:
 
     PENDING_LIMIT = 32
 
-    def __init__(self, k: int, n: int, is_keep_all: bool, is_use_oldest: bool, max_candidates: int = 1) -> None:
+    def __init__(self, k: int, n: int, is_keep_all: bool, is_use_oldest: bool, max_candidates: int = 1,
+                 max_patterns: int | None = None) -> None:
         if not 1 <= max_candidates <= MAX_CANDIDATES:
             raise ValueError(f"max_candidates must be in 1..{MAX_CANDIDATES}, got {max_candidates}")
+        if max_patterns is not None and (isinstance(max_patterns, bool) or not isinstance(max_patterns, int)
+                                         or max_patterns < 1):
+            raise ValueError(f"max_patterns must be a positive integer or None, got {max_patterns!r}")
         self.k = k
         self.n = n
         self.is_keep_all = is_keep_all
@@ -77,10 +108,40 @@ class NGramPool:
         # pattern settles only once S[0:c] are all full, and is never stored bare.
         self.max_candidates = max_candidates
         self.settle_single = is_use_oldest and max_candidates == 1
-        self.maps: list[dict[Key, Entry]] = [{} for _ in range(n + 1)]  # maps[s] for s in 1..n
+        self.max_patterns = max_patterns  # None: unbounded (no LRU bookkeeping)
+        self.evictions = 0  # patterns evicted so far
+        # one dict for every size (keys of different sizes never collide), in LRU order
+        self.table: OrderedDict[Key, Entry] = OrderedDict()
+        self.maps: list[OrderedDict[Key, Entry]] = [self.table] * (n + 1)  # maps[s] for s in 1..n
 
     def num_patterns(self) -> int:
-        return sum(len(m) for m in self.maps)
+        return len(self.table)
+
+    def nbytes(self) -> int:
+        """An estimate of the bytes the pool holds: the dict plus, per pattern, its key and
+        one match tuple (or record). An estimate: matches shared between patterns, extra
+        matches of a pattern and deferred insertions are not walked (that would cost
+        O(patterns) per call). O(1)."""
+        per = 2 * 56 + 8 * (self.k + self.n) // 2 + 64  # key and match tuples, the entry's slot and links
+        return sys.getsizeof(self.table) + per * len(self.table)
+
+    def touch(self, key: Key) -> None:
+        """``key`` (present) was used: it becomes the most recently used pattern. O(1)."""
+        if self.max_patterns is not None:
+            self.table.move_to_end(key)
+
+    def added(self) -> None:
+        """A pattern was just created (it is the most recent): evict the least recently used
+        ones while the pool holds more than ``max_patterns``. O(1) per eviction."""
+        limit = self.max_patterns
+        if limit is None:
+            return
+        table = self.table
+        while len(table) > limit:
+            _, entry = table.popitem(last=False)
+            if isinstance(entry, PatternRecord):
+                entry.pending = None  # dead: cursors that remember it drop it
+            self.evictions += 1
 
     def apply(self, rec: PatternRecord, m: Match) -> None:
         """Insert ``m`` into ``rec``'s ``S`` now (nothing may be pending); settle it if it can."""
@@ -127,10 +188,11 @@ class NGramPool:
 
     def lookup(self, text: Sequence[int], max_size: int) -> tuple[Match, int]:
         """First hit for sizes ``max_size..1`` on the tail of ``text``: (match, size) or ((), 0)."""
-        maps = self.maps
+        table = self.table
         for s in range(max_size, 0, -1):
             key = text[-1] if s == 1 else tuple(text[-s:])
-            entry = maps[s].get(key)
+            entry = table.get(key)
             if entry is not None:
+                self.touch(key)
                 return preferred(self.matches(entry), self.is_use_oldest), s
         return (), 0

@@ -18,28 +18,58 @@ every call, because with ``is_keep_all=False`` re-inserting an old match replace
 one. Cost per call: O(n * (k + n + new tokens)) insertions of tuples of at most k tokens,
 independent of the text length (the first call indexes the prompt: O(n * len(prompt))).
 
+Size limit: with ``max_patterns`` the pool holds at most that many patterns after every
+call, evicting the least recently used first; a pattern is used when a window position
+inserts into it (re-scanned positions included, as V1 re-inserts them) and when it gives a
+draft. O(1) per use and per eviction (one :class:`~collections.OrderedDict` for all sizes:
+a size-1 key is a bare int, a size-s key an s-tuple, so sizes never collide).
+
 There is no C version of this pool: the V1 rules always run this pure-Python code.
 """
 from __future__ import annotations
 
+import sys
+from collections import OrderedDict
 from typing import Sequence
 
 
 class PLDPool:
     """Pattern -> matches maps for sizes 1..n (``maps[s]``; size-1 keys are bare tokens)."""
 
-    def __init__(self, k: int, n: int, is_keep_all: bool, is_use_oldest: bool, max_candidates: int = 1) -> None:
+    def __init__(self, k: int, n: int, is_keep_all: bool, is_use_oldest: bool, max_candidates: int = 1,
+                 max_patterns: int | None = None) -> None:
         # max_candidates: accepted for the same signature as NGramPool; V1 offers one draft (no candidates())
         if k < 1 or n < 1:
             raise ValueError(f"k and n must be >= 1, got k={k} n={n}")
+        if max_patterns is not None and (isinstance(max_patterns, bool) or not isinstance(max_patterns, int)
+                                         or max_patterns < 1):
+            raise ValueError(f"max_patterns must be a positive integer or None, got {max_patterns!r}")
         self.k = k
         self.n = n
         self.is_keep_all = is_keep_all
         self.is_use_oldest = is_use_oldest
-        self.maps: list[dict] = [{} for _ in range(n + 1)]
+        self.max_patterns = max_patterns
+        self.evictions = 0
+        self.table: OrderedDict = OrderedDict()  # every size, in LRU order
+        self.maps: list[OrderedDict] = [self.table] * (n + 1)
 
     def num_patterns(self) -> int:
-        return sum(len(m) for m in self.maps)
+        return len(self.table)
+
+    def nbytes(self) -> int:
+        """An estimate, as :meth:`.pool_index.NGramPool.nbytes` (extra matches not walked). O(1)."""
+        return sys.getsizeof(self.table) + (2 * 56 + 8 * (self.k + self.n) // 2 + 64) * len(self.table)
+
+    def use(self, key: object) -> None:
+        """``key`` (present) becomes the most recently used; evict over the limit. O(1) amortised."""
+        limit = self.max_patterns
+        if limit is None:
+            return
+        table = self.table
+        table.move_to_end(key)
+        while len(table) > limit:
+            table.popitem(last=False)
+            self.evictions += 1
 
 
 class PLDCursor:
@@ -84,6 +114,7 @@ class PLDCursor:
                         table[key] = {state: None, m: None}
                 elif m not in state:  # two or more matches, the oldest complete
                     state[m] = None
+                pool.use(key)
         self.start = max(0, length - (k + pool.n - 1))
 
     def _lookup(self, text: Sequence[int], room: int) -> tuple[list[int], int]:
@@ -92,6 +123,7 @@ class PLDCursor:
             state = pool.maps[s].get(text[-1] if s == 1 else tuple(text[-s:]))
             if state is None:
                 continue
+            pool.use(text[-1] if s == 1 else tuple(text[-s:]))
             if type(state) is not tuple:
                 state = next(iter(state)) if pool.is_use_oldest else next(reversed(state))
             return list(state[:room]), s

@@ -33,6 +33,17 @@
  * and the truncated matches by sequence number. With c > 1 a pattern settles only once
  * S[0:c] are all full. PoolCursor.candidates reads the pool and never changes it.
  *
+ * Size limit (NGramPool's optional 6th argument max_patterns, None: unbounded): the live
+ * patterns are also on a doubly linked list in order of last use (lru_prev/lru_next), with
+ * the same uses and the same moments as pool_index.py states: a new occurrence of a pattern
+ * in a cursor's text (created or found), and the hit that gives a draft; candidates() uses
+ * nothing. Creating a pattern in a full pool first evicts the least recently used one: its
+ * index slot is deleted (backward shift), its matches freed, its slot put on a free list
+ * and reused by a later pattern with a new uid. Tails remember the uid, so a cursor drops a
+ * position whose pattern was evicted (as pool.py drops a dead record). Stale full-set
+ * entries (an evicted slot's, a settled pattern's, a replaced generation's) are purged when
+ * the set is rebuilt. O(1) per use and per eviction, plus the index's backward shift.
+ *
  * Cost of PoolCursor.propose, L the text length, k and n the options: copying the new
  * tokens, then O(n * (k + new tokens)) insertions, each O(k) for hashing and comparing
  * plus O(truncated matches of the pattern) for the removal walk; the lookup is O(n * n)
@@ -77,6 +88,8 @@ typedef struct {
     int settled;
     Kept *keep; /* max_candidates > 1: first (oldest) or last full matches, S order */
     int32_t nkeep;
+    int64_t uid; /* 0: a free slot (size 0 too) */
+    int32_t lru_prev, lru_next; /* -1: none; a free slot's lru_next links the free list */
 } Pattern;
 
 typedef struct {
@@ -103,11 +116,15 @@ typedef struct {
     uint64_t index_mask;
     FullEntry *fullset;
     uint64_t fullset_mask, fullset_used;
+    int64_t max_patterns; /* 0: unbounded */
+    int32_t live, lru_head, lru_tail, free_head; /* live patterns; LRU ends; free slots */
+    int64_t next_uid, evictions;
 } PoolObject;
 
 typedef struct {
     int64_t p;
     int32_t pat;
+    int64_t uid; /* the pattern's uid when remembered: another one means it was evicted */
 } Tail;
 
 typedef struct {
@@ -157,6 +174,7 @@ static int index_rebuild(PoolObject *pool, uint64_t slots) {
     memset(idx, 0xff, (size_t)slots * sizeof(int32_t));
     uint64_t mask = slots - 1;
     for (int32_t i = 0; i < pool->npats; i++) {
+        if (pool->pats[i].uid == 0) continue; /* a free slot */
         uint64_t j = pool->pats[i].hash & mask;
         while (idx[j] >= 0) j = (j + 1) & mask;
         idx[j] = i;
@@ -165,6 +183,49 @@ static int index_rebuild(PoolObject *pool, uint64_t slots) {
     pool->index = idx;
     pool->index_mask = mask;
     return 0;
+}
+
+/* Pattern pi was used: it becomes the most recently used (no-op without a limit). O(1). */
+static void touch(PoolObject *pool, int32_t pi) {
+    if (!pool->max_patterns || pool->lru_tail == pi) return;
+    Pattern *pt = &pool->pats[pi];
+    if (pt->lru_prev >= 0) pool->pats[pt->lru_prev].lru_next = pt->lru_next; else pool->lru_head = pt->lru_next;
+    pool->pats[pt->lru_next].lru_prev = pt->lru_prev; /* pi is not the tail: it has a next */
+    pt->lru_prev = pool->lru_tail;
+    pt->lru_next = -1;
+    pool->pats[pool->lru_tail].lru_next = pi;
+    pool->lru_tail = pi;
+}
+
+/* Evict the least recently used pattern: unlink it, delete its index slot (backward shift,
+ * so linear probing still finds every other key), free its matches, free its slot. */
+static void evict_lru(PoolObject *pool) {
+    int32_t pi = pool->lru_head;
+    Pattern *pt = &pool->pats[pi];
+    pool->lru_head = pt->lru_next;
+    if (pool->lru_head >= 0) pool->pats[pool->lru_head].lru_prev = -1; else pool->lru_tail = -1;
+    uint64_t mask = pool->index_mask, i = pt->hash & mask;
+    while (pool->index[i] != pi) i = (i + 1) & mask;
+    for (uint64_t j = (i + 1) & mask;; j = (j + 1) & mask) {
+        int32_t q = pool->index[j];
+        if (q < 0) break;
+        uint64_t home = pool->pats[q].hash & mask; /* q may move to i if i lies on its probe path */
+        if ((j > i) ? (home <= i || home > j) : (home <= i && home > j)) {
+            pool->index[i] = q;
+            i = j;
+        }
+    }
+    pool->index[i] = -1;
+    PyMem_Free(pt->shorts);
+    PyMem_Free(pt->keep);
+    int32_t gen = pt->gen;
+    memset(pt, 0, sizeof(*pt));
+    pt->gen = gen;
+    pt->lru_prev = -1;
+    pt->lru_next = pool->free_head;
+    pool->free_head = pi;
+    pool->live--;
+    pool->evictions++;
 }
 
 /* Find the pattern for key (size s, tokens at texts[text][off:]); create it (empty S) when
@@ -184,17 +245,38 @@ static int32_t find_pattern(PoolObject *pool, int32_t text, int64_t off, int32_t
         j = (j + 1) & mask;
     }
     if (!create) return -1;
-    if ((uint64_t)(pool->npats + 1) * 2 > mask + 1) {
+    if (pool->max_patterns && pool->live >= pool->max_patterns) {
+        evict_lru(pool); /* moves index entries: probe again */
+        mask = pool->index_mask;
+        j = h & mask;
+        while (pool->index[j] >= 0) j = (j + 1) & mask;
+    }
+    if ((uint64_t)(pool->live + 1) * 2 > mask + 1) {
         if (index_rebuild(pool, (mask + 1) * 2) < 0) return -2;
         mask = pool->index_mask;
         j = h & mask;
         while (pool->index[j] >= 0) j = (j + 1) & mask;
     }
-    if (pool->npats == INT32_MAX) { PyErr_NoMemory(); return -2; }
-    if (grow((void **)&pool->pats, &pool->cap_pats, (int64_t)pool->npats + 1, sizeof(Pattern)) < 0) return -2;
-    int32_t i = pool->npats++;
+    int32_t i;
+    if (pool->free_head >= 0) {
+        i = pool->free_head;
+        pool->free_head = pool->pats[i].lru_next;
+    } else {
+        if (pool->npats == INT32_MAX) { PyErr_NoMemory(); return -2; }
+        if (grow((void **)&pool->pats, &pool->cap_pats, (int64_t)pool->npats + 1, sizeof(Pattern)) < 0) return -2;
+        i = pool->npats++;
+        pool->pats[i].gen = 0;
+    }
     Pattern *pt = &pool->pats[i];
+    int32_t gen = pt->gen + 1; /* never a generation an older occupant's full-set entries have */
     memset(pt, 0, sizeof(*pt));
+    pt->gen = gen;
+    pt->uid = pool->next_uid++;
+    pt->lru_next = -1;
+    pt->lru_prev = pool->lru_tail;
+    if (pool->lru_tail >= 0) pool->pats[pool->lru_tail].lru_next = i; else pool->lru_head = i;
+    pool->lru_tail = i;
+    pool->live++;
     pt->hash = h;
     pt->key_text = text;
     pt->key_off = (int32_t)off;
@@ -220,15 +302,27 @@ static int fullset_contains(const PoolObject *pool, int32_t pat, int32_t gen, Re
     }
 }
 
+/* An entry some later membership test may still ask about: its slot's current pattern
+ * (same generation), not settled (a settled pattern takes no insertions). */
+static inline int fullset_live(const PoolObject *pool, const FullEntry *e) {
+    const Pattern *pt = &pool->pats[e->pat];
+    return pt->uid != 0 && pt->gen == e->gen && !pt->settled;
+}
+
 static int fullset_add(PoolObject *pool, int32_t pat, int32_t gen, Ref m) {
-    if ((pool->fullset_used + 1) * 2 > pool->fullset_mask + 1) {
-        uint64_t slots = (pool->fullset_mask + 1) * 2, mask = slots - 1;
+    if ((pool->fullset_used + 1) * 2 > pool->fullset_mask + 1) { /* rebuild without stale entries */
+        uint64_t live = 0;
+        for (uint64_t i = 0; i <= pool->fullset_mask; i++)
+            if (pool->fullset[i].pat >= 0 && fullset_live(pool, &pool->fullset[i])) live++;
+        uint64_t slots = 64;
+        while ((live + 1) * 4 > slots) slots *= 2;
+        uint64_t mask = slots - 1;
         FullEntry *fs = PyMem_Malloc((size_t)slots * sizeof(FullEntry));
         if (!fs) { PyErr_NoMemory(); return -1; }
         for (uint64_t j = 0; j < slots; j++) fs[j].pat = -1;
         for (uint64_t i = 0; i <= pool->fullset_mask; i++) {
             FullEntry *e = &pool->fullset[i];
-            if (e->pat < 0) continue;
+            if (e->pat < 0 || !fullset_live(pool, e)) continue;
             uint64_t j = e->hash & mask;
             while (fs[j].pat >= 0) j = (j + 1) & mask;
             fs[j] = *e;
@@ -236,6 +330,7 @@ static int fullset_add(PoolObject *pool, int32_t pat, int32_t gen, Ref m) {
         PyMem_Free(pool->fullset);
         pool->fullset = fs;
         pool->fullset_mask = mask;
+        pool->fullset_used = live;
     }
     uint64_t h = full_hash(pool, pat, gen, m), mask = pool->fullset_mask, j = h & mask;
     while (pool->fullset[j].pat >= 0) j = (j + 1) & mask;
@@ -367,9 +462,26 @@ static void pool_dealloc(PoolObject *self) {
 }
 
 static int pool_init(PoolObject *self, PyObject *args, PyObject *kwds) {
-    static char *kwlist[] = {"k", "n", "is_keep_all", "is_use_oldest", "max_candidates", NULL};
+    static char *kwlist[] = {"k", "n", "is_keep_all", "is_use_oldest", "max_candidates", "max_patterns", NULL};
     int k, n, keep_all, use_oldest, cand = 1;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "iipp|i", kwlist, &k, &n, &keep_all, &use_oldest, &cand)) return -1;
+    PyObject *limit = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "iipp|iO", kwlist, &k, &n, &keep_all, &use_oldest, &cand, &limit))
+        return -1;
+    long long max_patterns = 0;
+    if (limit != Py_None) {
+        if (PyBool_Check(limit) || !PyLong_Check(limit)) {
+            PyErr_Format(PyExc_ValueError, "max_patterns must be a positive integer or None, got %R", limit);
+            return -1;
+        }
+        int overflow;
+        max_patterns = PyLong_AsLongLongAndOverflow(limit, &overflow);
+        if (max_patterns == -1 && PyErr_Occurred()) return -1;
+        if (overflow > 0 || max_patterns > INT32_MAX) max_patterns = INT32_MAX; /* no pool gets that far */
+        if (overflow < 0 || max_patterns < 1) {
+            PyErr_Format(PyExc_ValueError, "max_patterns must be a positive integer or None, got %R", limit);
+            return -1;
+        }
+    }
     if (k < 1 || n < 1) {
         PyErr_Format(PyExc_ValueError, "k and n must be >= 1, got k=%d n=%d", k, n);
         return -1;
@@ -387,6 +499,9 @@ static int pool_init(PoolObject *self, PyObject *args, PyObject *kwds) {
     self->keep_all = keep_all;
     self->use_oldest = use_oldest;
     self->cand = cand;
+    self->max_patterns = max_patterns;
+    self->lru_head = self->lru_tail = self->free_head = -1;
+    self->next_uid = 1;
     if (index_rebuild(self, 64) < 0) return -1;
     self->fullset = PyMem_Malloc(64 * sizeof(FullEntry));
     if (!self->fullset) { PyErr_NoMemory(); return -1; }
@@ -396,11 +511,25 @@ static int pool_init(PoolObject *self, PyObject *args, PyObject *kwds) {
 }
 
 static PyObject *pool_num_patterns(PoolObject *self, PyObject *Py_UNUSED(ignored)) {
-    return PyLong_FromLong(self->npats);
+    return PyLong_FromLong(self->live);
+}
+
+/* Bytes the pool's own allocations hold (capacities, not lengths): texts, pattern slots,
+ * their truncated and kept matches, the index and the full-match set. O(pattern slots). */
+static PyObject *pool_nbytes(PoolObject *self, PyObject *Py_UNUSED(ignored)) {
+    size_t b = sizeof(PoolObject) + (size_t)self->cap_texts * sizeof(Text) + (size_t)self->cap_pats * sizeof(Pattern);
+    for (int32_t i = 0; i < self->ntexts; i++) b += (size_t)self->texts[i].cap * sizeof(tok_t);
+    for (int32_t i = 0; i < self->npats; i++) {
+        b += (size_t)self->pats[i].cap_short * sizeof(Short);
+        if (self->pats[i].keep) b += (size_t)self->cand * sizeof(Kept);
+    }
+    b += (size_t)(self->index_mask + 1) * sizeof(int32_t) + (size_t)(self->fullset_mask + 1) * sizeof(FullEntry);
+    return PyLong_FromSize_t(b);
 }
 
 static PyMethodDef pool_methods[] = {
     {"num_patterns", (PyCFunction)pool_num_patterns, METH_NOARGS, "Number of distinct n-grams indexed (all sizes)."},
+    {"nbytes", (PyCFunction)pool_nbytes, METH_NOARGS, "Bytes held by the pool's own allocations."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -409,6 +538,11 @@ static PyObject *pool_get_n(PoolObject *s, void *c) { return PyLong_FromLong(s->
 static PyObject *pool_get_keep_all(PoolObject *s, void *c) { return PyBool_FromLong(s->keep_all); }
 static PyObject *pool_get_use_oldest(PoolObject *s, void *c) { return PyBool_FromLong(s->use_oldest); }
 static PyObject *pool_get_cand(PoolObject *s, void *c) { return PyLong_FromLong(s->cand); }
+static PyObject *pool_get_max_patterns(PoolObject *s, void *c) {
+    if (!s->max_patterns) Py_RETURN_NONE;
+    return PyLong_FromLongLong(s->max_patterns);
+}
+static PyObject *pool_get_evictions(PoolObject *s, void *c) { return PyLong_FromLongLong(s->evictions); }
 
 static PyGetSetDef pool_getset[] = {
     {"k", (getter)pool_get_k, NULL, "prompt_lookup_num_tokens", NULL},
@@ -416,6 +550,8 @@ static PyGetSetDef pool_getset[] = {
     {"is_keep_all", (getter)pool_get_keep_all, NULL, NULL, NULL},
     {"is_use_oldest", (getter)pool_get_use_oldest, NULL, NULL, NULL},
     {"max_candidates", (getter)pool_get_cand, NULL, "matches kept per pattern for candidates()", NULL},
+    {"max_patterns", (getter)pool_get_max_patterns, NULL, "the most patterns kept (None: unbounded)", NULL},
+    {"evictions", (getter)pool_get_evictions, NULL, "patterns evicted so far (least recently used first)", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -468,9 +604,9 @@ static int cursor_init(CursorObject *self, PyObject *args, PyObject *kwds) {
     return 0;
 }
 
-static inline int push_tail(TailList *t, int64_t p, int32_t pat) {
+static inline int push_tail(TailList *t, int64_t p, int32_t pat, int64_t uid) {
     if (t->len == t->cap && grow((void **)&t->items, &t->cap, t->len + 1, sizeof(Tail)) < 0) return -1;
-    t->items[t->len++] = (Tail){p, pat};
+    t->items[t->len++] = (Tail){p, pat, uid};
     return 0;
 }
 
@@ -558,10 +694,10 @@ static PyObject *cursor_propose(CursorObject *self, PyObject *const *args, Py_ss
         int64_t w = 0;
         for (int64_t i = 0; i < tl->len; i++) { /* positions truncated at the previous call */
             Tail t = tl->items[i];
-            if (pool->pats[t.pat].settled) continue;
+            if (pool->pats[t.pat].uid != t.uid || pool->pats[t.pat].settled) continue; /* evicted or settled */
             int64_t q = t.p + s, r = q + k < L ? q + k : L;
             if (insert_match(pool, t.pat, (Ref){text, (int32_t)q, (int32_t)(r - q)}) < 0) return NULL;
-            if (t.p >= keep_from && !pool->pats[t.pat].settled) tl->items[w++] = t;
+            if (t.p >= keep_from && !pool->pats[t.pat].settled && pool->pats[t.pat].uid == t.uid) tl->items[w++] = t;
         }
         tl->len = w;
         int64_t from = prev < 0 ? 0 : (prev - s > 0 ? prev - s : 0);
@@ -569,10 +705,12 @@ static PyObject *cursor_propose(CursorObject *self, PyObject *const *args, Py_ss
             int created;
             int32_t pi = find_pattern(pool, text, p, s, 1, &created);
             if (pi < -1) return NULL;
+            if (!created) touch(pool, pi); /* a new occurrence: the pattern is used */
             if (pool->pats[pi].settled) continue;
             int64_t q = p + s, r = q + k < L ? q + k : L;
             if (insert_match(pool, pi, (Ref){text, (int32_t)q, (int32_t)(r - q)}) < 0) return NULL;
-            if (p >= keep_from && !pool->pats[pi].settled && push_tail(tl, p, pi) < 0) return NULL;
+            if (p >= keep_from && !pool->pats[pi].settled && push_tail(tl, p, pi, pool->pats[pi].uid) < 0)
+                return NULL;
         }
     }
     self->prev_len = L;
@@ -581,6 +719,7 @@ static PyObject *cursor_propose(CursorObject *self, PyObject *const *args, Py_ss
         int created;
         int32_t pi = find_pattern(pool, text, L - s, s, 0, &created);
         if (pi < 0) continue;
+        touch(pool, pi); /* the hit that gives the draft */
         Pattern *pt = &pool->pats[pi];
         Ref m = pool->use_oldest ? first_of(pt) : last_of(pt);
         int64_t n = m.len < budget ? m.len : budget;
