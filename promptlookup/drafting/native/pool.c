@@ -44,6 +44,15 @@
  * entries (an evicted slot's, a settled pattern's, a replaced generation's) are purged when
  * the set is rebuilt. O(1) per use and per eviction, plus the index's backward shift.
  *
+ * Texts: a cursor's text is TEXT_OWNED while the cursor lives, then TEXT_DEAD (matches and
+ * keys may still refer to it). When the dead texts hold more than twice the tokens of the
+ * last compaction's arena plus COMPACT_MIN_TOKENS, the next new cursor compacts first: every
+ * reference into a dead text (keys, matches, kept matches, live full-set entries) is copied
+ * into one new arena text and the dead texts are freed, so what the pool holds stays
+ * proportional to its live patterns. Cost O(pattern slots + full-set slots + tokens
+ * copied), at most once per that many dead tokens: amortised O(1) per token. Drafts never
+ * change (references keep denoting the same tokens).
+ *
  * Cost of PoolCursor.propose, L the text length, k and n the options: copying the new
  * tokens, then O(n * (k + new tokens)) insertions, each O(k) for hashing and comparing
  * plus O(truncated matches of the pattern) for the removal walk; the lookup is O(n * n)
@@ -101,7 +110,11 @@ typedef struct {
 typedef struct {
     tok_t *data;
     Py_ssize_t len, cap;
+    int state; /* TEXT_FREE, TEXT_OWNED (a live cursor's) or TEXT_DEAD (kept for refs into it) */
 } Text;
+
+enum { TEXT_FREE = 0, TEXT_OWNED = 1, TEXT_DEAD = 2 };
+#define COMPACT_MIN_TOKENS 65536 /* dead tokens tolerated beyond twice the last arena */
 
 typedef struct {
     PyObject_HEAD
@@ -119,6 +132,9 @@ typedef struct {
     int64_t max_patterns; /* 0: unbounded */
     int32_t live, lru_head, lru_tail, free_head; /* live patterns; LRU ends; free slots */
     int64_t next_uid, evictions;
+    int32_t *free_texts; /* text slots to reuse */
+    Py_ssize_t nfree_texts, cap_free_texts;
+    int64_t dead_tokens, arena_tokens; /* tokens in dead texts; in the arena of the last compaction */
 } PoolObject;
 
 typedef struct {
@@ -455,6 +471,7 @@ static void pool_dealloc(PoolObject *self) {
         PyMem_Free(self->pats[i].keep);
     }
     PyMem_Free(self->texts);
+    PyMem_Free(self->free_texts);
     PyMem_Free(self->pats);
     PyMem_Free(self->index);
     PyMem_Free(self->fullset);
@@ -507,6 +524,109 @@ static int pool_init(PoolObject *self, PyObject *args, PyObject *kwds) {
     if (!self->fullset) { PyErr_NoMemory(); return -1; }
     for (int j = 0; j < 64; j++) self->fullset[j].pat = -1;
     self->fullset_mask = 63;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- compaction of dead texts */
+
+static inline int text_dead(const PoolObject *pool, int32_t t, int32_t arena) {
+    return t != arena && pool->texts[t].state == TEXT_DEAD;
+}
+
+static inline int64_t dead_len(const PoolObject *pool, Ref r, int32_t arena) {
+    return text_dead(pool, r.text, arena) ? r.len : 0;
+}
+
+static inline Ref move_ref(PoolObject *pool, Ref r, int32_t arena) {
+    if (!text_dead(pool, r.text, arena) || r.len == 0) return r;
+    Text *a = &pool->texts[arena];
+    memcpy(a->data + a->len, ref_data(pool, r), (size_t)r.len * sizeof(tok_t));
+    Ref out = {arena, (int32_t)a->len, r.len};
+    a->len += r.len;
+    return out;
+}
+
+/* A text slot for a new text (reused or appended), TEXT_FREE and empty; -1 on error. */
+static int32_t new_text_slot(PoolObject *pool) {
+    if (pool->nfree_texts) return pool->free_texts[--pool->nfree_texts];
+    if (pool->ntexts == INT32_MAX) { PyErr_NoMemory(); return -1; }
+    if (grow((void **)&pool->texts, &pool->cap_texts, (int64_t)pool->ntexts + 1, sizeof(Text)) < 0) return -1;
+    pool->texts[pool->ntexts] = (Text){NULL, 0, 0, TEXT_FREE};
+    return pool->ntexts++;
+}
+
+/* Copy every reference into a dead text into one new arena text, then free the dead texts
+ * (see the top of the file). 0, or -1 with an exception set (nothing is then changed). */
+static int compact_texts(PoolObject *pool) {
+    if (pool->nfree_texts == 0 && pool->ntexts == INT32_MAX) return 0;
+    /* tokens to copy: references that must survive */
+    int64_t need = 0;
+    for (int32_t i = 0; i < pool->npats; i++) {
+        const Pattern *pt = &pool->pats[i];
+        if (pt->uid == 0) continue;
+        if (text_dead(pool, pt->key_text, -1)) need += pt->size;
+        if (pt->nfull) need += dead_len(pool, pt->full_first, -1) + dead_len(pool, pt->full_last, -1);
+        for (int32_t j = 0; j < pt->nshort; j++) need += dead_len(pool, pt->shorts[j].m, -1);
+        for (int32_t j = 0; j < pt->nkeep; j++) need += dead_len(pool, pt->keep[j].m, -1);
+    }
+    uint64_t live = 0;
+    for (uint64_t j = 0; j <= pool->fullset_mask; j++) {
+        const FullEntry *e = &pool->fullset[j];
+        if (e->pat >= 0 && fullset_live(pool, e)) {
+            live++;
+            need += dead_len(pool, e->m, -1);
+        }
+    }
+    if (need > INT32_MAX - 1) return 0; /* an arena that large cannot be referenced: keep the texts */
+    uint64_t slots = 64;
+    while ((live + 1) * 4 > slots) slots *= 2;
+    FullEntry *fs = PyMem_Malloc((size_t)slots * sizeof(FullEntry));
+    tok_t *data = PyMem_Malloc(need > 0 ? (size_t)need * sizeof(tok_t) : 1);
+    if (!fs || !data) { PyMem_Free(fs); PyMem_Free(data); PyErr_NoMemory(); return -1; }
+    int32_t arena = new_text_slot(pool);
+    if (arena < 0) { PyMem_Free(fs); PyMem_Free(data); return -1; }
+    pool->texts[arena] = (Text){data, 0, need, TEXT_DEAD};
+    for (int32_t i = 0; i < pool->npats; i++) {
+        Pattern *pt = &pool->pats[i];
+        if (pt->uid == 0) continue;
+        if (text_dead(pool, pt->key_text, arena)) {
+            Ref k = move_ref(pool, (Ref){pt->key_text, pt->key_off, pt->size}, arena);
+            pt->key_text = k.text;
+            pt->key_off = k.off;
+        }
+        if (pt->nfull) {
+            pt->full_first = move_ref(pool, pt->full_first, arena);
+            pt->full_last = move_ref(pool, pt->full_last, arena);
+        }
+        for (int32_t j = 0; j < pt->nshort; j++) pt->shorts[j].m = move_ref(pool, pt->shorts[j].m, arena);
+        for (int32_t j = 0; j < pt->nkeep; j++) pt->keep[j].m = move_ref(pool, pt->keep[j].m, arena);
+    }
+    uint64_t mask = slots - 1;
+    for (uint64_t j = 0; j < slots; j++) fs[j].pat = -1;
+    for (uint64_t i = 0; i <= pool->fullset_mask; i++) {
+        FullEntry e = pool->fullset[i];
+        if (e.pat < 0 || !fullset_live(pool, &e)) continue;
+        e.m = move_ref(pool, e.m, arena); /* same tokens: same hash */
+        uint64_t j = e.hash & mask;
+        while (fs[j].pat >= 0) j = (j + 1) & mask;
+        fs[j] = e;
+    }
+    PyMem_Free(pool->fullset);
+    pool->fullset = fs;
+    pool->fullset_mask = mask;
+    pool->fullset_used = live;
+    /* free the dead texts (every reference now points elsewhere) */
+    for (int32_t t = 0; t < pool->ntexts; t++) {
+        if (!text_dead(pool, t, arena)) continue;
+        if (grow((void **)&pool->free_texts, &pool->cap_free_texts, pool->nfree_texts + 1, sizeof(int32_t)) < 0) {
+            PyErr_Clear(); /* the slot stays dead and empty; nothing refers to it */
+        } else {
+            pool->free_texts[pool->nfree_texts++] = t;
+        }
+        PyMem_Free(pool->texts[t].data);
+        pool->texts[t] = (Text){NULL, 0, 0, TEXT_FREE};
+    }
+    pool->dead_tokens = pool->arena_tokens = need;
     return 0;
 }
 
@@ -571,6 +691,11 @@ static PyTypeObject PoolType = {
 /* ---------------------------------------------------------------- PoolCursor */
 
 static void cursor_dealloc(CursorObject *self) {
+    if (self->pool && self->tails) { /* the text stays until the next compaction (refs into it) */
+        Text *t = &self->pool->texts[self->text];
+        t->state = TEXT_DEAD;
+        self->pool->dead_tokens += t->len;
+    }
     if (self->tails) {
         for (int s = 0; self->pool && s <= self->pool->n; s++) PyMem_Free(self->tails[s].items);
         PyMem_Free(self->tails);
@@ -592,12 +717,18 @@ static int cursor_init(CursorObject *self, PyObject *args, PyObject *kwds) {
         PyErr_SetString(PyExc_ValueError, "the NGramPool is not initialised");
         return -1;
     }
-    if (p->ntexts == INT32_MAX) { PyErr_NoMemory(); return -1; }
-    if (grow((void **)&p->texts, &p->cap_texts, (int64_t)p->ntexts + 1, sizeof(Text)) < 0) return -1;
+    if (p->dead_tokens > 2 * p->arena_tokens + COMPACT_MIN_TOKENS && compact_texts(p) < 0) return -1;
+    int32_t text = new_text_slot(p);
+    if (text < 0) return -1;
     self->tails = PyMem_Calloc((size_t)p->n + 1, sizeof(TailList));
-    if (!self->tails) { PyErr_NoMemory(); return -1; }
-    self->text = p->ntexts++;
-    p->texts[self->text] = (Text){NULL, 0, 0};
+    if (!self->tails) {  /* the slot goes back to the free list when it can */
+        if (grow((void **)&p->free_texts, &p->cap_free_texts, p->nfree_texts + 1, sizeof(int32_t)) == 0)
+            p->free_texts[p->nfree_texts++] = text;
+        PyErr_NoMemory();
+        return -1;
+    }
+    self->text = text;
+    p->texts[text] = (Text){NULL, 0, 0, TEXT_OWNED};
     Py_INCREF(pool);
     self->pool = p;
     self->prev_len = -1;
