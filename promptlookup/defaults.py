@@ -33,3 +33,15 @@ DEFAULT_CPU_WEIGHT_COPIES = 1
 # (docs/benchmarks.md, "Compiled forward on the CPU"), and each step shape costs a compile.
 COMPILE_MODES = ("off", "inductor")
 DEFAULT_COMPILE_MODE = "off"
+
+# Drafting state that lives for the whole process is bounded, least recently used first
+# (promptlookup.drafting.pool_index, .longest_mode). The pool mode's n-gram pools hold at
+# most this many patterns (all sizes together; about n patterns per distinct token of text):
+# the C pool holds about 130 bytes a pattern plus the tokens its matches refer to, the
+# pure-Python pool about 400, so the default stays within a few hundred MB, well under the
+# default KV pool (3 GB). DraftConfig.ngram_pool_max_patterns, --ngram_pool_max_patterns.
+DEFAULT_NGRAM_POOL_MAX_PATTERNS = 1_000_000
+# The longest mode's public text (finished requests' texts, one suffix automaton) keeps at
+# most this many tokens, the most recent texts (about 100 bytes a token in C).
+# DraftConfig.public_text_max_tokens, --public_text_max_tokens.
+DEFAULT_PUBLIC_TEXT_MAX_TOKENS = 1_000_000

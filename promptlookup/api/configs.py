@@ -50,6 +50,10 @@ class NGramDecodingConfig:
     # speculation off above max_concurrency live requests; draft_len_schedule {batch_size: draft_len}
     max_concurrency: int | None = None
     draft_len_schedule: dict[int, int] | None = None
+    # bounds on the drafter's process-wide state, least recently used evicted first (None:
+    # promptlookup.defaults): the pool mode's patterns, the longest mode's public-text tokens
+    ngram_pool_max_patterns: int | None = None
+    public_text_max_tokens: int | None = None
 
     def __post_init__(self) -> None:
         from ..drafting.concurrency import normalize_schedule
@@ -76,6 +80,8 @@ class NGramDecodingConfig:
             dynamic_cache=self.dynamic_cache,
             max_concurrency=self.max_concurrency,
             draft_len_schedule=None if self.draft_len_schedule is None else tuple(sorted(self.draft_len_schedule.items())),
+            ngram_pool_max_patterns=self.ngram_pool_max_patterns,
+            public_text_max_tokens=self.public_text_max_tokens,
         )
 
 

@@ -143,6 +143,20 @@ def add_pool_options(group: Any) -> None:
                        help="pool: one pool shared by all requests rather than one per request")
 
 
+def add_pool_limit_options(group: Any) -> None:
+    """``--ngram_pool_max_patterns`` (pool mode) and ``--public_text_max_tokens`` (longest
+    mode): the bounds on the drafter's process-wide state, least recently used evicted first
+    (DraftConfig's fields of the same names; defaults in :mod:`promptlookup.defaults`)."""
+    from ..defaults import DEFAULT_NGRAM_POOL_MAX_PATTERNS, DEFAULT_PUBLIC_TEXT_MAX_TOKENS
+
+    group.add_argument("--ngram_pool_max_patterns", type=int, default=None, metavar="N",
+                       help=f"pool mode: patterns an n-gram pool keeps, the least recently used evicted first "
+                            f"(default {DEFAULT_NGRAM_POOL_MAX_PATTERNS:,}; about n patterns per token of text)")
+    group.add_argument("--public_text_max_tokens", type=int, default=None, metavar="T",
+                       help=f"longest mode: tokens of finished requests' text kept for the public match, the oldest "
+                            f"texts dropped first (default {DEFAULT_PUBLIC_TEXT_MAX_TOKENS:,})")
+
+
 def add_block_reuse_argument(group: Any, across: str) -> None:
     """``--kv_cache_enable_block_reuse`` (TensorRT-LLM's flag) and ``--no-kv_cache_enable_block_reuse``;
     on by default (:mod:`promptlookup.defaults`), unlike TensorRT-LLM's run.py."""
@@ -210,6 +224,7 @@ def add_common_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     )
     g.add_argument("--adaptive_draft", action="store_true", help="size drafts from match length and acceptance")
     add_pool_options(g)
+    add_pool_limit_options(g)
     g.add_argument("--prompt_lookup_min_ngram", type=int, default=1,
                    help="draft only from matches of at least this many tokens (MLX's ngram_min; default 1: any)")
     g.add_argument("--prompt_lookup_candidates", type=int, default=1, metavar="G",
@@ -243,6 +258,8 @@ LOOKUP_ONLY_FLAGS = {
     "is_keep_all": "--is_keep_all",
     "is_use_oldest": "--is_use_oldest",
     "is_public_pool": "--is_public_pool",
+    "ngram_pool_max_patterns": "--ngram_pool_max_patterns",
+    "public_text_max_tokens": "--public_text_max_tokens",
     "ngram_static_cache": "--ngram_static_cache",
     "ngram_dynamic_cache": "--ngram_dynamic_cache",
     "pool_rules": "--pool_rules",
@@ -320,6 +337,8 @@ def draft_from_args(args: argparse.Namespace):
         min_matching_ngram_size=args.prompt_lookup_min_ngram,
         max_concurrency=getattr(args, "max_concurrency", None),
         draft_len_schedule=parse_draft_len_schedule(getattr(args, "draft_len_schedule", None), k),
+        ngram_pool_max_patterns=getattr(args, "ngram_pool_max_patterns", None),
+        public_text_max_tokens=getattr(args, "public_text_max_tokens", None),
     )
 
 

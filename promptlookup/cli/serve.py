@@ -13,8 +13,8 @@ import argparse
 from ..defaults import DRAFT_LENGTH_POLICIES
 from ..drafting.base import DRAFT_MODES
 from ..errors import UserError
-from .args import (ArgumentParser, add_block_reuse_argument, add_num_threads_argument, add_pool_options, finite_float,
-                   parse_prompt_lookup_config)
+from .args import (ArgumentParser, add_block_reuse_argument, add_num_threads_argument, add_pool_limit_options,
+                   add_pool_options, finite_float, parse_prompt_lookup_config)
 
 API_KEY_ENV = "PROMPTLOOKUP_API_KEY"  # --api_key's default (as vLLM's VLLM_API_KEY)
 DEFAULT_SHUTDOWN_TIMEOUT = 5.0  # seconds in-flight requests may still run after SIGTERM / the first SIGINT
@@ -37,6 +37,7 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--prompt_lookup_min_ngram", type=int, default=1, help="shortest match that may draft")
     p.add_argument("--drafter_mode", choices=list(DRAFT_MODES), default="pool", help="see run.py --drafter_mode")
     add_pool_options(p)
+    add_pool_limit_options(p)
     p.add_argument("--ngram_static_cache", "--lookup-cache-static", dest="ngram_static_cache", default=None,
                    help="persisted n-gram cache built offline (read only); this project's or llama.cpp's format")
     p.add_argument("--ngram_dynamic_cache", "--lookup-cache-dynamic", dest="ngram_dynamic_cache", default=None,
@@ -87,7 +88,9 @@ def build_llm(args: argparse.Namespace):
                                    min_matching_ngram_size=args.prompt_lookup_min_ngram, mode=args.drafter_mode,
                                    is_keep_all=args.is_keep_all, is_use_oldest=args.is_use_oldest,
                                    is_public_pool=args.is_public_pool, static_cache=args.ngram_static_cache,
-                                   dynamic_cache=args.ngram_dynamic_cache)
+                                   dynamic_cache=args.ngram_dynamic_cache,
+                                   ngram_pool_max_patterns=args.ngram_pool_max_patterns,
+                                   public_text_max_tokens=args.public_text_max_tokens)
     model = args.engine_dir
     if model is None:
         from ..checkpoint.bundled import smollm2_gguf_path
@@ -108,6 +111,11 @@ def check_args(args: argparse.Namespace) -> None:
         raise UserError(f"--max_waiting_requests must be >= 0, got {args.max_waiting_requests}")
     if args.max_request_bytes is not None and args.max_request_bytes < 1:
         raise UserError(f"--max_request_bytes must be >= 1, got {args.max_request_bytes}")
+    stray = [flag for flag, v in (("--ngram_pool_max_patterns", args.ngram_pool_max_patterns),
+                                  ("--public_text_max_tokens", args.public_text_max_tokens)) if v is not None]
+    if stray and args.prompt_lookup_config is None:
+        raise UserError(f"{', '.join(stray)} {'applies' if len(stray) == 1 else 'apply'} only to prompt lookup, which "
+                        'is off; add --prompt_lookup_config "[k, n]" or drop it')
     if args.served_model_name is not None and not all(n.strip() for n in args.served_model_name):
         raise UserError("--served_model_name: names must not be empty")
 

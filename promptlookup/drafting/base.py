@@ -24,6 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol, Sequence
 
+from ..defaults import DEFAULT_NGRAM_POOL_MAX_PATTERNS, DEFAULT_PUBLIC_TEXT_MAX_TOKENS
+
 DRAFT_MODES = ("pool", "longest", "llamacpp")
 POOL_RULES = ("auto", "v1", "v2")  # which TensorRT-LLM pool the pool mode reproduces
 MAX_CANDIDATES = 64  # upper bound on DraftConfig.max_candidates (the C drafters' stack arrays)
@@ -61,6 +63,21 @@ class DraftConfig:
     # draft_len_schedule ((batch_size, draft_len) pairs, sorted). None: always k.
     max_concurrency: int | None = None
     draft_len_schedule: tuple[tuple[int, int], ...] | None = None
+    # Bounds on what lives for the whole process, least recently used evicted first. None:
+    # the default (promptlookup.defaults). Pool mode: patterns per pool (all sizes); longest
+    # mode: tokens of the public text. Given for another mode, it is refused.
+    ngram_pool_max_patterns: int | None = None
+    public_text_max_tokens: int | None = None
+
+    def pool_max_patterns(self) -> int:
+        """The pool mode's limit on patterns per pool (the default when not set)."""
+        v = self.ngram_pool_max_patterns
+        return DEFAULT_NGRAM_POOL_MAX_PATTERNS if v is None else v
+
+    def public_max_tokens(self) -> int:
+        """The longest mode's limit on public-text tokens (the default when not set)."""
+        v = self.public_text_max_tokens
+        return DEFAULT_PUBLIC_TEXT_MAX_TOKENS if v is None else v
 
 
 class RequestDrafter(Protocol):

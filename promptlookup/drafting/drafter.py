@@ -85,6 +85,16 @@ def validate_config(config: DraftConfig) -> None:
     if not isinstance(config.max_candidates, int) or not 1 <= config.max_candidates <= MAX_CANDIDATES:
         raise UserError(f"max_candidates must be an integer in 1..{MAX_CANDIDATES} (1: one chain draft), "
                         f"got {config.max_candidates!r}")
+    for name, mode in (("ngram_pool_max_patterns", "pool"), ("public_text_max_tokens", "longest")):
+        v = getattr(config, name)
+        if v is None:
+            continue
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise UserError(f"{name} must be a positive integer (None: the default), got {v!r}")
+        if config.mode != mode:
+            raise UserError(f"{name} applies to the {mode} mode only, not {config.mode!r}; drop it")
+    if config.mode == "longest" and config.public_text_max_tokens is not None and not config.is_public_pool:
+        raise UserError("public_text_max_tokens bounds the public text, which is off (is_public_pool=False); drop it")
     if config.pool_rules not in POOL_RULES:
         raise UserError(f"unknown pool rules {config.pool_rules!r}; choose one of {', '.join(POOL_RULES)}")
     from .concurrency import check_concurrency, normalize_schedule
@@ -170,6 +180,14 @@ class NgramDrafter:
 
     def new_request(self, prompt: Sequence[int], max_seq_len: int) -> "NgramRequest":
         return NgramRequest(self, prompt, max_seq_len)
+
+    def public_pool_stats(self) -> dict[str, int]:
+        """What the process-wide drafting state holds: ``patterns`` (the pool mode's public
+        pool), ``tokens`` (the longest mode's public text), ``bytes`` (exact for the C pool's
+        allocations, an estimate otherwise) and ``evictions`` (pool: patterns evicted;
+        longest: rebuilds). Zeros where the mode has none."""
+        stats = getattr(self.mode, "public_stats", None)
+        return stats() if stats is not None else {"patterns": 0, "tokens": 0, "bytes": 0, "evictions": 0}
 
     def save(self) -> None:
         """Write the dynamic cache (if configured) to its file, atomically."""

@@ -4,7 +4,8 @@ The rules are in :mod:`.pool_spec`: V2's ``NGramPoolManager`` (:mod:`.pool`, or 
 or V1's ``PLDPool`` (:mod:`.pool_v1`), chosen by the drafter's pool rules. With
 ``is_public_pool`` one pool is shared by all requests of the drafter (as in TensorRT-LLM
 V2, where the public pool *is* the context source), else each request has its own, which
-goes with it. V2 timing: no draft before the request's first generated token (TensorRT-LLM
+goes with it. Every pool holds at most ``config.pool_max_patterns()`` patterns, the least
+recently used evicted first (:mod:`.pool_index`). V2 timing: no draft before the request's first generated token (TensorRT-LLM
 V2 drafts only for requests in the generation phase); V1 drafts from the first call.
 
 The hit's ``match_len`` is the matched n-gram size and its adaptive reference is n
@@ -54,7 +55,7 @@ class PoolMode:
     def _new_pool(self) -> object:
         c = self.config
         return self.classes.NGramPool(c.prompt_lookup_num_tokens, c.max_matching_ngram_size, c.is_keep_all,
-                                      c.is_use_oldest, c.max_candidates)
+                                      c.is_use_oldest, c.max_candidates, c.pool_max_patterns())
 
     def new_request(self, prompt: list[int]) -> PoolRequest:
         pool = self.public_pool if self.public_pool is not None else self._new_pool()
@@ -62,3 +63,12 @@ class PoolMode:
 
     def absorb(self, text: list[int], number: int) -> None:
         pass  # the pool already holds the request's text
+
+    def public_stats(self) -> dict[str, int]:
+        """The public pool's patterns, bytes (C: its allocations; Python: an estimate) and
+        evictions so far; zeros without one. O(pattern slots) for the C pool's bytes."""
+        pool = self.public_pool
+        if pool is None:
+            return {"patterns": 0, "tokens": 0, "bytes": 0, "evictions": 0}
+        return {"patterns": int(pool.num_patterns()), "tokens": 0, "bytes": int(pool.nbytes()),
+                "evictions": int(pool.evictions)}

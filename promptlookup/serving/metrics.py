@@ -4,8 +4,11 @@ Counters and gauges come from the scheduler's :class:`~.scheduler.SchedulerStats
 the KV block manager. Memory: the bytes of the weights (every distinct tensor storage the
 model holds, counted once at start), of the KV pool (committed at start-up by
 ``serve.py``, so it is resident from the first request on), the process's resident set
-(``/proc/self/statm``, Linux), and the size of the public n-gram pool in indexed patterns
-(its native implementation does not report bytes). Cost: O(blocks) per scrape.
+(``/proc/self/statm``, Linux), and the drafter's process-wide state: the public n-gram
+pool's bytes (exact for the C pool's own allocations, an estimate for the pure-Python pool
+and the longest mode's public text), its patterns, the public text's tokens, and the
+evictions its size limit made (:meth:`~..drafting.drafter.NgramDrafter.public_pool_stats`).
+Cost: O(blocks + the C pool's pattern slots) per scrape.
 """
 from __future__ import annotations
 
@@ -50,10 +53,15 @@ def resident_bytes() -> int:
         return 0
 
 
+def ngram_pool_stats(llm: LLM) -> dict[str, int]:
+    """The drafter's public pool: patterns, public-text tokens, bytes, evictions (zeros without one)."""
+    stats = getattr(llm.drafter, "public_pool_stats", None)
+    return stats() if stats is not None else {"patterns": 0, "tokens": 0, "bytes": 0, "evictions": 0}
+
+
 def ngram_pool_patterns(llm: LLM) -> int:
     """Distinct n-grams indexed by the drafter's public pool (0 without one)."""
-    pool = getattr(llm.drafter, "public_pool", None)
-    return int(pool.num_patterns()) if pool is not None else 0
+    return ngram_pool_stats(llm)["patterns"]
 
 
 def prometheus_text(llm: LLM, weights: int | None = None) -> str:
@@ -62,6 +70,7 @@ def prometheus_text(llm: LLM, weights: int | None = None) -> str:
     s = scheduler.stats
     blocks = llm.runner.blocks
     pool = llm.runner.pool
+    ngram = ngram_pool_stats(llm)
     rows = [
         ("promptlookup_requests_total", "counter", "Requests by outcome (a stop string ends one as finished).", [
             ('{state="submitted"}', s.requests_submitted), ('{state="finished"}', s.requests_finished),
@@ -83,11 +92,17 @@ def prometheus_text(llm: LLM, weights: int | None = None) -> str:
         ("promptlookup_kv_blocks_total", "gauge", "KV cache blocks.", [("", pool.num_blocks - 1)]),
         ("promptlookup_draft_token_budget", "gauge", "Tokens one step may feed (batch-aware draft budget).",
          [("", scheduler.token_budget)]),
-        ("promptlookup_memory_bytes", "gauge", "Bytes held, by holder (resident: the whole process).", [
+        ("promptlookup_memory_bytes", "gauge", "Bytes held, by holder (resident: the whole process; ngram_pool: "
+         "the drafter's public pool or public text, exact for the C pool, else an estimate).", [
             ('{holder="weights"}', weights if weights is not None else weight_bytes(llm.runner.model)),
-            ('{holder="kv_pool"}', pool.nbytes), ('{holder="resident"}', resident_bytes())]),
+            ('{holder="kv_pool"}', pool.nbytes), ('{holder="ngram_pool"}', ngram["bytes"]),
+            ('{holder="resident"}', resident_bytes())]),
         ("promptlookup_ngram_pool_patterns", "gauge", "Distinct n-grams in the public n-gram pool.",
-         [("", ngram_pool_patterns(llm))]),
+         [("", ngram["patterns"])]),
+        ("promptlookup_ngram_public_text_tokens", "gauge", "Tokens in the longest mode's public text.",
+         [("", ngram["tokens"])]),
+        ("promptlookup_ngram_pool_evictions_total", "counter", "Size-limit evictions (pool: patterns, least "
+         "recently used first; longest mode: public-text rebuilds).", [("", ngram["evictions"])]),
     ]
     lines = []
     for name, kind, help_text, samples in rows:

@@ -65,6 +65,10 @@ def own_drafter_settings(draft: DraftConfig) -> list[str]:
         found.append(f"--prompt_lookup_min_ngram {draft.min_matching_ngram_size}")
     if draft.mode == "longest" and draft.max_match_len != DEFAULT_MAX_MATCH_LEN:
         found.append(f"max_match_len {draft.max_match_len}")
+    if draft.ngram_pool_max_patterns is not None:
+        found.append(f"--ngram_pool_max_patterns {draft.ngram_pool_max_patterns}")
+    if draft.public_text_max_tokens is not None:
+        found.append(f"--public_text_max_tokens {draft.public_text_max_tokens}")
     return found
 
 
