@@ -1,5 +1,6 @@
 """What holds memory (issue 23, "Resident memory is not what start-up shows"): the KV pool
-is resident once committed, and /metrics names the bytes of the weights and the KV pool."""
+is resident once committed, and /metrics names the bytes of the weights, the KV pool and the
+public n-gram pool."""
 from __future__ import annotations
 
 import urllib.request
@@ -50,4 +51,6 @@ def test_metrics_export_memory_by_holder(tiny_engine_dir):
         assert values['promptlookup_memory_bytes{holder="weights"}'] == weight_bytes(llm.runner.model) > 0
         assert values['promptlookup_memory_bytes{holder="resident"}'] > 0
         assert values["promptlookup_ngram_pool_patterns"] > 0
+        assert values['promptlookup_memory_bytes{holder="ngram_pool"}'] == llm.drafter.public_pool_stats()["bytes"] > 0
+        assert values["promptlookup_ngram_pool_evictions_total"] == 0
         assert values["promptlookup_kv_blocks_in_use"] == 0
