@@ -5,7 +5,7 @@
     for out in llm.generate(["prompt one", "prompt two"], SamplingParams(max_tokens=64)):
         print(out.outputs[0].text, out.outputs[0].accepted, out.outputs[0].tokens_per_step)
 
-Every request runs through one continuous-batching :class:`~promptlookup.serving.scheduler.Scheduler`
+Every request runs through one continuous-batching :class:`~promptlookup.decoding.scheduler.Scheduler`
 (the live V2 batch), so ``generate`` of a list, ``generate_async`` calls from many tasks,
 and ``serve.py``'s clients all share one batch, one public n-gram pool and one KV cache.
 Outputs equal ``decoding.generate``'s for the same prompts (``generate`` numbers a
@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, AsyncIterator, Iterator, Sequence
 
-from ..defaults import DRAFT_LENGTH_POLICIES
+from ..defaults import BACKENDS, DEFAULT_BACKEND, DEFAULT_DRAFT_LENGTH_POLICY, DRAFT_LENGTH_POLICIES
 from ..errors import UserError
-from ..serving.scheduler import FINISH_ERROR, GenerationRequest, RequestHandle, Scheduler, TokenEvent
+from ..decoding.scheduler import FINISH_ERROR, GenerationRequest, RequestHandle, Scheduler, TokenEvent
 from .configs import KvCacheConfig, LookaheadDecodingConfig, NGramDecodingConfig, SamplingParams
 from .model_cache import AutoBuild, resolve_engine
 
@@ -172,8 +172,11 @@ class LLM:
     is converted and built once into ``cache_dir`` (:mod:`.model_cache`). ``tokenizer``:
     a directory (default: the engine's). ``speculative_config``: an
     :class:`NGramDecodingConfig` (prompt lookup), a :class:`LookaheadDecodingConfig`, or
-    ``None`` (plain decoding). ``draft_token_budget``: see
-    :mod:`promptlookup.serving.draft_budget`. Close it (``shutdown()`` or ``with``) to stop
+    ``None`` (plain decoding). ``draft_length_policy``: ``None`` means the project's one
+    default, :data:`promptlookup.defaults.DEFAULT_DRAFT_LENGTH_POLICY` (``"cost"``, as in
+    ``decoding.generate``, ``run.py`` and ``serve.py``; read as ``"full"`` by the TensorRT-LLM
+    backend, which verifies every draft). ``draft_token_budget``: see
+    :mod:`promptlookup.decoding.draft_budget`. Close it (``shutdown()`` or ``with``) to stop
     the scheduler thread.
 
     ``backend``: ``"auto"``/``"torch"`` (this project's runtime, above) or ``"trtllm"``:
@@ -192,9 +195,9 @@ class LLM:
         cache_dir: str | os.PathLike[str] | None = None,
         build: AutoBuild | None = None,
         device: str | None = None,
-        draft_length_policy: str = "full",
+        draft_length_policy: str | None = None,
         draft_token_budget: int | None = None,
-        backend: str = "auto",
+        backend: str = DEFAULT_BACKEND,
     ) -> None:
         from ..drafting import make_drafter
         from ..engine.load import load_runner
@@ -206,13 +209,15 @@ class LLM:
         ):
             raise UserError(f"speculative_config must be an NGramDecodingConfig or LookaheadDecodingConfig, "
                             f"got {type(speculative_config).__name__}")
+        if draft_length_policy is None:  # the default, which TensorRT-LLM (no step-cost table) reads as full
+            draft_length_policy = "full" if backend == "trtllm" else DEFAULT_DRAFT_LENGTH_POLICY
         if draft_length_policy not in DRAFT_LENGTH_POLICIES:
             raise UserError(f"unknown draft length policy {draft_length_policy!r}; choose cost or full")
         kv = kv_cache_config or KvCacheConfig()
         if not isinstance(kv, KvCacheConfig):
             raise UserError(f"kv_cache_config must be a KvCacheConfig, got {type(kv).__name__}")
         self.speculative_config = speculative_config
-        if backend not in ("auto", "torch", "trtllm"):
+        if backend not in BACKENDS:
             raise UserError(f"backend {backend!r} is not a backend; choose auto, torch or trtllm")
         self.trtllm: Any = None
         if backend == "trtllm":

@@ -7,10 +7,13 @@ import sys
 from typing import Any, Collection, NoReturn, Sequence
 
 from ..defaults import (
+    BACKENDS,
     COMPILE_MODES,
     CPU_WEIGHT_COPIES,
     DEFAULT_COMPILE_MODE,
+    DEFAULT_BACKEND,
     DEFAULT_CPU_WEIGHT_COPIES,
+    DEFAULT_DRAFT_LENGTH_POLICY,
     DEFAULT_KV_CACHE_ENABLE_BLOCK_REUSE,
     DEFAULT_WORKFLOW,
     DRAFT_LENGTH_POLICIES,
@@ -178,7 +181,7 @@ def add_common_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     g.add_argument("--cuda_graph_mode", action=argparse.BooleanOptionalAction, default=None,
                    help="PyTorch engines on a GPU: replay captured CUDA graphs for decoding steps "
                         "(default: on when the engine runs on a GPU)")
-    g.add_argument("--backend", choices=["auto", "torch", "trtllm"], default="auto",
+    g.add_argument("--backend", choices=list(BACKENDS), default=DEFAULT_BACKEND,
                    help="auto: the backend the engine was built for; torch/trtllm: insist on that one")
     g = parser.add_argument_group("generation")
     g.add_argument("--end_id", type=int, default=None, help="token id that ends a sequence; default: the tokenizer's end-of-sequence id")
@@ -204,7 +207,7 @@ def add_common_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     g.add_argument(
         "--draft_length_policy",
         choices=list(DRAFT_LENGTH_POLICIES),
-        default="cost",
+        default=DEFAULT_DRAFT_LENGTH_POLICY,
         help="cost: verify the part of each draft expected to pay off on this machine (PyTorch backend); "
         "full: always the whole draft, as TensorRT-LLM",
     )

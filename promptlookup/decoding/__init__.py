@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from ..defaults import DEFAULT_WORKFLOW, DRAFT_LENGTH_POLICIES, WORKFLOWS
+from ..defaults import DEFAULT_DRAFT_LENGTH_POLICY, DEFAULT_WORKFLOW, DRAFT_LENGTH_POLICIES, WORKFLOWS
 from ..drafting.base import DraftConfig, Drafter
 from ..errors import UserError
 from ..runtime.base import Runner, SamplingConfig, validate_batch
@@ -37,7 +37,7 @@ def generate(
     workflow: str = DEFAULT_WORKFLOW,
     on_step: StepCallback | None = None,
     drafter: Drafter | None = None,
-    draft_length_policy: str = "cost",
+    draft_length_policy: str = DEFAULT_DRAFT_LENGTH_POLICY,
     lookahead: LookaheadConfig | None = None,
 ) -> list[SequenceResult]:
     """Generate for a batch of token-id prompts.

@@ -5,7 +5,8 @@ import os
 from typing import TYPE_CHECKING, Sequence
 
 from ..checkpoint.config import quant_spec_of
-from ..defaults import DEFAULT_COMPILE_MODE, DEFAULT_CPU_WEIGHT_COPIES
+from ..defaults import (BACKENDS, DEFAULT_BACKEND, DEFAULT_COMPILE_MODE, DEFAULT_CPU_WEIGHT_COPIES,
+                        DEFAULT_KV_CACHE_ENABLE_BLOCK_REUSE)
 from ..errors import UserError
 from ..runtime.base import Runner
 from .config import EngineConfig, read_engine_config
@@ -19,7 +20,7 @@ __all__ = ["load_runner", "torch_runner_for", "check_backend", "check_trtllm_onl
 def load_runner(
     engine_dir: str | os.PathLike[str],
     *,
-    kv_cache_enable_block_reuse: bool = True,
+    kv_cache_enable_block_reuse: bool = DEFAULT_KV_CACHE_ENABLE_BLOCK_REUSE,
     device_ids: Sequence[int] | None = None,
     max_tokens_in_paged_kv_cache: int | None = None,
     kv_cache_free_gpu_memory_fraction: float | None = None,
@@ -27,7 +28,7 @@ def load_runner(
     hf_model_dir: str | os.PathLike[str] | None = None,
     device: str | None = None,
     cuda_graph_mode: bool | None = None,
-    backend: str = "auto",
+    backend: str = DEFAULT_BACKEND,
     cpu_weight_copies: int = DEFAULT_CPU_WEIGHT_COPIES,
     compile_mode: str = DEFAULT_COMPILE_MODE,
 ) -> Runner:
@@ -120,7 +121,7 @@ def torch_runner_for(
     cfg: EngineConfig,
     *,
     device: str | None = None,
-    kv_cache_enable_block_reuse: bool = True,
+    kv_cache_enable_block_reuse: bool = DEFAULT_KV_CACHE_ENABLE_BLOCK_REUSE,
     max_tokens_in_paged_kv_cache: int | None = None,
     cuda_graph_mode: bool | None = None,
     cpu_weight_copies: int = DEFAULT_CPU_WEIGHT_COPIES,
@@ -152,8 +153,6 @@ def torch_runner_for(
         compile_mode=compile_mode,
     )
 
-
-BACKENDS = ("auto", "torch", "trtllm")
 
 
 def check_trtllm_only_flags(built_for: str, kv_cache_free_gpu_memory_fraction: float | None,

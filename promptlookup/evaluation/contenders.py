@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 from ..decoding.lookahead import LookaheadConfig
-from ..defaults import DEFAULT_COMPILE_MODE, DEFAULT_CPU_WEIGHT_COPIES, DEFAULT_KV_CACHE_ENABLE_BLOCK_REUSE, DEFAULT_WORKFLOW
+from ..defaults import (DEFAULT_COMPILE_MODE, DEFAULT_CPU_WEIGHT_COPIES, DEFAULT_DRAFT_LENGTH_POLICY,
+                        DEFAULT_KV_CACHE_ENABLE_BLOCK_REUSE, DEFAULT_WORKFLOW)
 from ..drafting.base import DraftConfig
 from ..runtime.base import SamplingConfig
 from .harness import BatchFn, Generated, ProgressHook
@@ -67,7 +68,7 @@ class DecodeSettings:
     end_id: int
     pad_id: int
     sampling: SamplingConfig = SamplingConfig()
-    draft_length_policy: str = "cost"  # see promptlookup.decoding.draft_policy
+    draft_length_policy: str = DEFAULT_DRAFT_LENGTH_POLICY  # see promptlookup.decoding.draft_policy
 
 
 def _release() -> None:
