@@ -199,10 +199,9 @@ class LLM:
         draft_token_budget: int | None = None,
         backend: str = DEFAULT_BACKEND,
     ) -> None:
-        from ..drafting import make_drafter
+        from ..decoding import drafter_for
         from ..engine.load import load_runner
         from ..runtime import load_tokenizer
-        from ..runtime.torch_runner import TorchRunner
 
         if speculative_config is not None and not isinstance(
             speculative_config, (NGramDecodingConfig, LookaheadDecodingConfig)
@@ -233,7 +232,7 @@ class LLM:
         self.tokenizer = load_tokenizer(tokenizer or self.engine_dir)
         self.runner = load_runner(self.engine_dir, kv_cache_enable_block_reuse=kv.enable_block_reuse,
                                   max_tokens_in_paged_kv_cache=kv.max_tokens, device=device, backend=backend)
-        if not isinstance(self.runner, TorchRunner):
+        if not self.runner.capabilities.live_batch:
             raise UserError(f"{self.engine_dir} is a TensorRT-LLM engine; the promptlookup LLM API runs PyTorch "
                             "engines (use TensorRT-LLM's own LLM API for it)")
         limits = self.runner.limits
@@ -244,7 +243,8 @@ class LLM:
             if k > limits.max_draft_len:
                 raise UserError(f"max_draft_len {k} exceeds the engine's max_draft_len {limits.max_draft_len}; "
                                 f"lower it or rebuild with --max_draft_len {k}")
-            self.drafter = make_drafter(speculative_config.draft_config(), self.tokenizer)
+            self.drafter = drafter_for(speculative_config.draft_config(), self.runner.capabilities, workflow="v2",
+                                       end_id=None, tokenizer=self.tokenizer)
         lookahead = None
         if isinstance(speculative_config, LookaheadDecodingConfig):
             from ..decoding.lookahead import step_tokens

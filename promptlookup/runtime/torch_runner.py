@@ -365,9 +365,11 @@ class TorchRunner:
         layout = build_layout(new_tokens, contexts, tables, n_logits, self.pool.block_size, self.model.device, parents)
         return self.model(layout, self.pool)
 
-    def validate_lookup(self, k: int, device_ids: Sequence[int] | None = None) -> None:
-        """Nothing beyond what every run checks: ``decoding.generate`` holds ``k`` to
-        ``max_draft_len`` for any runner, and the device list was checked on load."""
+    def describe(self) -> dict[str, Any]:
+        """Where and how it runs (:meth:`~.base.Runner.describe`)."""
+        return {"device": str(self.model.device), "dtype": str(self.model.dtype).removeprefix("torch."),
+                "cuda_graphs": self.graphs is not None,
+                "compile": self.compile_setup.as_json() if self.compile_setup is not None else None}
 
     def open(
         self,
