@@ -202,6 +202,7 @@ class LLM:
         from ..decoding import drafter_for
         from ..engine.load import load_runner
         from ..runtime import load_tokenizer
+        from ..runtime.options import RuntimeConfig
 
         if speculative_config is not None and not isinstance(
             speculative_config, (NGramDecodingConfig, LookaheadDecodingConfig)
@@ -230,8 +231,7 @@ class LLM:
             return
         self.engine_dir: Path = resolve_engine(model, cache_dir=cache_dir, build=build or AutoBuild())
         self.tokenizer = load_tokenizer(tokenizer or self.engine_dir)
-        self.runner = load_runner(self.engine_dir, kv_cache_enable_block_reuse=kv.enable_block_reuse,
-                                  max_tokens_in_paged_kv_cache=kv.max_tokens, device=device, backend=backend)
+        self.runner = load_runner(self.engine_dir, RuntimeConfig(device=device), kv, backend=backend)
         if not self.runner.capabilities.live_batch:
             raise UserError(f"{self.engine_dir} is a TensorRT-LLM engine; the promptlookup LLM API runs PyTorch "
                             "engines (use TensorRT-LLM's own LLM API for it)")

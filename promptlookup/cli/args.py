@@ -285,6 +285,23 @@ def require_lookup_config(args: argparse.Namespace, given: Collection[str], allo
                         '"[k, n]" or "[k, n, [devices]]" (e.g. "[10,2,[0]]") or drop them')
 
 
+def runtime_from_args(args: argparse.Namespace):
+    """``--device``, ``--cuda_graph_mode``, ``--torch_compile``, ``--cpu_weight_copies`` as one
+    :class:`~promptlookup.runtime.options.RuntimeConfig` (passed whole to ``load_runner``)."""
+    from ..runtime.options import RuntimeConfig
+
+    return RuntimeConfig(device=args.device, cuda_graph_mode=args.cuda_graph_mode, compile_mode=args.torch_compile,
+                         cpu_weight_copies=args.cpu_weight_copies)
+
+
+def kv_cache_from_args(args: argparse.Namespace):
+    """``--kv_cache_enable_block_reuse`` and ``--max_tokens_in_paged_kv_cache`` as one
+    :class:`~promptlookup.runtime.options.KvCacheConfig`."""
+    from ..runtime.options import KvCacheConfig
+
+    return KvCacheConfig(args.kv_cache_enable_block_reuse, args.max_tokens_in_paged_kv_cache)
+
+
 def sampling_from_args(args: argparse.Namespace):
     from ..runtime.base import SamplingConfig
 

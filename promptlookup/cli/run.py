@@ -15,8 +15,10 @@ from .args import (
     add_common_args,
     device_ids_from_args,
     draft_from_args,
+    kv_cache_from_args,
     lookahead_from_args,
     require_lookup_config,
+    runtime_from_args,
     sampling_from_args,
 )
 from .inputs import check_input_file, collect_prompts
@@ -122,17 +124,13 @@ def _run(args: Any, given: Any, begun: float) -> int:
     sampling = sampling_with_run_flags(sampling, args, tokenizer)
     runner = load_runner(
         args.engine_dir,
-        kv_cache_enable_block_reuse=args.kv_cache_enable_block_reuse,
+        runtime_from_args(args),
+        kv_cache_from_args(args),
         device_ids=device_ids,
-        max_tokens_in_paged_kv_cache=args.max_tokens_in_paged_kv_cache,
         kv_cache_free_gpu_memory_fraction=args.kv_cache_free_gpu_memory_fraction,
         enable_chunked_context=args.enable_chunked_context,
         hf_model_dir=args.hf_model_dir,
-        device=args.device,
-        cuda_graph_mode=args.cuda_graph_mode,
         backend=args.backend,
-        cpu_weight_copies=args.cpu_weight_copies,
-        compile_mode=args.torch_compile,
     )
     where = runner.describe()  # device, dtype, CUDA graphs, compile set-up
     log.info("loaded %s (%s engine, %s, %s)", args.engine_dir, type(runner).__name__,
