@@ -22,6 +22,7 @@ from typing import Any, AsyncIterator, Iterator, Sequence
 from ..defaults import BACKENDS, DEFAULT_BACKEND, DEFAULT_DRAFT_LENGTH_POLICY, DRAFT_LENGTH_POLICIES
 from ..errors import UserError
 from ..decoding.scheduler import FINISH_ERROR, GenerationRequest, RequestHandle, Scheduler, TokenEvent
+from ..runtime.results import SequenceResult
 from .configs import KvCacheConfig, LookaheadDecodingConfig, NGramDecodingConfig, SamplingParams
 from .model_cache import AutoBuild, resolve_engine
 
@@ -31,28 +32,26 @@ REPLACEMENT = "\ufffd"
 
 
 @dataclass
-class CompletionOutput:
-    """One generated sequence: text, tokens and the speculative statistics so far."""
+class CompletionOutput(SequenceResult):
+    """One generated sequence: the request's :class:`~promptlookup.runtime.results.SequenceResult`
+    so far (``steps``, ``drafted``, ``accepted``, ``draft_flags``, ``acceptance_rate``,
+    ``tokens_per_step``: the same counters as ``decoding.generate``'s), seen with
+    TensorRT-LLM's names (``token_ids`` is ``output_ids``) and its text."""
 
     index: int = 0
     text: str = ""
-    token_ids: list[int] = field(default_factory=list)
     finish_reason: str | None = None  # "stop" (end_id or a stop string), "length", "cancelled"
     stop_reason: str | None = None  # the stop string that ended it
-    steps: int = 0  # verification steps (target forward passes for this sequence)
-    drafted: int = 0  # draft tokens offered
-    accepted: int = 0  # draft tokens kept
-    draft_flags: list[bool] = field(default_factory=list)  # per token: came from an accepted draft
     text_diff: str = ""  # text added by the latest update (streaming)
     token_ids_diff: list[int] = field(default_factory=list)
 
     @property
-    def acceptance_rate(self) -> float:
-        return self.accepted / self.drafted if self.drafted else 0.0
+    def token_ids(self) -> list[int]:
+        return self.output_ids
 
-    @property
-    def tokens_per_step(self) -> float:
-        return len(self.token_ids) / self.steps if self.steps else 0.0
+    @token_ids.setter
+    def token_ids(self, ids: list[int]) -> None:
+        self.output_ids = ids
 
 
 class RequestOutput:
@@ -76,7 +75,6 @@ class RequestOutput:
         self.outputs = [CompletionOutput()]
         self.finished = False
         self.error: str | None = None
-        self._ids: list[int] = []
 
     # ------------------------------------------------------------------ events
     def _apply(self, event: TokenEvent) -> bool:
@@ -85,26 +83,24 @@ class RequestOutput:
             return False
         out = self.outputs[0]
         before_text, before_ids = out.text, len(out.token_ids)
+        out.token_ids = list(out.token_ids)  # a new list per update: one handed out earlier stays as it was
         if event.tokens:
-            out.steps += 1
-            out.drafted += event.drafted
-            out.accepted += event.accepted
-            self._ids.extend(event.tokens)
-            out.draft_flags.extend([True] * event.accepted + [False] * (len(event.tokens) - event.accepted))
+            out.add(event)
         if event.finish_reason is not None:
             self.finished = True
             out.finish_reason = event.finish_reason
             if event.finish_reason == FINISH_ERROR:
                 self.error = event.error or "generation failed"
-        full = self.llm.decode(self._ids)
+        ids = out.token_ids
+        full = self.llm.decode(ids)
         stops = self.params.stop or ()
         hit = min(((full.find(s), s) for s in stops if s in full), default=None)
         if hit is not None:
             cut, stop = hit
-            keep = len(self._ids)
-            while keep > 1 and stop in self.llm.decode(self._ids[: keep - 1]):
+            keep = len(ids)
+            while keep > 1 and stop in self.llm.decode(ids[: keep - 1]):
                 keep -= 1
-            self._ids = self._ids[:keep]
+            del ids[keep:]
             del out.draft_flags[keep:]
             out.text, out.stop_reason, out.finish_reason = full[:cut], stop, "stop"
             out.accepted = sum(out.draft_flags)
@@ -116,9 +112,9 @@ class RequestOutput:
             text = full.rstrip(REPLACEMENT)
             hold = max((n for s in stops for n in range(1, len(s)) if text.endswith(s[:n])), default=0)
             out.text = text[: len(text) - hold] if hold else text
+        out.finished = out.finish_reason == "stop"  # ended on end_id or a stop string (SequenceResult's meaning)
         if not out.text.startswith(before_text):  # a decoder that rewrote shown text: resend all
             before_text = ""
-        out.token_ids = list(self._ids)
         out.text_diff = out.text[len(before_text):]
         out.token_ids_diff = out.token_ids[before_ids:]
         return self.finished or bool(out.text_diff) or bool(out.token_ids_diff)
