@@ -5,12 +5,10 @@ import os
 from typing import TYPE_CHECKING, Sequence
 
 from ..checkpoint.config import quant_spec_of
-from dataclasses import replace
-
 from ..defaults import BACKENDS, DEFAULT_BACKEND, DEFAULT_COMPILE_MODE, DEFAULT_CPU_WEIGHT_COPIES
 from ..errors import UserError
 from ..runtime.base import Runner
-from ..runtime.options import KvCacheConfig, RuntimeConfig
+from ..runtime.options import KvCacheConfig, RuntimeConfig, with_options
 from .config import EngineConfig, read_engine_config
 
 if TYPE_CHECKING:
@@ -18,28 +16,6 @@ if TYPE_CHECKING:
 
 __all__ = ["load_runner", "torch_runner_for", "check_backend", "check_trtllm_only_flags", "BACKENDS", "KvCacheConfig",
            "RuntimeConfig", "with_options"]
-
-
-def with_options(
-    runtime: RuntimeConfig | None,
-    kv_cache: KvCacheConfig | None,
-    *,
-    device: str | None = None,
-    cuda_graph_mode: bool | None = None,
-    cpu_weight_copies: int | None = None,
-    compile_mode: str | None = None,
-    kv_cache_enable_block_reuse: bool | None = None,
-    max_tokens_in_paged_kv_cache: int | None = None,
-) -> tuple[RuntimeConfig, KvCacheConfig]:
-    """The two config objects, with any single option given as a keyword (``run.py``'s flag
-    names; ``None``: the object's value) folded in: the one place loose options become
-    configs, for callers that set one or two of them."""
-    runtime, kv_cache = runtime or RuntimeConfig(), kv_cache or KvCacheConfig()
-    loose = dict(device=device, cuda_graph_mode=cuda_graph_mode, cpu_weight_copies=cpu_weight_copies,
-                 compile_mode=compile_mode)
-    runtime = replace(runtime, **{k: v for k, v in loose.items() if v is not None})
-    kv = dict(enable_block_reuse=kv_cache_enable_block_reuse, max_tokens=max_tokens_in_paged_kv_cache)
-    return runtime, replace(kv_cache, **{k: v for k, v in kv.items() if v is not None})
 
 
 def load_runner(
@@ -164,13 +140,11 @@ def torch_runner_for(
         PagedLlama(config, state, cpu_weight_copies=runtime.cpu_weight_copies,
                    dense_projections=runtime.compile_mode == "inductor"),
         cfg.limits,
+        runtime,
+        kv_cache,
         tokens_per_block=cfg.tokens_per_block,
-        max_tokens_in_paged_kv_cache=kv_cache.max_tokens,
-        kv_cache_enable_block_reuse=kv_cache.enable_block_reuse,
-        cuda_graph_mode=runtime.cuda_graph_mode,
         step_cost_table=costs_for(cfg.step_costs, target.split(":")[0]),
         batch_step_costs=batch_costs_for(cfg.step_costs, target.split(":")[0]),
-        compile_mode=runtime.compile_mode,
     )
 
 

@@ -12,7 +12,7 @@ engine (a device that is absent, inductor on a quantized engine) are checked on 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..defaults import (COMPILE_MODES, CPU_WEIGHT_COPIES, DEFAULT_COMPILE_MODE, DEFAULT_CPU_WEIGHT_COPIES,
                         DEFAULT_KV_CACHE_ENABLE_BLOCK_REUSE)
@@ -69,3 +69,24 @@ class RuntimeConfig:
         if self.cpu_weight_copies not in CPU_WEIGHT_COPIES:
             raise UserError(f"cpu_weight_copies must be 1 or 2, got {self.cpu_weight_copies!r}")
 
+
+def with_options(
+    runtime: RuntimeConfig | None,
+    kv_cache: KvCacheConfig | None,
+    *,
+    device: str | None = None,
+    cuda_graph_mode: bool | None = None,
+    cpu_weight_copies: int | None = None,
+    compile_mode: str | None = None,
+    kv_cache_enable_block_reuse: bool | None = None,
+    max_tokens_in_paged_kv_cache: int | None = None,
+) -> tuple[RuntimeConfig, KvCacheConfig]:
+    """The two config objects, with any single option given as a keyword (``run.py``'s flag
+    names; ``None``: the object's value) folded in: the one place loose options become
+    configs, for callers that set one or two of them."""
+    runtime, kv_cache = runtime or RuntimeConfig(), kv_cache or KvCacheConfig()
+    loose = dict(device=device, cuda_graph_mode=cuda_graph_mode, cpu_weight_copies=cpu_weight_copies,
+                 compile_mode=compile_mode)
+    runtime = replace(runtime, **{k: v for k, v in loose.items() if v is not None})
+    kv = dict(enable_block_reuse=kv_cache_enable_block_reuse, max_tokens=max_tokens_in_paged_kv_cache)
+    return runtime, replace(kv_cache, **{k: v for k, v in kv.items() if v is not None})

@@ -27,7 +27,6 @@ from typing import Any, Sequence
 
 import torch
 
-from ..defaults import COMPILE_MODES, DEFAULT_COMPILE_MODE, DEFAULT_CPU_WEIGHT_COPIES, DEFAULT_KV_CACHE_ENABLE_BLOCK_REUSE
 from ..errors import UserError, one_line
 from .acceptance import fetch_step
 from .base import EngineLimits, GenerationOutput, RunnerCapabilities, RunnerStats, SamplingConfig, validate_batch
@@ -36,6 +35,7 @@ from .compiled import CompiledForward
 from .cuda_graphs import CudaGraphs, StepBuckets
 from .kv_cache import SCRATCH_BLOCK, BlockManager, KVPool, SequenceBlocks
 from .logits_processors import apply_logits_processors, row_prefixes
+from .options import KvCacheConfig, RuntimeConfig, with_options
 from .paged_llama import PagedLlama, Parents, build_layout
 from .sampling import select_tokens
 from .tree import DraftTree
@@ -264,17 +264,21 @@ class TorchRunner:
         self,
         model: PagedLlama | torch.nn.Module,
         limits: EngineLimits,
+        runtime: RuntimeConfig | None = None,
+        kv_cache: KvCacheConfig | None = None,
         *,
         tokens_per_block: int = 32,
-        max_tokens_in_paged_kv_cache: int | None = None,
-        kv_cache_enable_block_reuse: bool = DEFAULT_KV_CACHE_ENABLE_BLOCK_REUSE,
-        cuda_graph_mode: bool | None = None,
         step_cost_table: Sequence[float] | None = None,
-        cpu_weight_copies: int = DEFAULT_CPU_WEIGHT_COPIES,
         batch_step_costs: BatchStepCosts | None = None,
-        compile_mode: str = DEFAULT_COMPILE_MODE,
+        **options: Any,
     ) -> None:
-        """``model``: a :class:`PagedLlama` (which then owns the weights: an engine load), or
+        """``runtime`` and ``kv_cache`` (:mod:`.options`) come whole from ``load_runner``;
+        ``options`` may set single fields by ``run.py``'s names (:func:`~.options.with_options`:
+        ``cuda_graph_mode``, ``cpu_weight_copies``, ``compile_mode``,
+        ``kv_cache_enable_block_reuse``, ``max_tokens_in_paged_kv_cache``). The model's
+        device is where it already is: ``runtime.device`` is ``load_runner``'s placement.
+
+        ``model``: a :class:`PagedLlama` (which then owns the weights: an engine load), or
         a ``LlamaForCausalLM`` left unchanged (its weights are fused into new tensors, with
         ``cpu_weight_copies`` as :class:`PagedLlama` takes it).
         ``cuda_graph_mode``: replay captured CUDA graphs for decoding steps
@@ -286,13 +290,15 @@ class TorchRunner:
         ``compile_mode``: ``"inductor"`` runs steps that fit a bucket through the compiled
         forward (:mod:`.compiled`; a :class:`PagedLlama` must then have been built with
         ``dense_projections=True``), under the CUDA graphs when those are on; ``"off"`` eagerly."""
-        if compile_mode not in COMPILE_MODES:
-            raise UserError(f"--torch_compile {compile_mode!r} is not a mode; choose {' or '.join(COMPILE_MODES)}")
-        compiled = compile_mode == "inductor"
+        runtime, kv_cache = with_options(runtime, kv_cache, **options)
+        self.runtime, self.kv_cache = runtime, kv_cache
+        compiled = runtime.compile_mode == "inductor"
+        cuda_graph_mode = runtime.cuda_graph_mode
         self.model = model if isinstance(model, PagedLlama) else PagedLlama.from_hf(
-            model, cpu_weight_copies=cpu_weight_copies, dense_projections=compiled)
+            model, cpu_weight_copies=runtime.cpu_weight_copies, dense_projections=compiled)
         self.limits = limits
         cfg = self.model.config
+        max_tokens_in_paged_kv_cache = kv_cache.max_tokens
         if max_tokens_in_paged_kv_cache is None:
             # Room for a full batch at max length, plus as much again for reuse.
             max_tokens_in_paged_kv_cache = 2 * limits.max_batch_size * limits.max_seq_len
@@ -309,7 +315,7 @@ class TorchRunner:
         )
         if self.model.dtype != torch.float32:
             self._check_dtype_runs()
-        self.blocks = BlockManager(self.pool, enable_reuse=kv_cache_enable_block_reuse)
+        self.blocks = BlockManager(self.pool, enable_reuse=kv_cache.enable_block_reuse)
         self.stats = RunnerStats()
         self.step_cost_table: list[float] | None = list(step_cost_table) if step_cost_table else None
         self.batch_step_costs = batch_step_costs
