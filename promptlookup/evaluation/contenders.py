@@ -109,12 +109,14 @@ class EngineBackend:
     def _load(self) -> Any:
         from ..engine.load import load_runner
 
-        return load_runner(self.engine_dir, kv_cache_enable_block_reuse=self.kv_cache_enable_block_reuse,
-                           device_ids=self.device_ids, max_tokens_in_paged_kv_cache=self.max_tokens_in_paged_kv_cache,
+        from ..runtime.options import KvCacheConfig, RuntimeConfig
+
+        runtime = RuntimeConfig(device=self.device, cuda_graph_mode=self.cuda_graph_mode,
+                                compile_mode=self.compile_mode, cpu_weight_copies=self.cpu_weight_copies)
+        kv_cache = KvCacheConfig(self.kv_cache_enable_block_reuse, self.max_tokens_in_paged_kv_cache)
+        return load_runner(self.engine_dir, runtime, kv_cache, device_ids=self.device_ids, backend=self.backend,
                            kv_cache_free_gpu_memory_fraction=self.kv_cache_free_gpu_memory_fraction,
-                           enable_chunked_context=self.enable_chunked_context,
-                           device=self.device, cuda_graph_mode=self.cuda_graph_mode, backend=self.backend,
-                           cpu_weight_copies=self.cpu_weight_copies, compile_mode=self.compile_mode)
+                           enable_chunked_context=self.enable_chunked_context)
 
     @contextlib.contextmanager
     def open(self, spec: ContenderSpec) -> Iterator[BatchFn]:

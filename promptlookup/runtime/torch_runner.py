@@ -27,6 +27,7 @@ from typing import Any, Sequence
 
 import torch
 
+from ..defaults import DEFAULT_COMPILE_MODE, DEFAULT_CPU_WEIGHT_COPIES, DEFAULT_KV_CACHE_ENABLE_BLOCK_REUSE
 from ..errors import UserError, one_line
 from .acceptance import fetch_step
 from .base import EngineLimits, GenerationOutput, RunnerCapabilities, RunnerStats, SamplingConfig, validate_batch
@@ -35,7 +36,7 @@ from .compiled import CompiledForward
 from .cuda_graphs import CudaGraphs, StepBuckets
 from .kv_cache import SCRATCH_BLOCK, BlockManager, KVPool, SequenceBlocks
 from .logits_processors import apply_logits_processors, row_prefixes
-from .options import KvCacheConfig, RuntimeConfig, with_options
+from .options import KvCacheConfig, RuntimeConfig
 from .paged_llama import PagedLlama, Parents, build_layout
 from .sampling import select_tokens
 from .tree import DraftTree
@@ -270,13 +271,17 @@ class TorchRunner:
         tokens_per_block: int = 32,
         step_cost_table: Sequence[float] | None = None,
         batch_step_costs: BatchStepCosts | None = None,
-        **options: Any,
+        max_tokens_in_paged_kv_cache: int | None = None,
+        kv_cache_enable_block_reuse: bool = DEFAULT_KV_CACHE_ENABLE_BLOCK_REUSE,
+        cuda_graph_mode: bool | None = None,
+        cpu_weight_copies: int = DEFAULT_CPU_WEIGHT_COPIES,
+        compile_mode: str = DEFAULT_COMPILE_MODE,
     ) -> None:
-        """``runtime`` and ``kv_cache`` (:mod:`.options`) come whole from ``load_runner``;
-        ``options`` may set single fields by ``run.py``'s names (:func:`~.options.with_options`:
-        ``cuda_graph_mode``, ``cpu_weight_copies``, ``compile_mode``,
-        ``kv_cache_enable_block_reuse``, ``max_tokens_in_paged_kv_cache``). The model's
-        device is where it already is: ``runtime.device`` is ``load_runner``'s placement.
+        """``runtime`` and ``kv_cache`` (:mod:`.options`) come whole from ``load_runner``.
+        Without them, the keywords of the same meaning (``run.py``'s names) make them, for
+        callers that build a runner by hand; giving both a config and its keywords is a
+        ``TypeError``. The model's device is where it already is: ``runtime.device`` is
+        ``load_runner``'s placement.
 
         ``model``: a :class:`PagedLlama` (which then owns the weights: an engine load), or
         a ``LlamaForCausalLM`` left unchanged (its weights are fused into new tensors, with
@@ -290,7 +295,12 @@ class TorchRunner:
         ``compile_mode``: ``"inductor"`` runs steps that fit a bucket through the compiled
         forward (:mod:`.compiled`; a :class:`PagedLlama` must then have been built with
         ``dense_projections=True``), under the CUDA graphs when those are on; ``"off"`` eagerly."""
-        runtime, kv_cache = with_options(runtime, kv_cache, **options)
+        loose = RuntimeConfig(cuda_graph_mode=cuda_graph_mode, compile_mode=compile_mode,
+                              cpu_weight_copies=cpu_weight_copies)
+        loose_kv = KvCacheConfig(kv_cache_enable_block_reuse, max_tokens_in_paged_kv_cache)
+        if (runtime is not None and loose != RuntimeConfig()) or (kv_cache is not None and loose_kv != KvCacheConfig()):
+            raise TypeError("give the runtime/kv_cache config or its fields as keywords, not both")
+        runtime, kv_cache = runtime or loose, kv_cache or loose_kv
         self.runtime, self.kv_cache = runtime, kv_cache
         compiled = runtime.compile_mode == "inductor"
         cuda_graph_mode = runtime.cuda_graph_mode
