@@ -4,7 +4,8 @@
   plus ``min_matching_ngram_size`` (MLX's ``ngram_min``) and this project's drafter modes.
 - :class:`LookaheadDecodingConfig`: Jacobi lookahead decoding (window W, n-gram N,
   verification set G), validated here; run by :mod:`promptlookup.decoding.lookahead`.
-- :class:`KvCacheConfig`: block reuse and the paged KV budget.
+- :class:`KvCacheConfig`: block reuse and the paged KV budget (defined by the runtime,
+  :mod:`promptlookup.runtime.options`, which takes it whole).
 - :class:`SamplingParams`: per-request generation settings.
 
 Every class validates itself on construction and raises :class:`UserError` naming the
@@ -15,10 +16,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from ..defaults import DEFAULT_KV_CACHE_ENABLE_BLOCK_REUSE
 from ..drafting.base import DraftConfig
 from ..errors import UserError
 from ..runtime.base import SamplingConfig
+from ..runtime.options import KvCacheConfig  # the runtime's own, passed whole to load_runner
 
 
 def _int(name: str, value: object, minimum: int) -> None:
@@ -110,20 +111,6 @@ class LookaheadDecodingConfig:
         from ..decoding.lookahead import trtllm_draft_len
 
         return trtllm_draft_len(self.lookahead_config())
-
-
-@dataclass(frozen=True)
-class KvCacheConfig:
-    """The paged KV cache: prefix block reuse across requests, and its size in tokens
-    (``None``: 2 x max_batch_size x max_seq_len)."""
-
-    enable_block_reuse: bool = DEFAULT_KV_CACHE_ENABLE_BLOCK_REUSE
-    max_tokens: int | None = None
-
-    def __post_init__(self) -> None:
-        _bool("enable_block_reuse", self.enable_block_reuse)
-        if self.max_tokens is not None:
-            _int("max_tokens", self.max_tokens, 1)
 
 
 @dataclass(frozen=True)

@@ -91,7 +91,7 @@ class TrtllmGeneration:
                                               end_id=end_id, draft=self.draft, sampling=sampling,
                                               lookahead=self.lookahead)
             for i, r in zip(members, results):
-                out = CompletionOutput(text=decode(r.output_ids), token_ids=list(r.output_ids),
+                out = CompletionOutput(text=decode(r.output_ids), output_ids=list(r.output_ids),
                                        finish_reason="stop" if r.finished else "length", steps=r.steps,
                                        drafted=r.drafted, accepted=r.accepted, draft_flags=list(r.draft_flags))
                 outputs[i] = TrtllmRequestOutput(i, prompts[i][0], prompts[i][1], [out])

@@ -4,13 +4,13 @@
 
 ``--engine_dir`` also takes a Hugging Face Llama directory or a GGUF file (built once into
 the cache); without it, the bundled SmolLM2. See :mod:`promptlookup.serving.openai_server`
-for the endpoints and :mod:`promptlookup.serving.draft_budget` for ``--draft_token_budget``.
+for the endpoints and :mod:`promptlookup.decoding.draft_budget` for ``--draft_token_budget``.
 """
 from __future__ import annotations
 
 import argparse
 
-from ..defaults import DRAFT_LENGTH_POLICIES
+from ..defaults import DEFAULT_DRAFT_LENGTH_POLICY, DRAFT_LENGTH_POLICIES
 from ..drafting.base import DRAFT_MODES
 from ..errors import UserError
 from .args import (ArgumentParser, add_block_reuse_argument, add_num_threads_argument, add_pool_limit_options,
@@ -44,7 +44,7 @@ def build_parser() -> ArgumentParser:
                    help="persisted n-gram cache that learns from outputs; saved when the server stops")
     p.add_argument("--draft_token_budget", type=int, default=None,
                    help="tokens one step may feed; drafts shrink as the batch grows (default: k + 1)")
-    p.add_argument("--draft_length_policy", choices=list(DRAFT_LENGTH_POLICIES), default="cost",
+    p.add_argument("--draft_length_policy", choices=list(DRAFT_LENGTH_POLICIES), default=DEFAULT_DRAFT_LENGTH_POLICY,
                    help="cost (default): keep only the draft tokens expected to pay off for the live batch on this "
                         "device (the step-cost table stored in the engine); full: the whole budget, as TensorRT-LLM")
     add_block_reuse_argument(p, "requests")

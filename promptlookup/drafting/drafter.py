@@ -185,9 +185,14 @@ class NgramDrafter:
         """What the process-wide drafting state holds: ``patterns`` (the pool mode's public
         pool), ``tokens`` (the longest mode's public text), ``bytes`` (exact for the C pool's
         allocations, an estimate otherwise) and ``evictions`` (pool: patterns evicted;
-        longest: rebuilds). Zeros where the mode has none."""
-        stats = getattr(self.mode, "public_stats", None)
-        return stats() if stats is not None else {"patterns": 0, "tokens": 0, "bytes": 0, "evictions": 0}
+        longest: rebuilds). Zeros where the mode has none (the llama.cpp mode)."""
+        if isinstance(self.mode, (PoolMode, LongestMode)):
+            return self.mode.public_stats()
+        return {"patterns": 0, "tokens": 0, "bytes": 0, "evictions": 0}
+
+    def public_patterns(self) -> int:
+        """Distinct n-grams in the pool all requests share (pool mode with ``is_public_pool``), else 0."""
+        return self.public_pool_stats()["patterns"]
 
     def save(self) -> None:
         """Write the dynamic cache (if configured) to its file, atomically."""

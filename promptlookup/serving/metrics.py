@@ -55,13 +55,14 @@ def resident_bytes() -> int:
 
 def ngram_pool_stats(llm: LLM) -> dict[str, int]:
     """The drafter's public pool: patterns, public-text tokens, bytes, evictions (zeros without one)."""
-    stats = getattr(llm.drafter, "public_pool_stats", None)
-    return stats() if stats is not None else {"patterns": 0, "tokens": 0, "bytes": 0, "evictions": 0}
+    if llm.drafter is None:
+        return {"patterns": 0, "tokens": 0, "bytes": 0, "evictions": 0}
+    return llm.drafter.public_pool_stats()
 
 
 def ngram_pool_patterns(llm: LLM) -> int:
     """Distinct n-grams indexed by the drafter's public pool (0 without one)."""
-    return ngram_pool_stats(llm)["patterns"]
+    return llm.drafter.public_patterns() if llm.drafter is not None else 0
 
 
 def prometheus_text(llm: LLM, weights: int | None = None) -> str:

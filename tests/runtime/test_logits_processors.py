@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from promptlookup.decoding import generate
-from promptlookup.decoding.loop_state import stop_cut
+from promptlookup.decoding.request import stop_cut
 from promptlookup.drafting.base import DraftConfig
 from promptlookup.runtime.base import SamplingConfig
 from promptlookup.runtime.logits_processors import apply_logits_processors, row_prefixes
