@@ -8,7 +8,7 @@
 - :class:`SamplingParams`: per-request generation settings.
 
 Every class validates itself on construction and raises :class:`UserError` naming the
-bad field and value.
+bad field and value (``SamplingParams``: also a ``TypeError``/``ValueError``, :mod:`.validation`).
 """
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from ..defaults import DEFAULT_KV_CACHE_ENABLE_BLOCK_REUSE
 from ..drafting.base import DraftConfig
 from ..errors import UserError
 from ..runtime.base import SamplingConfig
+from .validation import ParamTypeError, ParamValueError, check_float, check_int, check_logprobs
 
 
 def _int(name: str, value: object, minimum: int) -> None:
@@ -124,7 +125,18 @@ class SamplingParams:
     """Per-request settings. ``temperature == 0`` (default) is greedy; sampling is exact
     and reproducible from ``seed`` (see docs/sampling.md). ``end_id`` defaults to the
     tokenizer's end-of-sequence token; generation also stops at the first of the ``stop``
-    strings, which is cut from the text."""
+    strings, which is cut from the text.
+
+    ``presence_penalty``, ``frequency_penalty`` (neutral 0) and ``repetition_penalty``
+    (neutral 1, > 0) are run.py's, applied at every verified position over the prompt and
+    the output so far (:mod:`promptlookup.runtime.logits_processors`), so speculative output
+    still equals plain output. ``n``: samples of each prompt (``generate``/``chat``); sample
+    ``i`` uses the seed :func:`~.validation.sample_seed` ``(seed, i)`` (sample 0: ``seed``),
+    so each is reproducible alone; greedy ``n > 1`` gives ``n`` identical outputs, as vLLM.
+    ``ignore_eos``: no end token (vLLM's). ``logprobs``: refused until the engine reports them (:func:`~.validation.check_logprobs`).
+    Bad values raise :class:`~.validation.ParamTypeError` / :class:`~.validation.ParamValueError`
+    (``TypeError``/``ValueError``, and :class:`UserError`) naming the field.
+    """
 
     max_tokens: int = 32
     temperature: float = 0.0
@@ -133,24 +145,46 @@ class SamplingParams:
     seed: int = 0
     end_id: int | None = None
     stop: tuple[str, ...] | list[str] | str | None = field(default=None)
+    n: int = 1
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    logprobs: int | None = None
+    ignore_eos: bool = False  # vLLM's: no end token at all (generate max_tokens unless a stop string ends it)
 
     def __post_init__(self) -> None:
-        _int("max_tokens", self.max_tokens, 1)
-        if isinstance(self.temperature, bool) or not isinstance(self.temperature, (int, float)) or self.temperature < 0:
-            raise UserError(f"temperature must be a number >= 0, got {self.temperature!r}")
-        _int("top_k", self.top_k, 0)
-        if isinstance(self.top_p, bool) or not isinstance(self.top_p, (int, float)) or not 0 < self.top_p <= 1:
-            raise UserError(f"top_p must be in (0, 1], got {self.top_p!r}")
-        _int("seed", self.seed, 0)
+        def put(name: str, value: object) -> None:
+            object.__setattr__(self, name, value)  # normalized (numpy numbers become int/float)
+
+        put("max_tokens", check_int("max_tokens", self.max_tokens, 1))
+        put("temperature", check_float("temperature", self.temperature, ">= 0", lambda v: v >= 0))
+        put("top_k", check_int("top_k", self.top_k, 0))
+        put("top_p", check_float("top_p", self.top_p, "in (0, 1]", lambda v: 0 < v <= 1))
+        put("seed", check_int("seed", self.seed, 0))
         if self.end_id is not None:
-            _int("end_id", self.end_id, 0)
+            put("end_id", check_int("end_id", self.end_id, 0))
+        put("n", check_int("n", self.n, 1))
+        for name in ("presence_penalty", "frequency_penalty"):
+            put(name, check_float(name, getattr(self, name), "(0 is neutral)", lambda v: True))
+        put("repetition_penalty",
+            check_float("repetition_penalty", self.repetition_penalty, "> 0 (1 is neutral)", lambda v: v > 0))
+        put("logprobs", check_logprobs(self.logprobs))
+        if not isinstance(self.ignore_eos, bool):
+            raise ParamTypeError(f"ignore_eos must be True or False, got {self.ignore_eos!r}")
+        if self.ignore_eos and self.end_id is not None:
+            raise ParamValueError(f"ignore_eos=True and end_id={self.end_id}: with ignore_eos no token ends the "
+                                  "sequence; give one of them")
         stop = self.stop
         if isinstance(stop, str):
             stop = (stop,)
         if stop is not None:
-            if not all(isinstance(s, str) and s for s in stop):
-                raise UserError(f"stop must be a string or a list of non-empty strings, got {self.stop!r}")
-            object.__setattr__(self, "stop", tuple(stop))
+            if not isinstance(stop, (list, tuple)) or not all(isinstance(s, str) for s in stop):
+                raise ParamTypeError(f"stop must be a string or a list of non-empty strings, got {self.stop!r}")
+            if not all(stop):
+                raise ParamValueError(f"stop must be a string or a list of non-empty strings, got {self.stop!r}")
+            put("stop", tuple(stop))
 
     def sampling_config(self) -> SamplingConfig:
-        return SamplingConfig(float(self.temperature), self.top_k, float(self.top_p), self.seed)
+        return SamplingConfig(self.temperature, self.top_k, self.top_p, self.seed,
+                              repetition_penalty=self.repetition_penalty, presence_penalty=self.presence_penalty,
+                              frequency_penalty=self.frequency_penalty)

@@ -17,14 +17,18 @@ import asyncio
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, AsyncIterator, Iterator, Sequence
+from typing import Any, AsyncIterator, Iterator, Mapping, Sequence
 
 from ..defaults import DRAFT_LENGTH_POLICIES
 from ..errors import UserError
 from ..serving.scheduler import FINISH_ERROR, GenerationRequest, RequestHandle, Scheduler, TokenEvent
 from ..text import IncrementalDetokenizer, decode_text, encode_text, find_stop, stop_hold, stop_token_count
+from ..text import chat_ids, has_chat_template
 from .configs import KvCacheConfig, LookaheadDecodingConfig, NGramDecodingConfig, SamplingParams
 from .model_cache import AutoBuild, resolve_engine
+from . import samples
+from .validation import (ParamTypeError, ParamValueError, api_finish_reason, chat_conversations, check_end_id,
+                         prompt_list, refuse_keywords, sampling_params_list)
 
 
 
@@ -37,7 +41,7 @@ class CompletionOutput:
     index: int = 0
     text: str = ""
     token_ids: list[int] = field(default_factory=list)
-    finish_reason: str | None = None  # "stop" (end_id or a stop string), "length", "cancelled"
+    finish_reason: str | None = None  # "stop" (end_id or a stop string), "length", "abort" (abort())
     stop_reason: str | None = None  # the stop string that ended it
     steps: int = 0  # verification steps (target forward passes for this sequence)
     drafted: int = 0  # draft tokens offered
@@ -96,7 +100,7 @@ class RequestOutput:
             out.draft_flags.extend([True] * event.accepted + [False] * (len(event.tokens) - event.accepted))
         if event.finish_reason is not None:
             self.finished = True
-            out.finish_reason = event.finish_reason
+            out.finish_reason = api_finish_reason(event.finish_reason)
             if event.finish_reason == FINISH_ERROR:
                 self.error = event.error or "generation failed"
             self._text.flush()
@@ -288,62 +292,98 @@ class LLM:
             raise UserError(f"sampling_params must be a SamplingParams, got {type(params).__name__}")
         text, ids = self.encode(prompt)
         end_id = params.end_id if params.end_id is not None else self.default_end_id
+        if params.ignore_eos:
+            end_id = self.limits.vocab_size  # outside the vocabulary: never produced
+        else:
+            check_end_id(end_id, self.limits.vocab_size)
         request = GenerationRequest(ids, params.max_tokens, end_id, params.sampling_config(), request_id)
         return RequestOutput(self, self.scheduler.submit(request, loop), text, ids, params)
 
     def generate(
         self,
         inputs: str | Sequence[int] | Sequence[str | Sequence[int]],
-        sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
+        sampling_params: SamplingParams | Mapping[str, Any] | Sequence[SamplingParams | Mapping[str, Any]] | None = None,
+        **unknown: Any,
     ) -> RequestOutput | list[RequestOutput]:
         """Generate for one prompt (returns one output) or a list (returns a list).
 
-        All prompts join the live batch at once and run together; a list of
-        ``SamplingParams`` gives one per prompt.
+        All prompts join the live batch at once and run together. ``sampling_params``: one
+        ``SamplingParams`` (or a dict of its fields) for every prompt, or one per prompt.
+        With ``n > 1`` each output's ``outputs`` holds ``n`` samples (:mod:`.samples`).
+        Bad arguments raise ``TypeError``/``ValueError`` naming them (:mod:`.validation`).
         """
-        single = isinstance(inputs, str) or (
-            isinstance(inputs, Sequence) and bool(inputs) and all(isinstance(t, int) for t in inputs)
-        )
-        prompts = [inputs] if single else list(inputs)
+        refuse_keywords("generate", unknown, "inputs (the prompts) and sampling_params")
+        prompts, single = prompt_list(inputs)
         if not prompts:
             return []
-        if sampling_params is None or isinstance(sampling_params, SamplingParams):
-            params = [sampling_params or SamplingParams()] * len(prompts)
-        else:
-            params = list(sampling_params)
-            if len(params) != len(prompts):
-                raise UserError(f"got {len(params)} SamplingParams for {len(prompts)} prompts")
-        if self.trtllm is not None:
-            done = self.trtllm.generate([self.encode(p) for p in prompts], params, self.default_end_id, self.decode)
-            return done[0] if single else done
-        outputs: list[RequestOutput] = []
-        try:
-            for i, (p, sp) in enumerate(zip(prompts, params)):
-                outputs.append(self._submit(p, sp, i, None))
-        except BaseException:
-            for o in outputs:
-                o.abort()
-            raise
-        results = [o.result() for o in outputs]
+        results = self._generate_all(prompts, sampling_params_list(sampling_params, len(prompts)))
         return results[0] if single else results
+
+    def chat(
+        self,
+        messages: Sequence[Mapping[str, Any]] | Sequence[Sequence[Mapping[str, Any]]],
+        sampling_params: SamplingParams | Mapping[str, Any] | Sequence[SamplingParams | Mapping[str, Any]] | None = None,
+        **unknown: Any,
+    ) -> list[RequestOutput]:
+        """vLLM's ``LLM.chat``: one conversation (a list of ``{"role", "content"}`` dicts) or a
+        list of them, each rendered by the tokenizer's chat template with the generation prompt
+        (:func:`~promptlookup.text.chat_ids`) and generated as ``generate`` of those token ids.
+        ``content`` may be a list of text parts (concatenated; other part types are refused) or
+        ``None`` on an assistant turn. Returns a list of outputs (one per conversation), as vLLM."""
+        refuse_keywords("chat", unknown, "messages and sampling_params")
+        conversations, _single = chat_conversations(messages)
+        if not has_chat_template(self.tokenizer):
+            raise ParamValueError("chat(): this model's tokenizer has no chat template; format the prompt yourself "
+                                  "and call generate()")
+        prompts = [chat_ids(self.tokenizer, c) for c in conversations]
+        return self._generate_all(prompts, sampling_params_list(sampling_params, len(prompts)))
+
+    def _generate_all(self, prompts: list[str | list[int]], params: list[SamplingParams]) -> list[RequestOutput]:
+        """Every prompt's ``n`` samples run together; one finished output per prompt."""
+        runs = samples.expand(prompts, params)
+        if self.trtllm is not None:
+            done = self.trtllm.generate([self.encode(p) for _, p, _ in runs], [sp for _, _, sp in runs],
+                                        self.default_end_id, self.decode)
+        else:
+            outputs: list[RequestOutput] = []
+            try:
+                for i, p, sp in runs:
+                    outputs.append(self._submit(p, sp, i, None))
+            except BaseException:
+                for o in outputs:
+                    o.abort()
+                raise
+            done = [o.result() for o in outputs]
+        return samples.gather(done, [i for i, _, _ in runs], params)
 
     def generate_async(
         self,
         inputs: str | Sequence[int],
-        sampling_params: SamplingParams | None = None,
+        sampling_params: SamplingParams | Mapping[str, Any] | None = None,
         streaming: bool = False,
+        **unknown: Any,
     ) -> RequestOutput:
         """Submit one prompt and return at once. In async code, ``async for`` the result to
         stream (every update with ``streaming=True``, else only the final one) or
-        ``await out.aresult()``; in sync code, iterate it or call ``result()``."""
+        ``await out.aresult()``; in sync code, iterate it or call ``result()``.
+        One sequence per call: ``n > 1`` is refused (use ``generate``/``chat``)."""
+        refuse_keywords("generate_async", unknown, "inputs (one prompt), sampling_params and streaming")
         if self.trtllm is not None:
             raise UserError("LLM(backend='trtllm') offers generate() only; stream with TensorRT-LLM's own "
                             "LLM.generate_async, or use backend='torch'")
+        prompts, single = prompt_list(inputs)
+        if not single:
+            raise ParamTypeError("generate_async() takes one prompt (a string or a list of token ids); use "
+                                 "generate() for a list")
+        params = sampling_params_list(sampling_params, 1)[0]
+        if params.n > 1:
+            raise ParamValueError(f"generate_async() streams one sequence, got n={params.n}; use generate() or "
+                                  "chat() for several samples")
         try:
             loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
             loop = None
-        out = self._submit(inputs, sampling_params or SamplingParams(), 0, loop)
+        out = self._submit(prompts[0], params, 0, loop)
         if not streaming:
             return _FinalOnly(out)
         return out

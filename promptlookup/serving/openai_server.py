@@ -94,8 +94,7 @@ def sampling_from_body(body: dict, llm: LLM) -> SamplingParams:
                        f"ask for at most {limit}", "max_tokens", "invalid_value")
     try:
         return SamplingParams(max_tokens=max_tokens, temperature=float(temperature), top_k=top_k, top_p=float(top_p),
-                              seed=seed, stop=stop,
-                              end_id=llm.limits.vocab_size if ignore_eos else None)
+                              seed=seed, stop=stop, ignore_eos=ignore_eos)
     except UserError as exc:
         raise ApiError(str(exc), None, "invalid_value") from None
 
