@@ -18,6 +18,14 @@ WORKFLOWS = ("v1", "v2")  # v1: orchestrator loop (one runner call per step); v2
 DEFAULT_WORKFLOW = "v2"
 DEFAULT_KV_CACHE_ENABLE_BLOCK_REUSE = True  # reuse cached KV blocks of earlier prompts and calls
 DRAFT_LENGTH_POLICIES = ("cost", "full")  # see promptlookup.decoding.draft_policy
+# "cost" everywhere (decoding.generate, the LLM API, run.py, summarize.py, serve.py): each
+# step verifies only the draft tokens expected to pay off on this device, priced by the
+# step-cost table the engine stores (an engine without one, or a TensorRT-LLM engine,
+# verifies every draft in full). It never changes the output tokens, only how many come
+# per step; "full" is TensorRT-LLM's behaviour (every proposed token verified).
+DEFAULT_DRAFT_LENGTH_POLICY = "cost"
+BACKENDS = ("auto", "torch", "trtllm")  # auto: the backend the engine was built for
+DEFAULT_BACKEND = "auto"
 
 # PyTorch engines on a CPU: 1 keeps each projection's weight once (row-major for the C
 # kernels; oneDNN's reordered copy where they are not built); 2 also keeps a second copy

@@ -126,10 +126,7 @@ def find_stop(text: str, stops: Sequence[str], start: int = 0) -> tuple[int, str
     """The earliest ``(position, stop)`` of a stop string in ``text`` that ends past ``start``
     (text before ``start`` was searched already). Cost: O((len(text) - start + longest stop) *
     len(stops))."""
-    if not stops:
-        return None
-    lo = max(0, start - max(len(s) for s in stops) + 1)
-    hits = [(i, s) for s in stops if (i := text.find(s, lo)) >= 0]
+    hits = [(i, s) for s in stops if (i := text.find(s, max(0, start - len(s) + 1))) >= 0]
     return min(hits, default=None)
 
 
@@ -139,11 +136,13 @@ def stop_hold(text: str, stops: Sequence[str]) -> int:
     return max((n for s in stops for n in range(1, len(s)) if text.endswith(s[:n])), default=0)
 
 
-def stop_token_count(tokenizer: Tokenizer, ids: Sequence[int], stop: str) -> int:
+def stop_token_count(tokenizer: Tokenizer, ids: Sequence[int], stop: str, at: int | None = None) -> int:
     """The length of the shortest prefix of ``ids`` whose text contains ``stop`` (``ids``' text
-    contains it). Cost: one decode per token dropped from the end (a few, once per request)."""
+    contains it), or, with ``at``, contains the occurrence of ``stop`` at text position ``at``.
+    Cost: one decode per token dropped from the end (a few, once per request)."""
     keep = len(ids)
-    while keep > 1 and stop in decode_text(tokenizer, ids[: keep - 1]):
+    while keep > 1 and (stop in decode_text(tokenizer, ids[: keep - 1]) if at is None
+                        else decode_text(tokenizer, ids[: keep - 1]).find(stop, at) == at):
         keep -= 1
     return keep
 

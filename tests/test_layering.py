@@ -35,12 +35,6 @@ ORDER = [  # top to bottom; a package may import only the packages after it
 ]
 RANK = {name: len(ORDER) - i for i, name in enumerate(ORDER)}
 
-# Known violations, each to be removed by a change in flight. Do not add to this list.
-TEMPORARY_ALLOWED = {
-    # The LLM API drives the continuous-batching scheduler, which still lives in serving/;
-    # moving serving/scheduler.py (and draft_budget.py) into decoding/ removes this entry.
-    ("api/llm.py", "serving"),
-}
 
 
 def imported_packages(path: Path) -> set[str]:
@@ -77,14 +71,8 @@ def test_imports_run_one_way():
         own = own_package(path)
         rel = path.relative_to(PACKAGE).as_posix()
         for pkg in imported_packages(path):
-            if pkg == own or pkg not in RANK or (rel, pkg) in TEMPORARY_ALLOWED:
+            if pkg == own or pkg not in RANK:
                 continue
             if RANK[pkg] >= RANK.get(own, len(ORDER) + 1):
                 wrong.append(f"{rel} imports {pkg}")
     assert not wrong, wrong
-
-
-def test_temporary_allowances_are_still_needed():
-    stale = [entry for entry in sorted(TEMPORARY_ALLOWED)
-             if entry[1] not in imported_packages(PACKAGE / entry[0])]
-    assert not stale, f"remove {stale} from TEMPORARY_ALLOWED"

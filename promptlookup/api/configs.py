@@ -4,7 +4,8 @@
   plus ``min_matching_ngram_size`` (MLX's ``ngram_min``) and this project's drafter modes.
 - :class:`LookaheadDecodingConfig`: Jacobi lookahead decoding (window W, n-gram N,
   verification set G), validated here; run by :mod:`promptlookup.decoding.lookahead`.
-- :class:`KvCacheConfig`: block reuse and the paged KV budget.
+- :class:`KvCacheConfig`: block reuse and the paged KV budget (defined by the runtime,
+  :mod:`promptlookup.runtime.options`, which takes it whole).
 - :class:`SamplingParams`: per-request generation settings.
 
 Every class validates itself on construction and raises :class:`UserError` naming the
@@ -14,10 +15,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..defaults import DEFAULT_KV_CACHE_ENABLE_BLOCK_REUSE
 from ..drafting.base import DraftConfig
 from ..errors import UserError
 from ..runtime.base import SamplingConfig
+from ..runtime.options import KvCacheConfig  # the runtime's own, passed whole to load_runner
 from .validation import ParamTypeError, ParamValueError, check_float, check_int, check_logprobs
 
 
@@ -107,20 +108,6 @@ class LookaheadDecodingConfig:
 
 
 @dataclass(frozen=True)
-class KvCacheConfig:
-    """The paged KV cache: prefix block reuse across requests, and its size in tokens
-    (``None``: 2 x max_batch_size x max_seq_len)."""
-
-    enable_block_reuse: bool = DEFAULT_KV_CACHE_ENABLE_BLOCK_REUSE
-    max_tokens: int | None = None
-
-    def __post_init__(self) -> None:
-        _bool("enable_block_reuse", self.enable_block_reuse)
-        if self.max_tokens is not None:
-            _int("max_tokens", self.max_tokens, 1)
-
-
-@dataclass(frozen=True)
 class SamplingParams:
     """Per-request settings. ``temperature == 0`` (default) is greedy; sampling is exact
     and reproducible from ``seed`` (see docs/sampling.md). ``end_id`` defaults to the
@@ -130,10 +117,13 @@ class SamplingParams:
     ``presence_penalty``, ``frequency_penalty`` (neutral 0) and ``repetition_penalty``
     (neutral 1, > 0) are run.py's, applied at every verified position over the prompt and
     the output so far (:mod:`promptlookup.runtime.logits_processors`), so speculative output
-    still equals plain output. ``n``: samples of each prompt (``generate``/``chat``); sample
-    ``i`` uses the seed :func:`~.validation.sample_seed` ``(seed, i)`` (sample 0: ``seed``),
-    so each is reproducible alone; greedy ``n > 1`` gives ``n`` identical outputs, as vLLM.
-    ``ignore_eos``: no end token (vLLM's). ``logprobs``: refused until the engine reports them (:func:`~.validation.check_logprobs`).
+    still equals plain output; so are OpenAI's ``logit_bias`` ({token id: bias}) and
+    ``min_tokens`` (neither end_id nor a stop string ends the request before that many).
+    ``n``: samples of each prompt (``generate``/``chat``), each its own request with its own
+    request id and the same seed, so each is reproducible alone (:mod:`.samples`); greedy
+    ``n > 1`` gives ``n`` identical outputs, as vLLM.
+    ``ignore_eos``: no end token (vLLM's). ``logprobs``: refused until the engine reports
+    them (:func:`~.validation.check_logprobs`).
     Bad values raise :class:`~.validation.ParamTypeError` / :class:`~.validation.ParamValueError`
     (``TypeError``/``ValueError``, and :class:`UserError`) naming the field.
     """
@@ -145,11 +135,16 @@ class SamplingParams:
     seed: int = 0
     end_id: int | None = None
     stop: tuple[str, ...] | list[str] | str | None = field(default=None)
-    n: int = 1
+    # logits processors (runtime/logits_processors.py; neutral defaults): the three penalties
+    # with TensorRT-LLM's semantics, OpenAI's logit_bias {token id: bias}, and min_tokens
+    # (neither end_id nor a stop string ends the request before that many tokens)
+    repetition_penalty: float = 1.0
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
-    repetition_penalty: float = 1.0
-    logprobs: int | None = None
+    logit_bias: dict[int, float] | tuple[tuple[int, float], ...] | None = None
+    min_tokens: int = 0
+    n: int = 1  # samples of each prompt (.samples)
+    logprobs: int | None = None  # refused until the engine reports them (.validation.check_logprobs)
     ignore_eos: bool = False  # vLLM's: no end token at all (generate max_tokens unless a stop string ends it)
 
     def __post_init__(self) -> None:
@@ -183,8 +178,23 @@ class SamplingParams:
             if not all(stop):
                 raise ParamValueError(f"stop must be a string or a list of non-empty strings, got {self.stop!r}")
             put("stop", tuple(stop))
+        bias = self.logit_bias if self.logit_bias is not None else {}
+        if not isinstance(bias, (dict, tuple, list)):
+            raise ParamTypeError(f"logit_bias must be a dict {{token id: bias}}, got {type(bias).__name__}")
+        try:
+            bias = dict(bias)
+        except (TypeError, ValueError):
+            raise ParamTypeError(f"logit_bias must be a dict {{token id: bias}}, got {self.logit_bias!r}") from None
+        for token, value in bias.items():
+            check_int("logit_bias keys (token ids)", token, 0)
+            bias[token] = check_float(f"logit_bias[{token}]", value, "", lambda v: True)
+        put("logit_bias", tuple(sorted((int(t), b) for t, b in bias.items())) or None)
+        put("min_tokens", check_int("min_tokens", self.min_tokens, 0))
+        if self.min_tokens > self.max_tokens:
+            raise ParamValueError(f"min_tokens ({self.min_tokens}) must not exceed max_tokens ({self.max_tokens})")
 
     def sampling_config(self) -> SamplingConfig:
         return SamplingConfig(self.temperature, self.top_k, self.top_p, self.seed,
                               repetition_penalty=self.repetition_penalty, presence_penalty=self.presence_penalty,
-                              frequency_penalty=self.frequency_penalty)
+                              frequency_penalty=self.frequency_penalty, logit_bias=self.logit_bias or (),
+                              min_tokens=self.min_tokens)

@@ -5,7 +5,7 @@
     for out in llm.generate(["prompt one", "prompt two"], SamplingParams(max_tokens=64)):
         print(out.outputs[0].text, out.outputs[0].accepted, out.outputs[0].tokens_per_step)
 
-Every request runs through one continuous-batching :class:`~promptlookup.serving.scheduler.Scheduler`
+Every request runs through one continuous-batching :class:`~promptlookup.decoding.scheduler.Scheduler`
 (the live V2 batch), so ``generate`` of a list, ``generate_async`` calls from many tasks,
 and ``serve.py``'s clients all share one batch, one public n-gram pool and one KV cache.
 Outputs equal ``decoding.generate``'s for the same prompts (``generate`` numbers a
@@ -19,44 +19,43 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, AsyncIterator, Iterator, Mapping, Sequence
 
-from ..defaults import DRAFT_LENGTH_POLICIES
+from ..defaults import BACKENDS, DEFAULT_BACKEND, DEFAULT_DRAFT_LENGTH_POLICY, DRAFT_LENGTH_POLICIES
 from ..errors import UserError
-from ..serving.scheduler import FINISH_ERROR, GenerationRequest, RequestHandle, Scheduler, TokenEvent
-from ..text import IncrementalDetokenizer, decode_text, encode_text, find_stop, stop_hold, stop_token_count
+from ..decoding.scheduler import FINISH_ERROR, GenerationRequest, RequestHandle, Scheduler, TokenEvent
+from ..runtime.results import SequenceResult
+from ..text import REPLACEMENT, IncrementalDetokenizer, decode_text, encode_text, find_stop, stop_hold, stop_token_count
 from ..text import chat_ids, has_chat_template
 from .configs import KvCacheConfig, LookaheadDecodingConfig, NGramDecodingConfig, SamplingParams
 from .model_cache import AutoBuild, resolve_engine
 from . import samples
-from .validation import (ParamTypeError, ParamValueError, api_finish_reason, chat_conversations, check_end_id,
-                         prompt_list, refuse_keywords, sampling_params_list)
+from .validation import (ParamTypeError, ParamValueError, api_finish_reason, chat_conversations, check_vocab,
+                         check_int, prompt_list, refuse_keywords, sampling_params_list)
 
 
 
 
 
 @dataclass
-class CompletionOutput:
-    """One generated sequence: text, tokens and the speculative statistics so far."""
+class CompletionOutput(SequenceResult):
+    """One generated sequence: the request's :class:`~promptlookup.runtime.results.SequenceResult`
+    so far (``steps``, ``drafted``, ``accepted``, ``draft_flags``, ``acceptance_rate``,
+    ``tokens_per_step``: the same counters as ``decoding.generate``'s), seen with
+    TensorRT-LLM's names (``token_ids`` is ``output_ids``) and its text."""
 
     index: int = 0
     text: str = ""
-    token_ids: list[int] = field(default_factory=list)
     finish_reason: str | None = None  # "stop" (end_id or a stop string), "length", "abort" (abort())
     stop_reason: str | None = None  # the stop string that ended it
-    steps: int = 0  # verification steps (target forward passes for this sequence)
-    drafted: int = 0  # draft tokens offered
-    accepted: int = 0  # draft tokens kept
-    draft_flags: list[bool] = field(default_factory=list)  # per token: came from an accepted draft
     text_diff: str = ""  # text added by the latest update (streaming)
     token_ids_diff: list[int] = field(default_factory=list)
 
     @property
-    def acceptance_rate(self) -> float:
-        return self.accepted / self.drafted if self.drafted else 0.0
+    def token_ids(self) -> list[int]:
+        return self.output_ids
 
-    @property
-    def tokens_per_step(self) -> float:
-        return len(self.token_ids) / self.steps if self.steps else 0.0
+    @token_ids.setter
+    def token_ids(self, ids: list[int]) -> None:
+        self.output_ids = ids
 
 
 class RequestOutput:
@@ -70,18 +69,17 @@ class RequestOutput:
     """
 
     def __init__(self, llm: "LLM", handle: RequestHandle, prompt: str | None, prompt_token_ids: list[int],
-                 params: SamplingParams) -> None:
+                 params: SamplingParams, index: int = 0) -> None:
         self.llm = llm
         self.handle = handle
         self.request_id = handle.id
         self.prompt = prompt
         self.prompt_token_ids = prompt_token_ids
         self.params = params
-        self.outputs = [CompletionOutput()]
+        self.outputs = [CompletionOutput(index=index)]
         self.finished = False
         self.error: str | None = None
-        self._ids: list[int] = []
-        self._text = IncrementalDetokenizer(llm.tokenizer)  # the text of _ids, O(new tokens) per event
+        self._text = IncrementalDetokenizer(llm.tokenizer)  # the text of the output ids, O(new tokens) per event
 
     # ------------------------------------------------------------------ events
     def _apply(self, event: TokenEvent) -> bool:
@@ -91,39 +89,39 @@ class RequestOutput:
         out = self.outputs[0]
         before_text, before_ids = out.text, len(out.token_ids)
         searched = len(self._text.text)  # text already searched for stop strings
+        out.token_ids = list(out.token_ids)  # a new list per update: one handed out earlier stays as it was
         if event.tokens:
-            out.steps += 1
-            out.drafted += event.drafted
-            out.accepted += event.accepted
-            self._ids.extend(event.tokens)
+            out.add(event)
             self._text.push(event.tokens)
-            out.draft_flags.extend([True] * event.accepted + [False] * (len(event.tokens) - event.accepted))
         if event.finish_reason is not None:
             self.finished = True
             out.finish_reason = api_finish_reason(event.finish_reason)
             if event.finish_reason == FINISH_ERROR:
                 self.error = event.error or "generation failed"
             self._text.flush()
+        ids = out.token_ids
         full = self._text.text
         stops = self.params.stop or ()
+        if self.params.min_tokens > 1:  # a stop string counts only where it needs the min_tokens-th token
+            searched = max(searched, len(decode_text(self.llm.tokenizer, ids[: self.params.min_tokens - 1])))
         hit = find_stop(full, stops, searched)
         if hit is not None:
             cut, stop = hit
-            keep = stop_token_count(self.llm.tokenizer, self._ids, stop)
-            self._ids = self._ids[:keep]
+            keep = stop_token_count(self.llm.tokenizer, ids, stop, at=cut)
+            del ids[keep:]
             del out.draft_flags[keep:]
             out.text, out.stop_reason, out.finish_reason = full[:cut], stop, "stop"
             out.accepted = sum(out.draft_flags)
             self.finished = True
-            self.handle.cancel()
+            self.handle.stop()
         elif self.finished:
-            out.text = full
+            out.text = full.rstrip(REPLACEMENT)  # a character cut by the end never completes: drop it
         else:
             hold = stop_hold(full, stops)
             out.text = full[: len(full) - hold] if hold else full
+        out.finished = out.finish_reason == "stop"  # ended on end_id or a stop string (SequenceResult's meaning)
         if not out.text.startswith(before_text):  # a decoder that rewrote shown text: resend all
             before_text = ""
-        out.token_ids = list(self._ids)
         out.text_diff = out.text[len(before_text):]
         out.token_ids_diff = out.token_ids[before_ids:]
         return self.finished or bool(out.text_diff) or bool(out.token_ids_diff)
@@ -177,8 +175,11 @@ class LLM:
     is converted and built once into ``cache_dir`` (:mod:`.model_cache`). ``tokenizer``:
     a directory (default: the engine's). ``speculative_config``: an
     :class:`NGramDecodingConfig` (prompt lookup), a :class:`LookaheadDecodingConfig`, or
-    ``None`` (plain decoding). ``draft_token_budget``: see
-    :mod:`promptlookup.serving.draft_budget`. Close it (``shutdown()`` or ``with``) to stop
+    ``None`` (plain decoding). ``draft_length_policy``: ``None`` means the project's one
+    default, :data:`promptlookup.defaults.DEFAULT_DRAFT_LENGTH_POLICY` (``"cost"``, as in
+    ``decoding.generate``, ``run.py`` and ``serve.py``; read as ``"full"`` by the TensorRT-LLM
+    backend, which verifies every draft). ``draft_token_budget``: see
+    :mod:`promptlookup.decoding.draft_budget`. Close it (``shutdown()`` or ``with``) to stop
     the scheduler thread.
 
     ``backend``: ``"auto"``/``"torch"`` (this project's runtime, above) or ``"trtllm"``:
@@ -197,27 +198,29 @@ class LLM:
         cache_dir: str | os.PathLike[str] | None = None,
         build: AutoBuild | None = None,
         device: str | None = None,
-        draft_length_policy: str = "full",
+        draft_length_policy: str | None = None,
         draft_token_budget: int | None = None,
-        backend: str = "auto",
+        backend: str = DEFAULT_BACKEND,
     ) -> None:
-        from ..drafting import make_drafter
+        from ..decoding import drafter_for
         from ..engine.load import load_runner
         from ..runtime import load_tokenizer
-        from ..runtime.torch_runner import TorchRunner
+        from ..runtime.options import RuntimeConfig
 
         if speculative_config is not None and not isinstance(
             speculative_config, (NGramDecodingConfig, LookaheadDecodingConfig)
         ):
             raise UserError(f"speculative_config must be an NGramDecodingConfig or LookaheadDecodingConfig, "
                             f"got {type(speculative_config).__name__}")
+        if draft_length_policy is None:  # the default, which TensorRT-LLM (no step-cost table) reads as full
+            draft_length_policy = "full" if backend == "trtllm" else DEFAULT_DRAFT_LENGTH_POLICY
         if draft_length_policy not in DRAFT_LENGTH_POLICIES:
             raise UserError(f"unknown draft length policy {draft_length_policy!r}; choose cost or full")
         kv = kv_cache_config or KvCacheConfig()
         if not isinstance(kv, KvCacheConfig):
             raise UserError(f"kv_cache_config must be a KvCacheConfig, got {type(kv).__name__}")
         self.speculative_config = speculative_config
-        if backend not in ("auto", "torch", "trtllm"):
+        if backend not in BACKENDS:
             raise UserError(f"backend {backend!r} is not a backend; choose auto, torch or trtllm")
         self.trtllm: Any = None
         if backend == "trtllm":
@@ -231,9 +234,8 @@ class LLM:
             return
         self.engine_dir: Path = resolve_engine(model, cache_dir=cache_dir, build=build or AutoBuild())
         self.tokenizer = load_tokenizer(tokenizer or self.engine_dir)
-        self.runner = load_runner(self.engine_dir, kv_cache_enable_block_reuse=kv.enable_block_reuse,
-                                  max_tokens_in_paged_kv_cache=kv.max_tokens, device=device, backend=backend)
-        if not isinstance(self.runner, TorchRunner):
+        self.runner = load_runner(self.engine_dir, RuntimeConfig(device=device), kv, backend=backend)
+        if not self.runner.capabilities.live_batch:
             raise UserError(f"{self.engine_dir} is a TensorRT-LLM engine; the promptlookup LLM API runs PyTorch "
                             "engines (use TensorRT-LLM's own LLM API for it)")
         limits = self.runner.limits
@@ -244,7 +246,8 @@ class LLM:
             if k > limits.max_draft_len:
                 raise UserError(f"max_draft_len {k} exceeds the engine's max_draft_len {limits.max_draft_len}; "
                                 f"lower it or rebuild with --max_draft_len {k}")
-            self.drafter = make_drafter(speculative_config.draft_config(), self.tokenizer)
+            self.drafter = drafter_for(speculative_config.draft_config(), self.runner.capabilities, workflow="v2",
+                                       end_id=None, tokenizer=self.tokenizer)
         lookahead = None
         if isinstance(speculative_config, LookaheadDecodingConfig):
             from ..decoding.lookahead import step_tokens
@@ -287,17 +290,16 @@ class LLM:
 
     # ------------------------------------------------------------------ generation
     def _submit(self, prompt: str | Sequence[int], params: SamplingParams, request_id: int,
-                loop: asyncio.AbstractEventLoop | None) -> RequestOutput:
+                loop: asyncio.AbstractEventLoop | None, index: int = 0) -> RequestOutput:
         if not isinstance(params, SamplingParams):
             raise UserError(f"sampling_params must be a SamplingParams, got {type(params).__name__}")
         text, ids = self.encode(prompt)
         end_id = params.end_id if params.end_id is not None else self.default_end_id
         if params.ignore_eos:
             end_id = self.limits.vocab_size  # outside the vocabulary: never produced
-        else:
-            check_end_id(end_id, self.limits.vocab_size)
+        check_vocab(params, end_id, self.limits.vocab_size)
         request = GenerationRequest(ids, params.max_tokens, end_id, params.sampling_config(), request_id)
-        return RequestOutput(self, self.scheduler.submit(request, loop), text, ids, params)
+        return RequestOutput(self, self.scheduler.submit(request, loop), text, ids, params, index)
 
     def generate(
         self,
@@ -342,32 +344,40 @@ class LLM:
         """Every prompt's ``n`` samples run together; one finished output per prompt."""
         runs = samples.expand(prompts, params)
         if self.trtllm is not None:
-            done = self.trtllm.generate([self.encode(p) for _, p, _ in runs], [sp for _, _, sp in runs],
+            done = self.trtllm.generate([self.encode(r.prompt) for r in runs], [r.params for r in runs],
                                         self.default_end_id, self.decode)
         else:
             outputs: list[RequestOutput] = []
             try:
-                for i, p, sp in runs:
-                    outputs.append(self._submit(p, sp, i, None))
+                for r in runs:
+                    outputs.append(self._submit(r.prompt, r.params, r.request_id, None, r.index))
             except BaseException:
                 for o in outputs:
                     o.abort()
                 raise
             done = [o.result() for o in outputs]
-        return samples.gather(done, [i for i, _, _ in runs], params)
+        return samples.gather(done, runs, params)
 
     def generate_async(
         self,
         inputs: str | Sequence[int],
         sampling_params: SamplingParams | Mapping[str, Any] | None = None,
         streaming: bool = False,
+        *,
+        request_id: int = 0,
+        index: int = 0,
         **unknown: Any,
     ) -> RequestOutput:
         """Submit one prompt and return at once. In async code, ``async for`` the result to
         stream (every update with ``streaming=True``, else only the final one) or
         ``await out.aresult()``; in sync code, iterate it or call ``result()``.
-        One sequence per call: ``n > 1`` is refused (use ``generate``/``chat``)."""
-        refuse_keywords("generate_async", unknown, "inputs (one prompt), sampling_params and streaming")
+
+        ``request_id`` keys the sampling noise with the seed (same seed and request id: same
+        sample; the server gives an unseeded request a fresh random one); ``index`` is the
+        output's ``CompletionOutput.index`` (the choice number of ``n`` samples). One sequence
+        per call: ``n > 1`` is refused (use ``generate``/``chat``)."""
+        refuse_keywords("generate_async", unknown, "inputs (one prompt), sampling_params, streaming, request_id "
+                        "and index")
         if self.trtllm is not None:
             raise UserError("LLM(backend='trtllm') offers generate() only; stream with TensorRT-LLM's own "
                             "LLM.generate_async, or use backend='torch'")
@@ -383,7 +393,9 @@ class LLM:
             loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
             loop = None
-        out = self._submit(prompts[0], params, 0, loop)
+        check_int("request_id", request_id, 0)
+        check_int("index", index, 0)
+        out = self._submit(prompts[0], params, request_id, loop, index)
         if not streaming:
             return _FinalOnly(out)
         return out

@@ -9,7 +9,7 @@ TensorRT-engine LLM, whichever the installed release has; see docs/trtllm.md).
 Only :meth:`TrtllmGeneration.generate` is offered: streaming and the asynchronous calls are
 TensorRT-LLM's own (use its ``LLM.generate_async``). Everything else the PyTorch path takes
 that has no TensorRT-LLM equivalent here is refused in one line, never ignored: stop
-strings, the penalties, block reuse off, the cost-aware draft length, a draft token budget, ``device``,
+strings, block reuse off, the cost-aware draft length, a draft token budget, ``device``,
 ``cache_dir``/``build``.
 """
 from __future__ import annotations
@@ -81,8 +81,8 @@ class TrtllmGeneration:
         if any(p.ignore_eos for p in params):
             raise UserError("ignore_eos is not passed to TensorRT-LLM by this path; drop it or use backend='torch'")
         if any(p.sampling_config().has_logits_processors for p in params):
-            raise UserError("presence_penalty, frequency_penalty and repetition_penalty are not passed to TensorRT-LLM "
-                            "by this path; leave them neutral or use backend='torch'")
+            raise UserError("penalties, logit_bias and min_tokens are not passed to TensorRT-LLM by this path; "
+                            "drop them or use backend='torch'")
         groups: dict[tuple, list[int]] = {}
         for i, p in enumerate(params):
             end_id = p.end_id if p.end_id is not None else default_end_id
@@ -93,7 +93,7 @@ class TrtllmGeneration:
                                               end_id=end_id, draft=self.draft, sampling=sampling,
                                               lookahead=self.lookahead)
             for i, r in zip(members, results):
-                out = CompletionOutput(text=decode(r.output_ids), token_ids=list(r.output_ids),
+                out = CompletionOutput(text=decode(r.output_ids), output_ids=list(r.output_ids),
                                        finish_reason="stop" if r.finished else "length", steps=r.steps,
                                        drafted=r.drafted, accepted=r.accepted, draft_flags=list(r.draft_flags))
                 outputs[i] = TrtllmRequestOutput(i, prompts[i][0], prompts[i][1], [out])

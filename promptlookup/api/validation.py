@@ -8,14 +8,13 @@ bad input) and the built-in class Python code expects: :class:`ParamTypeError` i
 right type, out of range). The same rules as ``run.py``'s flags: numbers finite, ``top_p``
 in (0, 1], ``repetition_penalty`` > 0, ``end_id`` inside the engine's vocabulary.
 
-Also here: the switch for ``logprobs`` (:data:`LOGPROBS_SUPPORTED`), the derived seed of
-the ``i``-th of ``n`` samples (:func:`sample_seed`), chat messages with content parts
-(:func:`chat_conversations`) and the documented finish reasons (:func:`api_finish_reason`).
+Also here: the switch for ``logprobs`` (:data:`LOGPROBS_SUPPORTED`), chat messages with
+content parts (:func:`chat_conversations`) and the documented finish reasons
+(:func:`api_finish_reason`).
 Cost: O(size of the inputs), once per call.
 """
 from __future__ import annotations
 
-import hashlib
 import math
 import numbers
 from typing import Any, Mapping, Sequence
@@ -56,10 +55,10 @@ def check_float(name: str, value: object, rule: str, ok: Any) -> float:
     """``value`` as a finite ``float`` (ints and numpy floats included; ``bool``, nan and inf
     refused) for which ``ok(value)`` holds; ``rule`` describes the range in the message."""
     if not isinstance(value, numbers.Real) or isinstance(value, bool):
-        raise ParamTypeError(f"{name} must be a number {rule}, got {_type_name(value)} {value!r}")
+        raise ParamTypeError(f"{name} must be a number{' ' + rule if rule else ''}, got {_type_name(value)} {value!r}")
     v = float(value)
     if not math.isfinite(v) or not ok(v):
-        raise ParamValueError(f"{name} must be a finite number {rule}, got {v!r}")
+        raise ParamValueError(f"{name} must be a finite number{' ' + rule if rule else ''}, got {v!r}")
     return v
 
 
@@ -75,21 +74,16 @@ def check_logprobs(value: object) -> int | None:
     return n
 
 
-def check_end_id(end_id: int, vocab_size: int) -> None:
-    """``end_id`` is a token of the engine's vocabulary (else generation could never stop on it)."""
-    if not 0 <= end_id < vocab_size:
+def check_vocab(params: Any, end_id: int, vocab_size: int) -> None:
+    """The token ids of a request's settings lie in the engine's vocabulary: ``end_id`` (else
+    generation could never stop on it; not checked with ``ignore_eos``) and ``logit_bias``'s keys."""
+    if not params.ignore_eos and not 0 <= end_id < vocab_size:
         raise ParamValueError(f"end_id {end_id} is outside the engine's vocabulary (0..{vocab_size - 1}); pass a "
                               "token id in that range, or end_id=None for the tokenizer's end-of-sequence token")
-
-
-def sample_seed(seed: int, index: int) -> int:
-    """The seed of sample ``index`` of ``SamplingParams(n=..., seed=seed)``: ``seed`` itself for
-    sample 0 (so ``n=1`` is today's output), else a 63-bit hash of ``(seed, index)`` (stable
-    across processes and releases, so every sample is reproducible on its own)."""
-    if index == 0:
-        return seed
-    digest = hashlib.blake2b(f"promptlookup-sample:{seed}:{index}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little") >> 1
+    outside = [t for t, _ in params.logit_bias or () if t >= vocab_size]
+    if outside:
+        raise ParamValueError(f"logit_bias has token id {outside[0]}, outside the engine's vocabulary "
+                              f"(0..{vocab_size - 1})")
 
 
 def api_finish_reason(reason: str | None) -> str | None:
@@ -234,12 +228,11 @@ __all__ = [
     "ParamValueError",
     "api_finish_reason",
     "chat_conversations",
-    "check_end_id",
+    "check_vocab",
     "check_float",
     "check_int",
     "check_logprobs",
     "prompt_list",
     "refuse_keywords",
-    "sample_seed",
     "sampling_params_list",
 ]

@@ -7,10 +7,13 @@ import sys
 from typing import Any, Collection, NoReturn, Sequence
 
 from ..defaults import (
+    BACKENDS,
     COMPILE_MODES,
     CPU_WEIGHT_COPIES,
     DEFAULT_COMPILE_MODE,
+    DEFAULT_BACKEND,
     DEFAULT_CPU_WEIGHT_COPIES,
+    DEFAULT_DRAFT_LENGTH_POLICY,
     DEFAULT_KV_CACHE_ENABLE_BLOCK_REUSE,
     DEFAULT_WORKFLOW,
     DRAFT_LENGTH_POLICIES,
@@ -178,7 +181,7 @@ def add_common_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     g.add_argument("--cuda_graph_mode", action=argparse.BooleanOptionalAction, default=None,
                    help="PyTorch engines on a GPU: replay captured CUDA graphs for decoding steps "
                         "(default: on when the engine runs on a GPU)")
-    g.add_argument("--backend", choices=["auto", "torch", "trtllm"], default="auto",
+    g.add_argument("--backend", choices=list(BACKENDS), default=DEFAULT_BACKEND,
                    help="auto: the backend the engine was built for; torch/trtllm: insist on that one")
     g = parser.add_argument_group("generation")
     g.add_argument("--end_id", type=int, default=None, help="token id that ends a sequence; default: the tokenizer's end-of-sequence id")
@@ -204,7 +207,7 @@ def add_common_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     g.add_argument(
         "--draft_length_policy",
         choices=list(DRAFT_LENGTH_POLICIES),
-        default="cost",
+        default=DEFAULT_DRAFT_LENGTH_POLICY,
         help="cost: verify the part of each draft expected to pay off on this machine (PyTorch backend); "
         "full: always the whole draft, as TensorRT-LLM",
     )
@@ -280,6 +283,23 @@ def require_lookup_config(args: argparse.Namespace, given: Collection[str], allo
         verb = "applies" if len(stray) == 1 else "apply"
         raise UserError(f"{', '.join(stray)} {verb} only to prompt lookup, which is off; add --prompt_lookup_config "
                         '"[k, n]" or "[k, n, [devices]]" (e.g. "[10,2,[0]]") or drop them')
+
+
+def runtime_from_args(args: argparse.Namespace):
+    """``--device``, ``--cuda_graph_mode``, ``--torch_compile``, ``--cpu_weight_copies`` as one
+    :class:`~promptlookup.runtime.options.RuntimeConfig` (passed whole to ``load_runner``)."""
+    from ..runtime.options import RuntimeConfig
+
+    return RuntimeConfig(device=args.device, cuda_graph_mode=args.cuda_graph_mode, compile_mode=args.torch_compile,
+                         cpu_weight_copies=args.cpu_weight_copies)
+
+
+def kv_cache_from_args(args: argparse.Namespace):
+    """``--kv_cache_enable_block_reuse`` and ``--max_tokens_in_paged_kv_cache`` as one
+    :class:`~promptlookup.runtime.options.KvCacheConfig`."""
+    from ..runtime.options import KvCacheConfig
+
+    return KvCacheConfig(args.kv_cache_enable_block_reuse, args.max_tokens_in_paged_kv_cache)
 
 
 def sampling_from_args(args: argparse.Namespace):

@@ -15,8 +15,10 @@ from .args import (
     add_common_args,
     device_ids_from_args,
     draft_from_args,
+    kv_cache_from_args,
     lookahead_from_args,
     require_lookup_config,
+    runtime_from_args,
     sampling_from_args,
 )
 from .inputs import check_input_file, collect_prompts
@@ -74,14 +76,6 @@ def summarize_stats(results: list[Any]) -> dict[str, Any]:
     }
 
 
-def _compile_report(runner: Any) -> dict[str, Any] | None:
-    """What the compile set-up did (``--torch_compile inductor``; within ``setup_time_s``):
-    ``{"artifacts": "loaded"|"absent"|"stale", "buckets_warmed", "warmup_s", "cache_hits",
-    "cache_misses"}`` (engine/compile_cache.py); None when nothing is compiled."""
-    setup = getattr(runner, "compile_setup", None)
-    return setup.as_json() if setup is not None else None
-
-
 def main(argv: list[str] | None = None) -> int:
     begun = time.perf_counter()  # set-up time (loading included) is reported apart from generation
     parser = build_parser()
@@ -113,7 +107,7 @@ def _run(args: Any, given: Any, begun: float) -> int:
         check_input_file(args.input_file)
     num_threads = configure_threads(args.num_threads)
 
-    from ..decoding import generate
+    from ..decoding import drafter_for, generate
     from ..engine.config import read_engine_config, weights_of
     from ..engine.load import load_runner
     from ..runtime import load_tokenizer
@@ -130,30 +124,27 @@ def _run(args: Any, given: Any, begun: float) -> int:
     sampling = sampling_with_run_flags(sampling, args, tokenizer)
     runner = load_runner(
         args.engine_dir,
-        kv_cache_enable_block_reuse=args.kv_cache_enable_block_reuse,
+        runtime_from_args(args),
+        kv_cache_from_args(args),
         device_ids=device_ids,
-        max_tokens_in_paged_kv_cache=args.max_tokens_in_paged_kv_cache,
         kv_cache_free_gpu_memory_fraction=args.kv_cache_free_gpu_memory_fraction,
         enable_chunked_context=args.enable_chunked_context,
         hf_model_dir=args.hf_model_dir,
-        device=args.device,
-        cuda_graph_mode=args.cuda_graph_mode,
         backend=args.backend,
-        cpu_weight_copies=args.cpu_weight_copies,
-        compile_mode=args.torch_compile,
     )
-    model = getattr(runner, "model", None)  # the PyTorch runner's model; TensorRT-LLM runners have none
-    dtype, device = getattr(model, "dtype", None), getattr(model, "device", None)
-    log.info("loaded %s (%s engine, %s, %s)", args.engine_dir, type(runner).__name__, device or "TensorRT-LLM",
-             str(dtype).removeprefix("torch.") if dtype is not None else "engine dtype")
-    if dtype is not None:
+    where = runner.describe()  # device, dtype, CUDA graphs, compile set-up
+    log.info("loaded %s (%s engine, %s, %s)", args.engine_dir, type(runner).__name__,
+             "TensorRT-LLM" if where["dtype"] is None else where["device"], where["dtype"] or "engine dtype")
+    if where["dtype"] is not None:
+        import torch
+
         from ..runtime.device import slow_dtype_note
 
-        note = slow_dtype_note(dtype, device)
+        note = slow_dtype_note(getattr(torch, where["dtype"]), where["device"])
         if note:
             print(f"note: {note}", file=sys.stderr)
-    if draft is not None:
-        runner.validate_lookup(draft.prompt_lookup_num_tokens, device_ids)
+    if draft is not None and runner.capabilities.own_speculation:  # TensorRT-LLM's engine and device rules
+        runner.validate_lookup(draft.prompt_lookup_num_tokens, device_ids)  # type: ignore[attr-defined]
     vocab = runner.limits.vocab_size
     if len(tokenizer) > vocab:
         raise UserError(
@@ -171,14 +162,9 @@ def _run(args: Any, given: Any, begun: float) -> int:
     use_color = color_mode(args.color, sys.stdout)
     printer = StreamPrinter(tokenizer, sys.stdout, color=use_color, num_sequences=len(prompts)) if args.streaming else None
 
-    drafter = None
-    own_v2 = args.workflow == "v2" and runner.capabilities.own_speculation
     # TensorRT-LLM (v2) drafts inside itself; persisted caches still need this side's drafter,
     # which knows the tokenizer, to run there (UserProvidedDecodingConfig).
-    if draft is not None and (not own_v2 or draft.static_cache or draft.dynamic_cache):
-        from ..drafting import make_drafter
-
-        drafter = make_drafter(draft, tokenizer, workflow=args.workflow, end_id=end_id)
+    drafter = drafter_for(draft, runner.capabilities, workflow=args.workflow, end_id=end_id, tokenizer=tokenizer)
 
     start = time.perf_counter()
     results = generate(
@@ -250,8 +236,8 @@ def _run(args: Any, given: Any, begun: float) -> int:
                     "step_cost_table": runner.step_cost_table,
                     "batch_size": len(prompts),
                     "num_threads": num_threads,
-                    "device": str(getattr(getattr(runner, "model", None), "device", "trtllm")),
-                    "cuda_graphs": getattr(runner, "graphs", None) is not None,
+                    "device": where["device"],
+                    "cuda_graphs": where["cuda_graphs"],
                     "cpu_weight_copies": args.cpu_weight_copies,
                     "torch_compile": args.torch_compile,
                     **weights_of(engine_cfg.pretrained),
@@ -259,7 +245,7 @@ def _run(args: Any, given: Any, begun: float) -> int:
                 },
                 "wall_time_s": wall,
                 "setup_time_s": start - begun,
-                "compile": _compile_report(runner),
+                "compile": runner.describe()["compile"],  # counted through generation
                 "tokens_per_s": stats["generated_tokens"] / wall if wall > 0 else 0.0,
                 "stats": stats,
                 "sequences": [

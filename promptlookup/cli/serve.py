@@ -4,16 +4,20 @@
 
 ``--engine_dir`` also takes a Hugging Face Llama directory or a GGUF file (built once into
 the cache); without it, the bundled SmolLM2. See :mod:`promptlookup.serving.openai_server`
-for the endpoints and :mod:`promptlookup.serving.draft_budget` for ``--draft_token_budget``.
+for the endpoints and :mod:`promptlookup.decoding.draft_budget` for ``--draft_token_budget``.
 """
 from __future__ import annotations
 
 import argparse
 
-from ..defaults import DRAFT_LENGTH_POLICIES
+from ..defaults import DEFAULT_DRAFT_LENGTH_POLICY, DRAFT_LENGTH_POLICIES
 from ..drafting.base import DRAFT_MODES
 from ..errors import UserError
-from .args import ArgumentParser, add_block_reuse_argument, add_pool_options, parse_prompt_lookup_config
+from .args import (ArgumentParser, add_block_reuse_argument, add_num_threads_argument, add_pool_options, finite_float,
+                   parse_prompt_lookup_config)
+
+API_KEY_ENV = "PROMPTLOOKUP_API_KEY"  # --api_key's default (as vLLM's VLLM_API_KEY)
+DEFAULT_SHUTDOWN_TIMEOUT = 5.0  # seconds in-flight requests may still run after SIGTERM / the first SIGINT
 
 
 def build_parser() -> ArgumentParser:
@@ -22,7 +26,9 @@ def build_parser() -> ArgumentParser:
                    help="engine directory, Hugging Face Llama directory or GGUF file (default: the bundled SmolLM2)")
     p.add_argument("--tokenizer_dir", default=None, help="default: the engine directory")
     p.add_argument("--cache_dir", default=None, help="where converted models are built (default: ~/.cache/promptlookup)")
-    p.add_argument("--served_model_name", default=None, help="the model id clients send (default: the directory name)")
+    p.add_argument("--served_model_name", nargs="+", default=None,
+                   help="the model id clients send, then any aliases (also accepted; the first is reported); "
+                        "a request without 'model' gets the served one (default: the directory name)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on")
     p.add_argument("--port", type=int, default=8000, help="port to listen on (0: any free port)")
     p.add_argument("--prompt_lookup_config", default=None, help='"[k, n, [devices]]"; default: plain decoding')
@@ -31,17 +37,32 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--prompt_lookup_min_ngram", type=int, default=1, help="shortest match that may draft")
     p.add_argument("--drafter_mode", choices=list(DRAFT_MODES), default="pool", help="see run.py --drafter_mode")
     add_pool_options(p)
-    p.add_argument("--ngram_static_cache", default=None, help="persisted n-gram cache built offline (read only)")
-    p.add_argument("--ngram_dynamic_cache", default=None, help="saved when the server stops")
+    p.add_argument("--ngram_static_cache", "--lookup-cache-static", dest="ngram_static_cache", default=None,
+                   help="persisted n-gram cache built offline (read only); this project's or llama.cpp's format")
+    p.add_argument("--ngram_dynamic_cache", "--lookup-cache-dynamic", dest="ngram_dynamic_cache", default=None,
+                   help="persisted n-gram cache that learns from outputs; saved when the server stops")
     p.add_argument("--draft_token_budget", type=int, default=None,
                    help="tokens one step may feed; drafts shrink as the batch grows (default: k + 1)")
-    p.add_argument("--draft_length_policy", choices=list(DRAFT_LENGTH_POLICIES), default="cost",
+    p.add_argument("--draft_length_policy", choices=list(DRAFT_LENGTH_POLICIES), default=DEFAULT_DRAFT_LENGTH_POLICY,
                    help="cost (default): keep only the draft tokens expected to pay off for the live batch on this "
                         "device (the step-cost table stored in the engine); full: the whole budget, as TensorRT-LLM")
     add_block_reuse_argument(p, "requests")
     p.add_argument("--max_tokens_in_paged_kv_cache", type=int, default=None,
                    help="KV cache budget in tokens (default: 2 x max_batch_size x max_seq_len)")
     p.add_argument("--device", default=None, help="auto (default), cpu, cuda or cuda:N")
+    add_num_threads_argument(p)
+    p.add_argument("--api_key", default=None,
+                   help=f"clients must send 'Authorization: Bearer KEY' to /v1 routes (401 otherwise); default: "
+                        f"${API_KEY_ENV} if set, else no key")
+    p.add_argument("--shutdown_timeout", type=finite_float, default=DEFAULT_SHUTDOWN_TIMEOUT,
+                   help="on SIGTERM or Ctrl-C, seconds in-flight requests may still run before they are ended "
+                        "with an error (a second signal ends them at once)")
+    p.add_argument("--max_waiting_requests", type=int, default=None,
+                   help="requests that may wait to join a full batch; beyond it 429 with Retry-After (default: "
+                        "8 x the engine's max_batch_size)")
+    p.add_argument("--max_request_bytes", type=int, default=None,
+                   help="largest request body; a larger one gets 413 before it is parsed (default: 64 bytes per "
+                        "token of max_seq_len, at least 1 MiB)")
     return p
 
 
@@ -77,20 +98,54 @@ def build_llm(args: argparse.Namespace):
                draft_length_policy=args.draft_length_policy, draft_token_budget=args.draft_token_budget)
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+def check_args(args: argparse.Namespace) -> None:
+    """Refuse bad values of the server's own flags (one line each)."""
     if not 0 <= args.port < 65536:
         raise UserError(f"--port must be in [0, 65535], got {args.port}")
-    import uvicorn
+    if args.shutdown_timeout < 0:
+        raise UserError(f"--shutdown_timeout must be >= 0 seconds, got {args.shutdown_timeout}")
+    if args.max_waiting_requests is not None and args.max_waiting_requests < 0:
+        raise UserError(f"--max_waiting_requests must be >= 0, got {args.max_waiting_requests}")
+    if args.max_request_bytes is not None and args.max_request_bytes < 1:
+        raise UserError(f"--max_request_bytes must be >= 1, got {args.max_request_bytes}")
+    if args.served_model_name is not None and not all(n.strip() for n in args.served_model_name):
+        raise UserError("--served_model_name: names must not be empty")
 
+
+def api_key(args: argparse.Namespace) -> str | None:
+    """``--api_key``, else ``$PROMPTLOOKUP_API_KEY``, else None (no key)."""
+    import os
+
+    return args.api_key or os.environ.get(API_KEY_ENV) or None
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Bind the port (a busy one: exit 2 before anything loads), load the model, commit its
+    KV pool, serve until SIGTERM/SIGINT (:mod:`promptlookup.serving.lifecycle`), then save
+    the dynamic n-gram cache and return 0."""
+    args = parse_args(argv)
+    check_args(args)
+    from ..threads import configure_threads
+
+    configure_threads(args.num_threads)
+    from ..serving.lifecycle import bind, serve
     from ..serving.openai_server import OpenAIServer
 
-    llm = build_llm(args)
-    name = args.served_model_name or (args.engine_dir or "smollm2").rstrip("/").split("/")[-1]
+    sock = bind(args.host, args.port)
     try:
-        server = OpenAIServer(llm, name)
-        print(f"serving {name} on http://{args.host}:{args.port}/v1", flush=True)
-        uvicorn.run(server.app, host=args.host, port=args.port, log_level="info")
+        llm = build_llm(args)
+        try:
+            llm.runner.pool.commit()  # resident now: start-up memory is what the server holds
+            names = args.served_model_name or [(args.engine_dir or "smollm2").rstrip("/").split("/")[-1]]
+            server = OpenAIServer(llm, names, api_key=api_key(args),
+                                  max_request_bytes=args.max_request_bytes,
+                                  max_waiting_requests=args.max_waiting_requests)
+            host, port = sock.getsockname()[:2]
+            print(f"serving {names[0]} on http://{args.host}:{port}/v1", flush=True)
+            serve(server, sock, args.shutdown_timeout)
+        finally:
+            llm.shutdown()  # cancels what is left and saves the dynamic n-gram cache
     finally:
-        llm.shutdown()
+        sock.close()
+    print("stopped", flush=True)
     return 0

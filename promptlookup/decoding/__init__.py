@@ -1,29 +1,95 @@
-"""Prompt-lookup decoding loops: V1 (orchestrator) and V2 (single call), one entry point."""
+"""Prompt-lookup decoding loops: V1 (orchestrator) and V2 (single call), one entry point.
+
+The loop is picked from the runner's capabilities in one table (:data:`LOOPS`); see
+docs/architecture.md for the step every loop runs.
+"""
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
-from ..defaults import DEFAULT_WORKFLOW, DRAFT_LENGTH_POLICIES, WORKFLOWS
-from ..drafting.base import DraftConfig, Drafter
+from ..defaults import DEFAULT_DRAFT_LENGTH_POLICY, DEFAULT_WORKFLOW, DRAFT_LENGTH_POLICIES, WORKFLOWS
+from ..drafting.base import DraftConfig, Drafter, WorkflowDrafter
 from ..errors import UserError
-from ..runtime.base import Runner, SamplingConfig, validate_batch
+from ..runtime.base import Runner, RunnerCapabilities, SamplingConfig, validate_batch
+from ..runtime.results import SequenceResult, StepCallback, StepEvent
 from .lookahead import LookaheadConfig, step_tokens
 from .orchestrator import run_orchestrator
-from ..runtime.results import SequenceResult, StepCallback, StepEvent
 
-__all__ = ["generate", "LookaheadConfig", "SequenceResult", "StepEvent", "StepCallback", "WORKFLOWS"]
+__all__ = ["generate", "drafter_for", "LookaheadConfig", "SequenceResult", "StepEvent", "StepCallback", "WORKFLOWS"]
 
 
 def _check_drafter_workflow(drafter: Drafter | None, workflow: str) -> None:
     """A drafter made for the other workflow would draft by the other workflow's pool rules."""
-    from ..drafting import NgramDrafter
-
-    if (isinstance(drafter, NgramDrafter) and drafter.config.mode == "pool" and drafter.config.pool_rules == "auto"
+    if (isinstance(drafter, WorkflowDrafter) and drafter.config.mode == "pool" and drafter.config.pool_rules == "auto"
             and drafter.workflow != workflow):
         raise UserError(
             f"the drafter was made for workflow {drafter.workflow} but generation uses {workflow}; "
             f"pass make_drafter(..., workflow={workflow!r}) or choose pool_rules explicitly"
         )
+
+
+def drafter_for(draft: DraftConfig | None, capabilities: RunnerCapabilities, *, workflow: str, end_id: int | None,
+                tokenizer: Any = None) -> Drafter | None:
+    """The one place a run's drafter is made (``generate`` when given none, and ``run.py``).
+
+    None without ``draft``, and under v2 on a runner that speculates by itself
+    (TensorRT-LLM drafts inside itself) unless persisted n-gram caches need this side's
+    drafter to run there, which only a ``tokenizer`` can identify (run.py gives it).
+    """
+    if draft is None:
+        return None
+    caches = bool(draft.static_cache or draft.dynamic_cache) and tokenizer is not None
+    if workflow == "v2" and capabilities.own_speculation and not caches:
+        return None
+    from ..drafting import make_drafter
+
+    return make_drafter(draft, tokenizer, workflow=workflow, end_id=end_id)
+
+
+def _single_call(runner: Any, prompts: Any, **kw: Any) -> list[SequenceResult]:
+    from .single_call import run_single_call
+
+    kw.pop("trees")
+    kw.pop("draft")
+    return run_single_call(runner, prompts, **kw)
+
+
+def _own_speculation(runner: Any, prompts: Any, *, draft: DraftConfig | None, drafter: Drafter | None,
+                     lookahead: LookaheadConfig | None, sampling: SamplingConfig, **kw: Any) -> list[SequenceResult]:
+    if lookahead is None and sampling.stop_words:
+        raise UserError("stop words need the orchestrator loop on this backend; use --workflow v1")
+    for k in ("trees", "step_costs", "max_candidates"):
+        kw.pop(k)
+    extra = {"lookahead": lookahead} if lookahead is not None else {"drafter": drafter} if drafter is not None else {}
+    return runner.generate_lookup(prompts, draft=draft, sampling=sampling, **extra, **kw)
+
+
+def _no_single_call(runner: Any, prompts: Any, **kw: Any) -> list[SequenceResult]:
+    raise UserError("this backend has no single-call (v2) prompt lookup; use --workflow v1")
+
+
+def _orchestrator(runner: Any, prompts: Any, *, draft: Any, **kw: Any) -> list[SequenceResult]:
+    if kw["sampling"].min_tokens:  # V1 resubmits whole sequences: the runner cannot tell output from prompt
+        raise UserError("min_tokens needs the live batch (--workflow v2); V1 resubmits whole sequences")
+    return run_orchestrator(runner, prompts, **kw)
+
+
+Loop = Callable[..., list[SequenceResult]]
+# (workflow, the runner's kind, speculating) -> the loop. Kinds: "live" (opens live batches:
+# V2's single call runs here, and plain decoding always does), "own" (speculates by itself:
+# TensorRT-LLM's V2), "call" (a Runner.generate per step only).
+LOOPS: dict[tuple[str, str, bool], Loop] = {
+    ("v2", "live", True): _single_call, ("v2", "live", False): _single_call,
+    ("v1", "live", True): _orchestrator, ("v1", "live", False): _single_call,
+    ("v2", "own", True): _own_speculation, ("v2", "own", False): _orchestrator,
+    ("v1", "own", True): _orchestrator, ("v1", "own", False): _orchestrator,
+    ("v2", "call", True): _no_single_call, ("v2", "call", False): _orchestrator,
+    ("v1", "call", True): _orchestrator, ("v1", "call", False): _orchestrator,
+}
+
+
+def _kind(caps: RunnerCapabilities) -> str:
+    return "live" if caps.live_batch else "own" if caps.own_speculation else "call"
 
 
 def generate(
@@ -37,24 +103,25 @@ def generate(
     workflow: str = DEFAULT_WORKFLOW,
     on_step: StepCallback | None = None,
     drafter: Drafter | None = None,
-    draft_length_policy: str = "cost",
+    draft_length_policy: str = DEFAULT_DRAFT_LENGTH_POLICY,
     lookahead: LookaheadConfig | None = None,
 ) -> list[SequenceResult]:
     """Generate for a batch of token-id prompts.
 
     Drafts come from ``drafter`` when given (to share its public pool and caches across
     calls), else from a drafter made from ``draft`` for this ``workflow`` and ``end_id``
-    (``pool_rules="auto"`` then means V1's pool for v1 and V2's for v2); with neither (and
-    no ``lookahead``), this is plain decoding.
+    (:func:`drafter_for`; ``pool_rules="auto"`` then means V1's pool for v1 and V2's for
+    v2); with neither (and no ``lookahead``), this is plain decoding.
 
     ``DraftConfig.max_candidates > 1`` verifies several prompt-lookup candidates per step as
     one token tree; ``lookahead`` runs Lookahead decoding (with prompt lookup too when a drafter is
     given). Both verify token trees, which the PyTorch runner does in either workflow.
 
-    ``draft_length_policy="cost"`` sizes each step's draft (or tree) from the runner's
-    step-cost table, measured when the engine was built (:mod:`.draft_policy`; a runner
-    without a table gets full drafts); ``"full"`` always verifies everything proposed, as
-    TensorRT-LLM does. Neither changes the output tokens, and neither times anything.
+    ``draft_length_policy="cost"`` (the default, :mod:`promptlookup.defaults`) sizes each
+    step's draft (or tree) from the runner's step-cost table, measured when the engine was
+    built (:mod:`.draft_policy`; a runner without a table gets full drafts); ``"full"``
+    always verifies everything proposed, as TensorRT-LLM does. Neither changes the output
+    tokens, and neither times anything.
     """
     if draft_length_policy not in DRAFT_LENGTH_POLICIES:
         raise UserError(f"unknown draft length policy {draft_length_policy!r}; choose cost or full")
@@ -65,12 +132,10 @@ def generate(
     limits = runner.limits
     validate_batch(prompts, limits, max_new_tokens=max_new_tokens)
     caps = runner.capabilities
-    if drafter is None and draft is not None and not (workflow == "v2" and caps.own_speculation):
-        from ..drafting import make_drafter
-
-        drafter = make_drafter(draft, workflow=workflow, end_id=end_id)
+    if drafter is None:
+        drafter = drafter_for(draft, caps, workflow=workflow, end_id=end_id)
     _check_drafter_workflow(drafter, workflow)
-    if drafter is not None and not isinstance(getattr(drafter, "config", None), DraftConfig):
+    if drafter is not None and not isinstance(drafter.config, DraftConfig):
         raise TypeError(f"drafter must be a Drafter (make_drafter), got {type(drafter).__name__}")
     config = drafter.config if drafter is not None else draft
     if config is not None:
@@ -94,33 +159,20 @@ def generate(
 
     max_candidates = config.max_candidates if drafter is not None and config is not None else 1
     tree_mode = lookahead is not None or (max_candidates > 1 and drafter is not None)
-    if lookahead is not None and not caps.token_trees and workflow == "v2" and caps.own_speculation:
-        return runner.generate_lookup(prompts, draft=config, lookahead=lookahead,
-                                      max_new_tokens=max_new_tokens, end_id=end_id, sampling=sampling,
-                                      on_step=on_step)
-    if tree_mode and not caps.token_trees:
+    speculating = config is not None or lookahead is not None
+    own_lookahead = lookahead is not None and not caps.token_trees and workflow == "v2" and caps.own_speculation
+    if tree_mode and not caps.token_trees and not own_lookahead:
         what = "--lookahead_config" if lookahead is not None else "several draft candidates"
         raise UserError(f"{what} on this backend needs --workflow v2 (TensorRT-LLM's own Lookahead) "
                         "or a PyTorch engine, whose runtime verifies token trees")
-    kwargs = dict(max_new_tokens=max_new_tokens, end_id=end_id, sampling=sampling, on_step=on_step)
+    step_costs = None
     if (drafter is not None or lookahead is not None) and draft_length_policy == "cost":
-        kwargs["step_costs"] = runner.step_cost_table
-    if sampling.has_logits_processors and not caps.logits_processors:
+        step_costs = runner.step_cost_table
+    if sampling.has_logits_processors and not caps.logits_processors and not own_lookahead:
         raise UserError("repetition/presence/frequency penalties and bad words are applied at every verified position "
                         "by the PyTorch runtime only; drop them or use a PyTorch engine")
-    if caps.live_batch and (workflow == "v2" or (drafter is None and lookahead is None)):
-        from .single_call import run_single_call
-
-        return run_single_call(runner, prompts, drafter=drafter, max_candidates=max_candidates,
-                               lookahead=lookahead, **kwargs)
-    if workflow == "v2" and config is not None:
-        if not caps.own_speculation:
-            raise UserError("this backend has no single-call (v2) prompt lookup; use --workflow v1")
-        kwargs.pop("step_costs", None)
-        if sampling.stop_words:
-            raise UserError("stop words need the orchestrator loop on this backend; use --workflow v1")
-        if drafter is not None:  # runs inside the backend where its own drafter cannot keep the settings
-            kwargs["drafter"] = drafter
-        return runner.generate_lookup(prompts, draft=config, **kwargs)
-    return run_orchestrator(runner, prompts, drafter=drafter, max_candidates=max_candidates,
-                            lookahead=lookahead, trees=tree_mode, **kwargs)
+    loop = LOOPS[(workflow, _kind(caps), speculating and (drafter is not None or lookahead is not None
+                                                          or caps.own_speculation))]
+    return loop(runner, prompts, max_new_tokens=max_new_tokens, end_id=end_id, sampling=sampling, on_step=on_step,
+                drafter=drafter, draft=config, max_candidates=max_candidates, lookahead=lookahead,
+                trees=tree_mode, step_costs=step_costs)

@@ -61,6 +61,12 @@ class DraftLengthPolicy:
         self.later = _Rate()
         self.alt = _Rate()  # chance that another candidate starts right when the first does not
 
+    @property
+    def rates(self) -> tuple[float, float]:
+        """``(p0, p1)``: the current acceptance estimates (first token; a later one given all
+        before it were accepted)."""
+        return self.first.value, self.later.value
+
     def choose(self, proposal: Sequence[int]) -> int:
         """How many leading tokens of ``proposal`` to verify."""
         limit = min(len(proposal), len(self.costs) - 2)

@@ -5,17 +5,19 @@ A Python loop drafts from the n-gram drafter, then calls
 appends what comes back (the accepted draft prefix plus one token of the target's own).
 Finished requests leave the batch. Every call re-submits each whole sequence; with KV
 block reuse the runner maps the already computed prefix onto cached blocks, so per step
-only the last token and the draft are computed, as in the single-call V2 loop.
+only the last token and the draft are computed, as in the single-call V2 loop. It shares
+the request state and its commit rule (:class:`~.request.RequestState`) with
+:func:`~.step.step`; only the engine call differs.
 """
 from __future__ import annotations
 
 from typing import Sequence
 
 from ..drafting.base import Drafter
-from ..runtime.base import Runner, SamplingConfig
-from .lookahead import LookaheadConfig
-from .loop_state import LoopState
+from ..runtime.base import Runner, SamplingConfig, TreeRunner
 from ..runtime.results import SequenceResult, StepCallback
+from .lookahead import LookaheadConfig
+from .request import RequestState, make_proposer
 
 
 def run_orchestrator(
@@ -32,34 +34,43 @@ def run_orchestrator(
     lookahead: LookaheadConfig | None = None,
     trees: bool = False,
 ) -> list[SequenceResult]:
-    """``trees``: the runner verifies token trees in its ``generate`` call (the PyTorch
-    runner's ``draft_trees``), which several candidates and Lookahead need."""
-    state = LoopState(prompts, drafter, max_new_tokens, runner.limits.max_seq_len, end_id, on_step, step_costs,
-                      max_candidates=max_candidates, lookahead=lookahead,
-                      max_tree_nodes=runner.limits.max_draft_len if trees else None, stop_words=sampling.stop_words)
+    """``trees``: the runner verifies token trees in its ``generate`` call (a
+    :class:`~promptlookup.runtime.base.TreeRunner`, ``capabilities.token_trees``), which
+    several candidates and Lookahead need."""
+    limits = runner.limits
+    states = [
+        RequestState(i, p, make_proposer(p, drafter, limits.max_seq_len, step_costs=step_costs,
+                                          max_candidates=max_candidates, lookahead=lookahead, seed=i),
+                     max_new_tokens=max_new_tokens, end_id=end_id, max_seq_len=limits.max_seq_len,
+                     sampling=sampling, max_tree_nodes=limits.max_draft_len if trees else None)
+        for i, p in enumerate(prompts)
+    ]
     sequences = [list(p) for p in prompts]
-    while state.active:
+    live = states
+    while live:
+        for s in live:
+            s.plan()
+        steps = [s.tree() for s in live]
+        inputs, ids = [sequences[s.index] for s in live], [s.index for s in live]
         if trees:
-            steps = state.trees()
-            outputs = runner.generate(
-                [sequences[i] for i in state.active], draft_trees=steps,
-                max_new_tokens=max(max(t.depths(), default=0) for t in steps) + 1, end_id=end_id,
-                sampling=sampling, request_ids=list(state.active),
+            tree_runner: TreeRunner = runner  # type: ignore[assignment]  (capabilities.token_trees)
+            outputs = tree_runner.generate(
+                inputs, draft_trees=steps, max_new_tokens=max(max(t.depths(), default=0) for t in steps) + 1,
+                end_id=end_id, sampling=sampling, request_ids=ids,
             )
-            drafted = [t.num_walkable for t in steps]
         else:
-            drafts = state.drafts()
-            outputs = runner.generate(
-                [sequences[i] for i in state.active],
-                draft_tokens_list=drafts,
-                max_new_tokens=max(len(d) for d in drafts) + 1,
-                end_id=end_id,
-                sampling=sampling,
-                request_ids=list(state.active),
-            )
-            drafted = [len(d) for d in drafts]
-        for i, n, out in zip(state.active, drafted, outputs):
-            state.commit(i, n, out.output_ids, out.accepted, getattr(out, "choices", ()))
-            sequences[i].extend(out.output_ids)
-        state.retire_finished()
-    return state.results
+            if not all(t.is_chain for t in steps):
+                raise ValueError("this loop verifies chains only")
+            drafts = [t.tokens for t in steps]
+            outputs = runner.generate(inputs, draft_tokens_list=drafts, max_new_tokens=max(len(d) for d in drafts) + 1,
+                                      end_id=end_id, sampling=sampling, request_ids=ids)
+        for s, out in zip(live, outputs):
+            event = s.commit(out.output_ids, out.accepted, out.choices)
+            sequences[s.index].extend(out.output_ids)
+            if on_step is not None:
+                on_step(event)
+        for s in live:
+            if s.done:
+                s.finish()
+        live = [s for s in live if not s.done]
+    return [s.result for s in states]

@@ -1,7 +1,9 @@
 """Per-request proposers: what each decoding step verifies for one sequence.
 
 A proposer turns a request's drafting state into the :class:`DraftTree` of one step and
-learns from the step's outcome. Three kinds:
+learns from the step's outcome. A step is planned first (``plan``: the proposal and its
+cost-policy cut, prepared once), then built once (``tree(cap)``: a chain is cut to the
+batch budget's grant, :mod:`.draft_budget`, which reads the public ``rates()``). Three kinds:
 
 - :class:`ChainProposer`: one n-gram draft, cut by the cost policy (the classic prompt
   lookup; a path-shaped tree);
@@ -31,8 +33,17 @@ PROBE_EVERY = 8  # a skipped Lookahead window still runs every this many steps, 
 class Proposer(Protocol):
     accepted_by_source: dict[str, int]  # accepted draft tokens by where they came from (Lookahead)
 
-    def tree(self, room: int, space: int) -> DraftTree:
-        """The step's tree: walkable depth <= ``room``, at most ``space`` nodes."""
+    def plan(self, room: int, space: int) -> int:
+        """Prepare the step's tree (walkable depth <= ``room``, at most ``space`` nodes);
+        returns the draft tokens it would verify."""
+
+    def tree(self, cap: int | None = None) -> DraftTree:
+        """The planned tree; a chain is cut to ``cap`` draft tokens (``None``: as planned).
+        Trees of several branches are sized by their proposer and take no cap."""
+
+    def rates(self) -> tuple[float, float] | None:
+        """The acceptance estimates ``(p0, p1)`` a cost-aware batch budget prices a chain
+        with (:func:`.draft_budget.allot_by_cost`); ``None`` without a cost policy."""
 
     def observe(self, tree: DraftTree, tokens: Sequence[int], accepted: int, choices: Sequence[int]) -> None:
         """Learn from the step: ``tokens`` appended (``accepted`` from the tree), ``choices``
@@ -48,8 +59,14 @@ class NoDraft:
     def __init__(self) -> None:
         self.accepted_by_source: dict[str, int] = {}
 
-    def tree(self, room: int, space: int) -> DraftTree:
+    def plan(self, room: int, space: int) -> int:
+        return 0
+
+    def tree(self, cap: int | None = None) -> DraftTree:
         return DraftTree([], [])
+
+    def rates(self) -> tuple[float, float] | None:
+        return None
 
     def observe(self, tree: DraftTree, tokens: Sequence[int], accepted: int, choices: Sequence[int]) -> None:
         pass
@@ -65,12 +82,20 @@ class ChainProposer:
         self.drafter = drafter
         self.policy = policy
         self.proposal: list[int] = []
+        self.chosen = 0  # tokens of the proposal the policy keeps
         self.accepted_by_source: dict[str, int] = {}
 
-    def tree(self, room: int, space: int) -> DraftTree:
+    def plan(self, room: int, space: int) -> int:
         proposal = self.drafter.propose()[: max(0, min(room, space))]
         self.proposal = proposal
-        return DraftTree.chain(proposal[: self.policy.choose(proposal)] if self.policy else proposal)
+        self.chosen = self.policy.choose(proposal) if self.policy else len(proposal)
+        return self.chosen
+
+    def tree(self, cap: int | None = None) -> DraftTree:
+        return DraftTree.chain(self.proposal[: self.chosen if cap is None else min(cap, self.chosen)])
+
+    def rates(self) -> tuple[float, float] | None:
+        return self.policy.rates if self.policy else None
 
     def observe(self, tree: DraftTree, tokens: Sequence[int], accepted: int, choices: Sequence[int]) -> None:
         if self.policy:
@@ -89,8 +114,19 @@ class CandidateProposer(ChainProposer):
         super().__init__(drafter, policy)
         self.max_candidates = max_candidates
         self.candidates: list[list[int]] = []
+        self.planned = DraftTree([], [])
 
-    def tree(self, room: int, space: int) -> DraftTree:
+    def plan(self, room: int, space: int) -> int:
+        self.planned = self._build(room, space)
+        return self.planned.num_walkable
+
+    def tree(self, cap: int | None = None) -> DraftTree:
+        return self.planned
+
+    def rates(self) -> tuple[float, float] | None:
+        return None
+
+    def _build(self, room: int, space: int) -> DraftTree:
         cut = max(0, min(room, space))
         first = self.drafter.propose()[:cut]
         self.proposal = first
@@ -137,7 +173,18 @@ class LookaheadProposer:
         self.window_weight = 4.0
         self.skipped = 0
         self.proposal: list[int] = []
+        self.planned = DraftTree([], [])
         self.accepted_by_source: dict[str, int] = {}
+
+    def plan(self, room: int, space: int) -> int:
+        self.planned = self._build(room, space)
+        return self.planned.num_walkable
+
+    def tree(self, cap: int | None = None) -> DraftTree:
+        return self.planned
+
+    def rates(self) -> tuple[float, float] | None:
+        return None
 
     def _window_pays(self, window_nodes: int, rest: int) -> bool:
         c = self.costs
@@ -145,7 +192,7 @@ class LookaheadProposer:
             return c is None
         return (1.0 + self.window_gain) / c[window_nodes + rest + 1] >= 1.0 / c[rest + 1]
 
-    def tree(self, room: int, space: int) -> DraftTree:
+    def _build(self, room: int, space: int) -> DraftTree:
         st = self.state
         branches: list[tuple[list[int], str]] = []
         if self.drafter is not None:

@@ -1,24 +1,25 @@
-"""V2, single call: the drafting loop inside one ``generate`` on the PyTorch runner.
+"""V2, single call: the drafting loop inside one ``generate`` on a live-batch runner.
 
 The batch's sequences keep their KV blocks for the whole call, so nothing is ever
-re-submitted: each step feeds every live sequence its last token plus its draft tree (a
-chain, several candidates, or Lookahead's window and candidates), in one forward pass
-for the whole batch, and keeps each sequence's accepted path.
+re-submitted: each :func:`~.step.step` feeds every live sequence its last token plus its
+draft tree (a chain, several candidates, or Lookahead's window and candidates), in one
+forward pass for the whole batch, and keeps each sequence's accepted path. No batch
+budget: each request's own cost policy sizes its drafts.
 """
 from __future__ import annotations
 
 from typing import Sequence
 
 from ..drafting.base import Drafter
-from ..runtime.base import SamplingConfig
-from ..runtime.torch_runner import TorchRunner
-from .lookahead import LookaheadConfig
-from .loop_state import LoopState
+from ..runtime.base import LiveBatchRunner, SamplingConfig
 from ..runtime.results import SequenceResult, StepCallback
+from .lookahead import LookaheadConfig
+from .request import RequestState, make_proposer
+from .step import step
 
 
 def run_single_call(
-    runner: TorchRunner,
+    runner: LiveBatchRunner,
     prompts: Sequence[Sequence[int]],
     *,
     max_new_tokens: int,
@@ -30,17 +31,25 @@ def run_single_call(
     max_candidates: int = 1,
     lookahead: LookaheadConfig | None = None,
 ) -> list[SequenceResult]:
-    state = LoopState(prompts, drafter, max_new_tokens, runner.limits.max_seq_len, end_id, on_step, step_costs,
-                      max_candidates=max_candidates, lookahead=lookahead, max_tree_nodes=runner.limits.max_draft_len,
-                      stop_words=sampling.stop_words)
+    limits = runner.limits
+    states = [
+        RequestState(i, p, make_proposer(p, drafter, limits.max_seq_len, step_costs=step_costs,
+                                          max_candidates=max_candidates, lookahead=lookahead, seed=i),
+                     max_new_tokens=max_new_tokens, end_id=end_id, max_seq_len=limits.max_seq_len,
+                     sampling=sampling, max_tree_nodes=limits.max_draft_len, slot=i)
+        for i, p in enumerate(prompts)
+    ]
     batch = runner.open(prompts)
     try:
-        while state.active:
-            trees = state.trees()
-            steps = batch.step_trees(state.active, trees, end_id, sampling)
-            for i, tree, step in zip(state.active, trees, steps):
-                state.commit(i, tree.num_walkable, step.tokens, step.accepted, step.choices)
-            state.retire_finished()
+        live = states
+        while live:
+            for event in step(batch, live):
+                if on_step is not None:
+                    on_step(event)
+            for s in live:
+                if s.done:
+                    s.finish()
+            live = [s for s in live if not s.done]
     finally:
         batch.close()
-    return state.results
+    return [s.result for s in states]

@@ -22,7 +22,7 @@ Invariants every implementation keeps:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Protocol, Sequence, runtime_checkable
 
 DRAFT_MODES = ("pool", "longest", "llamacpp")
 POOL_RULES = ("auto", "v1", "v2")  # which TensorRT-LLM pool the pool mode reproduces
@@ -96,3 +96,11 @@ class Drafter(Protocol):
 
     def new_request(self, prompt: Sequence[int], max_seq_len: int) -> RequestDrafter:
         """Start drafting for a request whose text begins with ``prompt``."""
+
+
+@runtime_checkable
+class WorkflowDrafter(Drafter, Protocol):
+    """A drafter made for one decoding ``workflow`` ("v1" or "v2"), whose pool rules
+    (``pool_rules="auto"``) are that workflow's (``make_drafter``'s drafters)."""
+
+    workflow: str

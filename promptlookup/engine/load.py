@@ -5,75 +5,82 @@ import os
 from typing import TYPE_CHECKING, Sequence
 
 from ..checkpoint.config import quant_spec_of
-from ..defaults import DEFAULT_COMPILE_MODE, DEFAULT_CPU_WEIGHT_COPIES
+from ..defaults import BACKENDS, DEFAULT_BACKEND, DEFAULT_COMPILE_MODE, DEFAULT_CPU_WEIGHT_COPIES
 from ..errors import UserError
 from ..runtime.base import Runner
+from ..runtime.options import KvCacheConfig, RuntimeConfig, with_options
 from .config import EngineConfig, read_engine_config
 
 if TYPE_CHECKING:
     from ..runtime.torch_runner import TorchRunner
 
-__all__ = ["load_runner", "torch_runner_for", "check_backend", "check_trtllm_only_flags", "BACKENDS"]
+__all__ = ["load_runner", "torch_runner_for", "check_backend", "check_trtllm_only_flags", "BACKENDS", "KvCacheConfig",
+           "RuntimeConfig", "with_options"]
 
 
 def load_runner(
     engine_dir: str | os.PathLike[str],
+    runtime: RuntimeConfig | None = None,
+    kv_cache: KvCacheConfig | None = None,
     *,
-    kv_cache_enable_block_reuse: bool = True,
     device_ids: Sequence[int] | None = None,
-    max_tokens_in_paged_kv_cache: int | None = None,
+    backend: str = DEFAULT_BACKEND,
     kv_cache_free_gpu_memory_fraction: float | None = None,
     enable_chunked_context: bool = False,
     hf_model_dir: str | os.PathLike[str] | None = None,
-    device: str | None = None,
-    cuda_graph_mode: bool | None = None,
-    backend: str = "auto",
-    cpu_weight_copies: int = DEFAULT_CPU_WEIGHT_COPIES,
-    compile_mode: str = DEFAULT_COMPILE_MODE,
+    **options: object,
 ) -> Runner:
     """Load the engine in ``engine_dir`` on the backend it was built for.
 
-    ``device`` places a PyTorch engine (``None``/``"auto"``: the GPU when one is visible,
-    else the CPU; or ``cpu``, ``cuda``, ``cuda:N``). It computes in the checkpoint's dtype
-    (float32, float16 or bfloat16); a dtype this PyTorch cannot run on the device is a
-    one-line :class:`UserError` naming the fix. TensorRT-LLM engines run on the GPUs
-    of ``device_ids`` and refuse any other ``device``. ``cuda_graph_mode`` (PyTorch engines
-    on a GPU; ``None``: on there) replays captured CUDA graphs for decoding steps.
+    ``runtime`` (:class:`~promptlookup.runtime.options.RuntimeConfig`) and ``kv_cache``
+    (:class:`~promptlookup.runtime.options.KvCacheConfig`) come whole from the CLI and the
+    LLM API; ``options`` may set single fields of them by ``run.py``'s names
+    (:func:`with_options`: ``device``, ``cuda_graph_mode``, ``cpu_weight_copies``,
+    ``compile_mode``, ``kv_cache_enable_block_reuse``, ``max_tokens_in_paged_kv_cache``).
 
-    ``max_tokens_in_paged_kv_cache`` sizes the KV cache of either backend;
+    ``runtime.device`` places a PyTorch engine (``None``/``"auto"``: the GPU when one is
+    visible, else the CPU; or ``cpu``, ``cuda``, ``cuda:N``). It computes in the
+    checkpoint's dtype (float32, float16 or bfloat16); a dtype this PyTorch cannot run on
+    the device is a one-line :class:`UserError` naming the fix. TensorRT-LLM engines run on
+    the GPUs of ``device_ids`` and refuse any other device. ``runtime.cuda_graph_mode``
+    (PyTorch engines on a GPU; ``None``: on there) replays captured CUDA graphs for decoding
+    steps.
+
+    ``kv_cache.max_tokens`` sizes the KV cache of either backend;
     ``kv_cache_free_gpu_memory_fraction`` and ``enable_chunked_context`` exist on TensorRT-LLM
     only (both of its paths get them) and are refused for a PyTorch engine.
 
     ``hf_model_dir`` is used by the TensorRT-LLM backend's single-call (v2) workflow only,
     whose LLM API loads a Hugging Face checkpoint.
 
-    ``cpu_weight_copies`` (``--cpu_weight_copies``, PyTorch engines on a CPU): 1 holds the
-    weights once; 2 also keeps row-major copies for faster plain decoding steps.
+    ``runtime.cpu_weight_copies`` (``--cpu_weight_copies``, PyTorch engines on a CPU): 1
+    holds the weights once; 2 also keeps row-major copies for faster plain decoding steps.
 
-    ``compile_mode`` (``--torch_compile``, PyTorch engines): ``inductor`` runs decoding steps
-    through ``torch.compile`` (:mod:`promptlookup.runtime.compiled`; the projections are then
-    held row-major, once, for ``F.linear``); ``off`` runs them eagerly and ignores any compiled
-    artifacts. With ``inductor``, artifacts the engine holds for this device type and this
-    torch (``build.sh --torch_compile inductor``, :mod:`.compile_cache`) are loaded and every
-    step bucket is warmed up before this returns; without usable ones, one note goes to
-    stderr and steps compile lazily. What was done: ``runner.compile_setup``
-    (:class:`~.compile_cache.CompileSetup`).
+    ``runtime.compile_mode`` (``--torch_compile``, PyTorch engines): ``inductor`` runs
+    decoding steps through ``torch.compile`` (:mod:`promptlookup.runtime.compiled`; the
+    projections are then held row-major, once, for ``F.linear``); ``off`` runs them eagerly
+    and ignores any compiled artifacts. With ``inductor``, artifacts the engine holds for
+    this device type and this torch (``build.sh --torch_compile inductor``,
+    :mod:`.compile_cache`) are loaded and every step bucket is warmed up before this
+    returns; without usable ones, one note goes to stderr and steps compile lazily. What
+    was done: ``runner.describe()["compile"]``.
 
     ``backend`` (``--backend``): ``auto`` runs the engine on the backend it was built
     for; ``torch`` or ``trtllm`` insist on that backend and refuse an engine built for
     the other one (an engine is built for one backend and cannot switch).
     """
+    runtime, kv_cache = with_options(runtime, kv_cache, **options)  # type: ignore[arg-type]
     cfg = read_engine_config(engine_dir)
     check_backend(backend, cfg.backend, engine_dir)
     if cfg.backend == "trtllm":
-        if device not in (None, "auto"):
-            raise UserError(f"--device {device} applies to PyTorch engines; a TensorRT-LLM engine runs on the "
+        if runtime.device not in (None, "auto"):
+            raise UserError(f"--device {runtime.device} applies to PyTorch engines; a TensorRT-LLM engine runs on the "
                             f"GPUs of --prompt_lookup_config's device list (or all ranks); drop --device")
-        if cpu_weight_copies != DEFAULT_CPU_WEIGHT_COPIES:
+        if runtime.cpu_weight_copies != DEFAULT_CPU_WEIGHT_COPIES:
             raise UserError("--cpu_weight_copies applies to PyTorch engines on a CPU; drop it for a TensorRT-LLM engine")
-        if compile_mode != DEFAULT_COMPILE_MODE:
+        if runtime.compile_mode != DEFAULT_COMPILE_MODE:
             raise UserError("--torch_compile applies to PyTorch engines; drop it for a TensorRT-LLM engine")
-        if cuda_graph_mode is not None:
+        if runtime.cuda_graph_mode is not None:
             raise UserError("--cuda_graph_mode/--no-cuda_graph_mode apply to PyTorch engines here; "
                             "drop the flag for a TensorRT-LLM engine")
         from ..runtime.trtllm import TrtllmRunner, trtllm_unavailable_reason
@@ -85,31 +92,23 @@ def load_runner(
         return TrtllmRunner(
             read_trtllm_engine_config(engine_dir),
             device_ids=list(device_ids) if device_ids is not None else list(range(cfg.world_size)),
-            kv_cache_enable_block_reuse=kv_cache_enable_block_reuse,
-            max_tokens_in_paged_kv_cache=max_tokens_in_paged_kv_cache,
+            kv_cache_enable_block_reuse=kv_cache.enable_block_reuse,
+            max_tokens_in_paged_kv_cache=kv_cache.max_tokens,
             kv_cache_free_gpu_memory_fraction=kv_cache_free_gpu_memory_fraction,
             enable_chunked_context=enable_chunked_context,
             hf_model_dir=hf_model_dir,
         )
     check_trtllm_only_flags(cfg.backend, kv_cache_free_gpu_memory_fraction, enable_chunked_context)
     quant = quant_spec_of(cfg.pretrained)
-    if quant is not None and compile_mode == "inductor":
+    if quant is not None and runtime.compile_mode == "inductor":
         raise UserError(f"--torch_compile inductor cannot trace the int8/int4 products of this {quant.quant_algo} "
                         f"engine; drop --torch_compile (quantized engines run eagerly)")
     if device_ids is not None and list(device_ids) not in ([], [0]):
         raise UserError(
             f"device list {list(device_ids)} needs the TensorRT-LLM backend; the PyTorch engine runs on one device, use [0]"
         )
-    runner = torch_runner_for(
-        cfg,
-        device=device,
-        kv_cache_enable_block_reuse=kv_cache_enable_block_reuse,
-        max_tokens_in_paged_kv_cache=max_tokens_in_paged_kv_cache,
-        cuda_graph_mode=cuda_graph_mode,
-        cpu_weight_copies=cpu_weight_copies,
-        compile_mode=compile_mode,
-    )
-    if compile_mode == "inductor":
+    runner = torch_runner_for(cfg, runtime, kv_cache)
+    if runtime.compile_mode == "inductor":
         from .compile_cache import prepare_compiled
 
         runner.compile_setup = prepare_compiled(runner, cfg)
@@ -118,13 +117,9 @@ def load_runner(
 
 def torch_runner_for(
     cfg: EngineConfig,
-    *,
-    device: str | None = None,
-    kv_cache_enable_block_reuse: bool = True,
-    max_tokens_in_paged_kv_cache: int | None = None,
-    cuda_graph_mode: bool | None = None,
-    cpu_weight_copies: int = DEFAULT_CPU_WEIGHT_COPIES,
-    compile_mode: str = DEFAULT_COMPILE_MODE,
+    runtime: RuntimeConfig | None = None,
+    kv_cache: KvCacheConfig | None = None,
+    **options: object,
 ) -> "TorchRunner":
     """The PyTorch engine ``cfg`` as a runner (the arguments as :func:`load_runner` takes them),
     without the compile caches' set-up: the build uses it to compile ahead of time. Nothing
@@ -136,24 +131,22 @@ def torch_runner_for(
 
     from .step_costs import batch_costs_for, costs_for
 
-    target = resolve_device(device)
+    runtime, kv_cache = with_options(runtime, kv_cache, **options)  # type: ignore[arg-type]
+    target = resolve_device(runtime.device)
     # The engine computes in its checkpoint's dtype (as trtllm-build's engines do).
     config, state = load_checkpoint_state(cfg.directory, dtype="auto", device=target)  # owned by us alone
     return TorchRunner(
         # consumes the state dict
-        PagedLlama(config, state, cpu_weight_copies=cpu_weight_copies, dense_projections=compile_mode == "inductor"),
+        PagedLlama(config, state, cpu_weight_copies=runtime.cpu_weight_copies,
+                   dense_projections=runtime.compile_mode == "inductor"),
         cfg.limits,
+        runtime,
+        kv_cache,
         tokens_per_block=cfg.tokens_per_block,
-        max_tokens_in_paged_kv_cache=max_tokens_in_paged_kv_cache,
-        kv_cache_enable_block_reuse=kv_cache_enable_block_reuse,
-        cuda_graph_mode=cuda_graph_mode,
         step_cost_table=costs_for(cfg.step_costs, target.split(":")[0]),
         batch_step_costs=batch_costs_for(cfg.step_costs, target.split(":")[0]),
-        compile_mode=compile_mode,
     )
 
-
-BACKENDS = ("auto", "torch", "trtllm")
 
 
 def check_trtllm_only_flags(built_for: str, kv_cache_free_gpu_memory_fraction: float | None,

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 from ..decoding.lookahead import LookaheadConfig
-from ..defaults import DEFAULT_COMPILE_MODE, DEFAULT_CPU_WEIGHT_COPIES, DEFAULT_KV_CACHE_ENABLE_BLOCK_REUSE, DEFAULT_WORKFLOW
+from ..defaults import (DEFAULT_COMPILE_MODE, DEFAULT_CPU_WEIGHT_COPIES, DEFAULT_DRAFT_LENGTH_POLICY,
+                        DEFAULT_KV_CACHE_ENABLE_BLOCK_REUSE, DEFAULT_WORKFLOW)
 from ..drafting.base import DraftConfig
 from ..runtime.base import SamplingConfig
 from .harness import BatchFn, Generated, ProgressHook
@@ -67,7 +68,7 @@ class DecodeSettings:
     end_id: int
     pad_id: int
     sampling: SamplingConfig = SamplingConfig()
-    draft_length_policy: str = "cost"  # see promptlookup.decoding.draft_policy
+    draft_length_policy: str = DEFAULT_DRAFT_LENGTH_POLICY  # see promptlookup.decoding.draft_policy
 
 
 def _release() -> None:
@@ -108,12 +109,14 @@ class EngineBackend:
     def _load(self) -> Any:
         from ..engine.load import load_runner
 
-        return load_runner(self.engine_dir, kv_cache_enable_block_reuse=self.kv_cache_enable_block_reuse,
-                           device_ids=self.device_ids, max_tokens_in_paged_kv_cache=self.max_tokens_in_paged_kv_cache,
+        from ..runtime.options import KvCacheConfig, RuntimeConfig
+
+        runtime = RuntimeConfig(device=self.device, cuda_graph_mode=self.cuda_graph_mode,
+                                compile_mode=self.compile_mode, cpu_weight_copies=self.cpu_weight_copies)
+        kv_cache = KvCacheConfig(self.kv_cache_enable_block_reuse, self.max_tokens_in_paged_kv_cache)
+        return load_runner(self.engine_dir, runtime, kv_cache, device_ids=self.device_ids, backend=self.backend,
                            kv_cache_free_gpu_memory_fraction=self.kv_cache_free_gpu_memory_fraction,
-                           enable_chunked_context=self.enable_chunked_context,
-                           device=self.device, cuda_graph_mode=self.cuda_graph_mode, backend=self.backend,
-                           cpu_weight_copies=self.cpu_weight_copies, compile_mode=self.compile_mode)
+                           enable_chunked_context=self.enable_chunked_context)
 
     @contextlib.contextmanager
     def open(self, spec: ContenderSpec) -> Iterator[BatchFn]:

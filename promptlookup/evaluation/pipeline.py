@@ -17,7 +17,8 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Sequence
 
-from ..defaults import DEFAULT_COMPILE_MODE, DEFAULT_CPU_WEIGHT_COPIES, DEFAULT_KV_CACHE_ENABLE_BLOCK_REUSE, DEFAULT_WORKFLOW
+from ..defaults import (DEFAULT_COMPILE_MODE, DEFAULT_CPU_WEIGHT_COPIES, DEFAULT_DRAFT_LENGTH_POLICY,
+                        DEFAULT_KV_CACHE_ENABLE_BLOCK_REUSE, DEFAULT_WORKFLOW)
 from ..drafting.base import DraftConfig
 from ..engine.config import check_end_id
 from ..errors import UserError
@@ -56,7 +57,7 @@ class EvalSettings:
     kv_cache_free_gpu_memory_fraction: float | None = None  # TensorRT-LLM engines only
     enable_chunked_context: bool = False  # TensorRT-LLM engines only
     workflow: str = DEFAULT_WORKFLOW
-    draft_length_policy: str = "cost"
+    draft_length_policy: str = DEFAULT_DRAFT_LENGTH_POLICY
     use_chat_template: bool = False
     truncation: str = "text"
     sampling: SamplingConfig = SamplingConfig()

@@ -14,9 +14,15 @@ target's own; drafts may differ in length across the batch.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, Sequence
 
 from ..errors import UserError
+
+if TYPE_CHECKING:
+    from .batch_costs import BatchStepCosts
+    from .kv_cache import KVPool
+    from .results import SequenceResult, StepCallback
+    from .tree import DraftTree
 
 
 @dataclass(frozen=True)
@@ -34,6 +40,8 @@ class SamplingConfig:
     frequency_penalty: float = 0.0  # subtracted per occurrence of a seen token
     bad_words: tuple[tuple[int, ...], ...] = ()  # token sequences never produced
     stop_words: tuple[tuple[int, ...], ...] = ()  # a sequence ends once its text ends with one
+    logit_bias: tuple[tuple[int, float], ...] = ()  # (token, bias) added to the raw logits (OpenAI's logit_bias)
+    min_tokens: int = 0  # end_id is banned until the sequence has this many output tokens
 
     @property
     def greedy(self) -> bool:
@@ -41,9 +49,10 @@ class SamplingConfig:
 
     @property
     def has_logits_processors(self) -> bool:
-        """Whether any penalty or bad word changes the logits (stop words do not)."""
+        """Whether any penalty, bad word, logit bias or ``min_tokens`` changes the logits (stop words do not)."""
         return (self.repetition_penalty != 1.0 or self.presence_penalty != 0.0
-                or self.frequency_penalty != 0.0 or bool(self.bad_words))
+                or self.frequency_penalty != 0.0 or bool(self.bad_words) or bool(self.logit_bias)
+                or self.min_tokens > 0)
 
 
 @dataclass
@@ -118,21 +127,21 @@ class RunnerStats:
     forward_calls: int = 0
     forward_tokens: int = 0  # tokens actually run through the model
     reused_tokens: int = 0  # prompt tokens served from cached KV blocks
-    extra: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class RunnerCapabilities:
     """What a runner can do beyond :meth:`Runner.generate`'s chain verification. Each runner
     declares its own; the decoding loops and the scripts read only this, never the class.
+    A capability promises the matching protocol below.
 
-    - ``live_batch``: ``open()`` gives a live :class:`~.torch_runner.DecodeBatch` (the V2
-      single-call loop and continuous batching run inside this project);
-    - ``token_trees``: verifies draft trees (``generate(draft_trees=...)``, ``step_trees``):
-      several candidates per step and Lookahead;
+    - ``live_batch``: a :class:`LiveBatchRunner`: ``open()`` gives a live :class:`LiveBatch`
+      (the V2 single-call loop and continuous batching run inside this project);
+    - ``token_trees``: a :class:`TreeRunner`, verifying draft trees
+      (``generate(draft_trees=...)``, ``step_trees``): several candidates per step and Lookahead;
     - ``logits_processors``: penalties and bad words at every verified position;
-    - ``own_speculation``: ``generate_lookup()`` runs the backend's own single-call
-      speculation (TensorRT-LLM's LLM API: NGram drafting or Lookahead).
+    - ``own_speculation``: a :class:`SelfSpeculatingRunner`: ``generate_lookup()`` runs the
+      backend's own single-call speculation (TensorRT-LLM's LLM API: NGram drafting or Lookahead).
     """
 
     live_batch: bool = False
@@ -146,8 +155,10 @@ class Runner(Protocol):
     capabilities: RunnerCapabilities
     step_cost_table: list[float] | None  # relative step cost by tokens fed (None: none stored)
 
-    def validate_lookup(self, k: int, device_ids: Sequence[int] | None = None) -> None:
-        """Refuse (one line) prompt lookup with drafts of up to ``k`` tokens on these devices."""
+    def describe(self) -> dict[str, Any]:
+        """Where and how it runs, for logs and reports: ``device`` (a string), ``dtype``
+        (a string, or None for an engine's own), ``cuda_graphs`` (bool) and ``compile``
+        (the compile set-up's JSON, or None)."""
 
     def generate(
         self,
@@ -164,3 +175,84 @@ class Runner(Protocol):
         ``request_ids`` names each sequence's request (stable while a batch shrinks); it
         keys the sampling random stream so that speculative and plain sampling agree.
         """
+
+
+class StepOutput(Protocol):
+    """One sequence's outcome of one live-batch step (:meth:`LiveBatch.step_trees`)."""
+
+    tokens: list[int]  # accepted draft tokens, then the target's own token (cut at end_id)
+    accepted: int  # the first ``accepted`` of ``tokens`` came from the tree
+    finished: bool  # ``tokens`` ends with end_id
+    choices: list[int]  # the target's choice at the root, then at every node
+
+
+class LiveBatch(Protocol):
+    """Sequences that keep their KV blocks between steps (the V2 loop and the scheduler)."""
+
+    def step_trees(self, indices: Sequence[int], trees: Sequence["DraftTree"], end_id: int,
+                   sampling: SamplingConfig) -> Sequence[StepOutput]:
+        """Verify ``trees[j]`` for sequence ``indices[j]`` in one forward pass and commit
+        each sequence's accepted path."""
+
+    def add(self, prompt: Sequence[int], request: int) -> int:
+        """Join a sequence between steps; returns its slot."""
+
+    def remove(self, index: int) -> Any:
+        """Leave between steps, releasing its KV blocks."""
+
+    def close(self) -> None:
+        """Release every sequence's KV blocks."""
+
+
+class TreeRunner(Runner, Protocol):
+    """A runner whose ``generate`` also verifies token trees (``capabilities.token_trees``)."""
+
+    def generate(
+        self,
+        batch_input_ids: Sequence[Sequence[int]],
+        *,
+        max_new_tokens: int,
+        end_id: int,
+        draft_tokens_list: Sequence[Sequence[int]] | None = None,
+        sampling: SamplingConfig = SamplingConfig(),
+        request_ids: Sequence[int] | None = None,
+        draft_trees: Sequence["DraftTree"] | None = None,
+    ) -> list[GenerationOutput]:
+        """As :meth:`Runner.generate`; with ``draft_trees``, one tree step per sequence whose
+        outputs carry the target's ``choices``."""
+
+
+class LiveBatchRunner(TreeRunner, Protocol):
+    """A runner that opens live batches (``capabilities.live_batch``) over a paged KV pool."""
+
+    pool: "KVPool"  # num_blocks, block_size: what the scheduler reserves at admission
+    batch_step_costs: "BatchStepCosts | None"  # batched steps' costs (the server's draft budget)
+
+    def open(self, prompts: Sequence[Sequence[int]], requests: Sequence[int] | None = None, *,
+             max_new_tokens: int | None = None, resubmitted: bool = False) -> LiveBatch:
+        """Start a live batch of ``prompts`` (``requests`` key their sampling noise)."""
+
+
+class SelfSpeculatingRunner(Runner, Protocol):
+    """A runner that speculates by itself in one call (``capabilities.own_speculation``:
+    TensorRT-LLM's V2, NGram drafting or Lookahead inside the backend)."""
+
+    def validate_lookup(self, k: int, device_ids: Sequence[int] | None = None) -> None:
+        """Refuse (one line) prompt lookup with drafts of up to ``k`` tokens on these
+        devices (TensorRT-LLM's engine and device requirements; every run already holds
+        ``k`` to ``max_draft_len``)."""
+
+    def generate_lookup(
+        self,
+        prompts: Sequence[Sequence[int]],
+        *,
+        draft: Any,
+        max_new_tokens: int,
+        end_id: int,
+        sampling: SamplingConfig = SamplingConfig(),
+        on_step: "StepCallback | None" = None,
+        lookahead: Any = None,
+        drafter: Any = None,
+    ) -> list["SequenceResult"]:
+        """Generate with the backend's own speculation (``draft``: the DraftConfig, or
+        ``lookahead``); ``drafter``: this side's drafter, run inside the backend."""

@@ -71,6 +71,19 @@ class KVPool:
         for t in (*self.k, *self.v):  # padded reads land here, masked: they must be finite
             t[:, SCRATCH_BLOCK * block_size : (SCRATCH_BLOCK + 1) * block_size].zero_()
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the K and V tensors (the whole pool)."""
+        return sum(t.numel() * t.element_size() for t in (*self.k, *self.v))
+
+    def commit(self) -> None:
+        """Write every slot once (zeros), so the whole pool is resident now rather than page
+        by page as blocks are first written: what a process holds after start-up is then
+        what it will hold. Changes no output (unwritten slots are never read unmasked).
+        Cost: one pass over :attr:`nbytes`."""
+        for t in (*self.k, *self.v):
+            t.zero_()
+
     @staticmethod
     def bytes_per_token(num_layers: int, num_kv_heads: int, head_dim: int, dtype: torch.dtype) -> int:
         return 2 * num_layers * num_kv_heads * head_dim * torch.empty((), dtype=dtype).element_size()
@@ -137,6 +150,11 @@ class BlockManager:
     @property
     def num_available(self) -> int:
         return len(self.free) + len(self.lru)
+
+    @property
+    def num_in_use(self) -> int:
+        """Blocks referenced by live sequences (``refcount > 0``). O(blocks)."""
+        return sum(1 for c in self.refcount if c > 0)
 
     def _take_free_block(self) -> int:
         if self.free:

@@ -16,6 +16,13 @@ Semantics follow TensorRT-LLM's kernels (``penaltyKernels.cu``, ``banBadWords.cu
   repetition penalty is multiplicative and commutes with ``T``. Greedy decoding with
   ``temperature == 0`` uses ``T = 1``, as TensorRT-LLM's greedy (``top_k == 1``) at its
   default temperature 1.
+- Logit bias (OpenAI's ``logit_bias``): ``bias[t]`` is added to token ``t``'s raw logit,
+  before the temperature divides it (as vLLM's processor does), so ``-100`` all but bans a
+  token and ``+100`` all but forces it, at any temperature.
+- Minimum tokens (``min_tokens``, vLLM's and TensorRT-LLM's ``min_tokens``): while a row's
+  prefix holds fewer than ``min_tokens`` output tokens (its length minus the prompt's),
+  ``end_id`` is banned in that row, so the sequence cannot end early. The count comes
+  from the row's own prefix, so it is exact under speculation like the penalties.
 - Bad words: a one-token bad word is never produced; for a longer one, its last token is
   banned (logit ``-inf``) whenever the prefix ends with its other tokens. (TensorRT-LLM
   skips token id 0 here; this module bans any id.)
@@ -64,13 +71,20 @@ def banned_tokens(prefix: Sequence[int], bad_words: Sequence[Sequence[int]]) -> 
 
 
 def apply_logits_processors(
-    logits: torch.Tensor, prefixes: Sequence[Sequence[int]], params: SamplingConfig
+    logits: torch.Tensor,
+    prefixes: Sequence[Sequence[int]],
+    params: SamplingConfig,
+    prompt_lens: Sequence[int] | None = None,
+    end_id: int | None = None,
 ) -> torch.Tensor:
-    """Return ``logits`` ``[rows, vocab]`` with penalties and bad words applied per row.
+    """Return ``logits`` ``[rows, vocab]`` with penalties, logit bias, ``min_tokens`` and bad
+    words applied per row.
 
     ``prefixes[i]`` is row ``i``'s whole sequence so far (prompt, output, and the draft
-    tokens before that row's position). Returns the input unchanged (same object) when
-    ``params`` has no logits processors; otherwise a new float32 tensor.
+    tokens before that row's position); ``prompt_lens[i]`` the length of its prompt (for
+    ``min_tokens``, which also needs ``end_id``; without either, ``min_tokens`` bans
+    nothing). Returns the input unchanged (same object) when ``params`` has no logits
+    processors; otherwise a new float32 tensor.
     """
     if not params.has_logits_processors:
         return logits
@@ -90,6 +104,14 @@ def apply_logits_processors(
             x = x - (params.presence_penalty * scale) * seen.float()
         if params.frequency_penalty != 0.0:
             x = x - (params.frequency_penalty * scale) * counts.float()
+    if params.logit_bias:
+        ids = torch.tensor([t for t, _ in params.logit_bias if 0 <= t < vocab], dtype=torch.long, device=x.device)
+        bias = torch.tensor([b for t, b in params.logit_bias if 0 <= t < vocab], dtype=x.dtype, device=x.device)
+        x[:, ids] += bias  # token ids are distinct (one entry per token)
+    if params.min_tokens > 0 and prompt_lens is not None and end_id is not None and 0 <= end_id < vocab:
+        early = [i for i, (p, n) in enumerate(zip(prefixes, prompt_lens)) if len(p) - n < params.min_tokens]
+        if early:
+            x[torch.tensor(early, device=x.device), end_id] = float("-inf")
     if params.bad_words:
         rows, cols = [], []
         for i, prefix in enumerate(prefixes):

@@ -1,4 +1,12 @@
-"""What a prompt-lookup generation returns, per sequence, and the per-step event stream."""
+"""The two result types of decoding, one per level, with one set of counter names
+(``tokens``/``output_ids``, ``drafted``, ``accepted``):
+
+- :class:`StepEvent`: what one verification step gave one request (the per-step outcome);
+  ``decoding.generate``'s ``on_step``, the scheduler's request streams and the LLM API's
+  updates all carry it.
+- :class:`SequenceResult`: one request's whole outcome, the sum of its steps; the LLM API's
+  ``CompletionOutput`` and the server's ``usage`` are views of it.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -23,6 +31,14 @@ class SequenceResult:
     tree_tokens: int = 0  # draft-tree nodes fed to the target (Lookahead's window included)
     accepted_by_source: dict[str, int] = field(default_factory=dict)  # Lookahead: "window", "prompt", "lookup"
 
+    def add(self, event: StepEvent) -> None:
+        """Fold one step in (the one place a request's counters grow)."""
+        self.steps += 1
+        self.drafted += event.drafted
+        self.accepted += event.accepted
+        self.output_ids.extend(event.tokens)
+        self.draft_flags.extend(event.draft_flags)
+
     @property
     def generated_tokens(self) -> int:
         return len(self.output_ids)
@@ -38,11 +54,23 @@ class SequenceResult:
 
 @dataclass(frozen=True)
 class StepEvent:
-    """Tokens appended to sequence ``index`` by one verification step."""
+    """Tokens appended to sequence ``index`` by one verification step (the per-step outcome).
+
+    Invariant: ``accepted <= min(drafted, len(tokens))``. A request's last event on a
+    stream (the scheduler's) has ``finish_reason`` set and may carry no tokens.
+    """
 
     index: int
     tokens: list[int]
     accepted: int  # draft tokens kept: the first ``accepted`` of ``tokens`` came from the draft
+    drafted: int = 0  # draft tokens offered in the step (the walkable nodes of its tree)
+    finish_reason: str | None = None  # stop (end_id or a stop word), length, cancelled or error
+    error: str | None = None  # with finish_reason "error": what failed, one line
+
+    @property
+    def draft_flags(self) -> list[bool]:
+        """Per token: whether it came from an accepted draft."""
+        return [True] * self.accepted + [False] * (len(self.tokens) - self.accepted)
 
 
 StepCallback = Callable[[StepEvent], None]

@@ -27,7 +27,7 @@ from typing import Any, Sequence
 
 import torch
 
-from ..defaults import COMPILE_MODES, DEFAULT_COMPILE_MODE, DEFAULT_CPU_WEIGHT_COPIES, DEFAULT_KV_CACHE_ENABLE_BLOCK_REUSE
+from ..defaults import DEFAULT_COMPILE_MODE, DEFAULT_CPU_WEIGHT_COPIES, DEFAULT_KV_CACHE_ENABLE_BLOCK_REUSE
 from ..errors import UserError, one_line
 from .acceptance import fetch_step
 from .base import EngineLimits, GenerationOutput, RunnerCapabilities, RunnerStats, SamplingConfig, validate_batch
@@ -36,6 +36,7 @@ from .compiled import CompiledForward
 from .cuda_graphs import CudaGraphs, StepBuckets
 from .kv_cache import SCRATCH_BLOCK, BlockManager, KVPool, SequenceBlocks
 from .logits_processors import apply_logits_processors, row_prefixes
+from .options import KvCacheConfig, RuntimeConfig
 from .paged_llama import PagedLlama, Parents, build_layout
 from .sampling import select_tokens
 from .tree import DraftTree
@@ -133,7 +134,7 @@ class DecodeBatch:
         the last accepted node per sequence in a single copy (``rows + sequences`` int64).
         Committing then costs O(accepted path) host work per sequence plus, when a branch
         other than the first is accepted, one K/V slot move."""
-        choices, paths = fetch_step(trees, self._select(indices, trees, sampling), end_id)
+        choices, paths = fetch_step(trees, self._select(indices, trees, sampling, end_id), end_id)
         results = []
         moves: list[tuple[int, int]] = []  # (from, to) physical slots of accepted tree nodes
         bs = self.runner.pool.block_size
@@ -170,7 +171,8 @@ class DecodeBatch:
             row += len(tree) + 1
         return out
 
-    def _select(self, indices: Sequence[int], trees: Sequence[DraftTree], sampling: SamplingConfig) -> torch.Tensor:
+    def _select(self, indices: Sequence[int], trees: Sequence[DraftTree], sampling: SamplingConfig,
+                end_id: int | None = None) -> torch.Tensor:
         """The forward pass of :meth:`verify` and the target's choices at every row, as an
         int64 tensor on the model's device (per sequence: the root, then every node).
         Nothing is read back to the host."""
@@ -215,7 +217,9 @@ class DecodeBatch:
             positions.append(root)
             positions.extend(root + d for d in tree.depths())
         if sampling.has_logits_processors:  # penalties / bad words: each row with its own prefix
-            logits = apply_logits_processors(logits, row_prefixes([s.tokens for s in seqs], trees), sampling)
+            prompt_lens = [s.prompt_len for s, tree in zip(seqs, trees) for _ in range(len(tree) + 1)]
+            logits = apply_logits_processors(logits, row_prefixes([s.tokens for s in seqs], trees), sampling,
+                                             prompt_lens, end_id)
         return select_tokens(logits, sampling, requests, positions)
 
     def add(self, prompt: Sequence[int], request: int) -> int:
@@ -264,17 +268,25 @@ class TorchRunner:
         self,
         model: PagedLlama | torch.nn.Module,
         limits: EngineLimits,
+        runtime: RuntimeConfig | None = None,
+        kv_cache: KvCacheConfig | None = None,
         *,
         tokens_per_block: int = 32,
+        step_cost_table: Sequence[float] | None = None,
+        batch_step_costs: BatchStepCosts | None = None,
         max_tokens_in_paged_kv_cache: int | None = None,
         kv_cache_enable_block_reuse: bool = DEFAULT_KV_CACHE_ENABLE_BLOCK_REUSE,
         cuda_graph_mode: bool | None = None,
-        step_cost_table: Sequence[float] | None = None,
         cpu_weight_copies: int = DEFAULT_CPU_WEIGHT_COPIES,
-        batch_step_costs: BatchStepCosts | None = None,
         compile_mode: str = DEFAULT_COMPILE_MODE,
     ) -> None:
-        """``model``: a :class:`PagedLlama` (which then owns the weights: an engine load), or
+        """``runtime`` and ``kv_cache`` (:mod:`.options`) come whole from ``load_runner``.
+        Without them, the keywords of the same meaning (``run.py``'s names) make them, for
+        callers that build a runner by hand; giving both a config and its keywords is a
+        ``TypeError``. The model's device is where it already is: ``runtime.device`` is
+        ``load_runner``'s placement.
+
+        ``model``: a :class:`PagedLlama` (which then owns the weights: an engine load), or
         a ``LlamaForCausalLM`` left unchanged (its weights are fused into new tensors, with
         ``cpu_weight_copies`` as :class:`PagedLlama` takes it).
         ``cuda_graph_mode``: replay captured CUDA graphs for decoding steps
@@ -286,13 +298,20 @@ class TorchRunner:
         ``compile_mode``: ``"inductor"`` runs steps that fit a bucket through the compiled
         forward (:mod:`.compiled`; a :class:`PagedLlama` must then have been built with
         ``dense_projections=True``), under the CUDA graphs when those are on; ``"off"`` eagerly."""
-        if compile_mode not in COMPILE_MODES:
-            raise UserError(f"--torch_compile {compile_mode!r} is not a mode; choose {' or '.join(COMPILE_MODES)}")
-        compiled = compile_mode == "inductor"
+        loose = RuntimeConfig(cuda_graph_mode=cuda_graph_mode, compile_mode=compile_mode,
+                              cpu_weight_copies=cpu_weight_copies)
+        loose_kv = KvCacheConfig(kv_cache_enable_block_reuse, max_tokens_in_paged_kv_cache)
+        if (runtime is not None and loose != RuntimeConfig()) or (kv_cache is not None and loose_kv != KvCacheConfig()):
+            raise TypeError("give the runtime/kv_cache config or its fields as keywords, not both")
+        runtime, kv_cache = runtime or loose, kv_cache or loose_kv
+        self.runtime, self.kv_cache = runtime, kv_cache
+        compiled = runtime.compile_mode == "inductor"
+        cuda_graph_mode = runtime.cuda_graph_mode
         self.model = model if isinstance(model, PagedLlama) else PagedLlama.from_hf(
-            model, cpu_weight_copies=cpu_weight_copies, dense_projections=compiled)
+            model, cpu_weight_copies=runtime.cpu_weight_copies, dense_projections=compiled)
         self.limits = limits
         cfg = self.model.config
+        max_tokens_in_paged_kv_cache = kv_cache.max_tokens
         if max_tokens_in_paged_kv_cache is None:
             # Room for a full batch at max length, plus as much again for reuse.
             max_tokens_in_paged_kv_cache = 2 * limits.max_batch_size * limits.max_seq_len
@@ -309,7 +328,7 @@ class TorchRunner:
         )
         if self.model.dtype != torch.float32:
             self._check_dtype_runs()
-        self.blocks = BlockManager(self.pool, enable_reuse=kv_cache_enable_block_reuse)
+        self.blocks = BlockManager(self.pool, enable_reuse=kv_cache.enable_block_reuse)
         self.stats = RunnerStats()
         self.step_cost_table: list[float] | None = list(step_cost_table) if step_cost_table else None
         self.batch_step_costs = batch_step_costs
@@ -365,9 +384,11 @@ class TorchRunner:
         layout = build_layout(new_tokens, contexts, tables, n_logits, self.pool.block_size, self.model.device, parents)
         return self.model(layout, self.pool)
 
-    def validate_lookup(self, k: int, device_ids: Sequence[int] | None = None) -> None:
-        """Nothing beyond what every run checks: ``decoding.generate`` holds ``k`` to
-        ``max_draft_len`` for any runner, and the device list was checked on load."""
+    def describe(self) -> dict[str, Any]:
+        """Where and how it runs (:meth:`~.base.Runner.describe`)."""
+        return {"device": str(self.model.device), "dtype": str(self.model.dtype).removeprefix("torch."),
+                "cuda_graphs": self.graphs is not None,
+                "compile": self.compile_setup.as_json() if self.compile_setup is not None else None}
 
     def open(
         self,

@@ -2,143 +2,127 @@
 
 Endpoints: ``POST /v1/completions`` and ``POST /v1/chat/completions`` (both with SSE
 streaming, ``"stream": true``), ``GET /v1/models``, ``GET /health``, ``GET /metrics``
-(Prometheus text: requests, tokens, drafted and accepted tokens, acceptance rate, batch).
+(:mod:`.metrics`). The request fields, each honoured or refused: :mod:`.request_fields`.
 
-Every request becomes one request of the :class:`~promptlookup.api.LLM`'s
-continuous-batching scheduler: it joins the live batch at the next step and leaves it
-when done. A client that disconnects (streaming or not) cancels its request, which
-leaves the batch before the next step and frees its KV blocks.
+Every choice of a request becomes one request of the :class:`~promptlookup.api.LLM`'s
+continuous-batching scheduler (``n`` choices: ``n`` requests of the same prompt, whose
+cached prefix they share through block reuse): it joins the live batch at the next step
+and leaves it when done. A client that disconnects (streaming or not) cancels its
+requests, which leave the batch before the next step and free their KV blocks.
 
-Errors use OpenAI's shape, ``{"error": {"message", "type", "param", "code"}}``, with 400
-for: a body that is not a JSON object, a known field of the wrong type or range, a
-prompt over the engine's ``max_input_len``, ``max_tokens`` beyond the engine
-(prompt + max_tokens > ``max_seq_len``), ``n`` > 1 and several prompts in one request.
-Unknown fields are ignored, as OpenAI's server does. Extensions: ``top_k``, ``seed``,
-``ignore_eos`` (vLLM's), and ``usage.prompt_lookup`` (drafted/accepted/steps).
+A request's body is read up to ``max_request_bytes`` (413 beyond, before any parsing),
+then parsed, validated and tokenized on a worker thread, so that no request stalls the
+event loop that streams the others. With ``api_key``, the ``/v1`` routes need
+``Authorization: Bearer <key>`` (401 otherwise). Beyond ``max_waiting_requests`` requests
+that cannot join the batch now, a request is refused with 429 and ``Retry-After``.
+While draining (:meth:`OpenAIServer.begin_drain`, a shutdown) new requests get 503;
+:meth:`OpenAIServer.abort_inflight` ends the rest with an error event in their stream (503
+for non-streamed ones).
+
+Errors use OpenAI's shape, ``{"error": {"message", "type", "param", "code"}}``, and speak
+the API's field names: 400 for a body that is not a JSON object, a field of the wrong
+type or range, a field the server cannot honour, invalid Unicode, or a prompt over the
+engine's limits (``context_length_exceeded``); 404 ``model_not_found``; 401, 413, 429, 503
+as above. A :class:`~promptlookup.errors.UserError` from the library is a 400, anything
+else a 500: statuses follow the error's type, never its text. Extensions: ``top_k``,
+``ignore_eos``, ``min_tokens``, ``repetition_penalty`` (vLLM's), and
+``usage.prompt_lookup`` (drafted/accepted/steps).
 """
 from __future__ import annotations
 
 import asyncio
 import json
+import secrets
 import time
 import uuid
-from typing import Any, AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, AsyncIterator, Sequence
 
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from ..api import LLM, SamplingParams
+from ..api import LLM
 from ..api.llm import RequestOutput
 from ..errors import UserError
 from ..text import chat_ids, has_chat_template
+from .metrics import prometheus_text, weight_bytes
+from .request_fields import (ApiError, Sampling, _get, chat_messages, check_model, completion_prompt,  # noqa: F401
+                             sampling_from_body)
+
+SHUTDOWN_MESSAGE = "the server is shutting down; retry elsewhere or later"
 
 
-class ApiError(Exception):
-    def __init__(self, message: str, param: str | None = None, code: str | None = None, status: int = 400) -> None:
-        super().__init__(message)
-        self.message, self.param, self.code, self.status = message, param, code, status
+def default_max_request_bytes(max_seq_len: int) -> int:
+    """The default body limit: 64 bytes per token of the context, at least 1 MiB."""
+    return max(1 << 20, 64 * max_seq_len)
 
 
-def error_response(exc: ApiError) -> JSONResponse:
+def default_max_waiting_requests(max_batch_size: int) -> int:
+    """The default queue limit: eight batches' worth of requests waiting to join."""
+    return 8 * max_batch_size
+
+
+def error_response(exc: ApiError, headers: dict[str, str] | None = None) -> JSONResponse:
     kind = "invalid_request_error" if exc.status < 500 else "server_error"
     return JSONResponse({"error": {"message": exc.message, "type": kind, "param": exc.param, "code": exc.code}},
-                        status_code=exc.status)
-
-
-# ----------------------------------------------------------------------------- fields
-def _get(body: dict, name: str, kinds: tuple[type, ...], default: Any, what: str) -> Any:
-    value = body.get(name, default)
-    if value is None:
-        return default
-    if isinstance(value, bool) and bool not in kinds or not isinstance(value, kinds):
-        raise ApiError(f"'{name}' must be {what}, got {json.dumps(value)[:80]}", name, "invalid_type")
-    return value
-
-
-def sampling_from_body(body: dict, llm: LLM) -> SamplingParams:
-    n = _get(body, "n", (int,), 1, "an integer")
-    if n != 1:
-        raise ApiError(f"n={n} is not supported; this server returns one choice per request (n=1)", "n",
-                       "unsupported_value")
-    best_of = _get(body, "best_of", (int,), 1, "an integer")
-    if best_of != 1:
-        raise ApiError("best_of > 1 is not supported", "best_of", "unsupported_value")
-    if body.get("logprobs") not in (None, False):
-        raise ApiError("logprobs are not supported", "logprobs", "unsupported_value")
-    max_tokens = _get(body, "max_tokens", (int,), None, "an integer")
-    if max_tokens is None:
-        max_tokens = _get(body, "max_completion_tokens", (int,), 16, "an integer")
-    temperature = _get(body, "temperature", (int, float), 1.0, "a number")
-    top_p = _get(body, "top_p", (int, float), 1.0, "a number")
-    top_k = _get(body, "top_k", (int,), 0, "an integer")
-    if top_k == -1:  # vLLM's "no top-k"
-        top_k = 0
-    seed = _get(body, "seed", (int,), 0, "an integer")
-    stop = body.get("stop")
-    if stop is not None and not (isinstance(stop, str) or (isinstance(stop, list) and all(isinstance(s, str) for s in stop))):
-        raise ApiError("'stop' must be a string or a list of strings", "stop", "invalid_type")
-    if isinstance(stop, list):
-        stop = [s for s in stop if s] or None
-    elif stop == "":
-        stop = None
-    ignore_eos = _get(body, "ignore_eos", (bool,), False, "a boolean")
-    if not 0 <= temperature <= 2:
-        raise ApiError(f"'temperature' must be in [0, 2], got {temperature}", "temperature", "invalid_value")
-    if max_tokens < 1:
-        raise ApiError(f"'max_tokens' must be at least 1, got {max_tokens}", "max_tokens", "invalid_value")
-    limit = llm.limits.max_seq_len - 1
-    if max_tokens > limit:
-        raise ApiError(f"'max_tokens' {max_tokens} is beyond this engine (max_seq_len {llm.limits.max_seq_len}); "
-                       f"ask for at most {limit}", "max_tokens", "invalid_value")
-    try:
-        return SamplingParams(max_tokens=max_tokens, temperature=float(temperature), top_k=top_k, top_p=float(top_p),
-                              seed=seed, stop=stop, ignore_eos=ignore_eos)
-    except UserError as exc:
-        raise ApiError(str(exc), None, "invalid_value") from None
-
-
-def completion_prompt(body: dict) -> str | list[int]:
-    prompt = body.get("prompt")
-    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
-        prompt = prompt[0]  # a batch of one
-    if isinstance(prompt, str):
-        if not prompt:
-            raise ApiError("'prompt' must not be empty", "prompt", "invalid_value")
-        return prompt
-    if isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
-        return prompt
-    if isinstance(prompt, list) and len(prompt) > 1 and all(isinstance(p, (str, list)) for p in prompt):
-        raise ApiError("several prompts in one request are not supported; send one request per prompt", "prompt",
-                       "unsupported_value")
-    raise ApiError("'prompt' must be a string or a list of token ids", "prompt", "invalid_type")
+                        status_code=exc.status, headers=headers)
 
 
 def chat_prompt(body: dict, llm: LLM) -> list[int]:
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise ApiError("'messages' must be a non-empty list", "messages", "invalid_type")
-    clean = []
-    for m in messages:
-        if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
-            raise ApiError("each message must be an object with string 'role' and 'content'", "messages",
-                           "invalid_type")
-        clean.append({"role": m["role"], "content": m["content"]})
+    messages = chat_messages(body)
     if not has_chat_template(llm.tokenizer):
         raise ApiError("this model's tokenizer has no chat template; use /v1/completions", "messages",
                        "unsupported_value")
-    return chat_ids(llm.tokenizer, clean)
+    from jinja2 import TemplateError
+
+    try:
+        return chat_ids(llm.tokenizer, messages)
+    except TemplateError as exc:  # the template's own rules (e.g. roles must alternate)
+        raise ApiError(f"the chat template refused these messages: {exc}", "messages", "invalid_value") from None
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A validated, tokenized request, ready to submit."""
+
+    prompt_ids: list[int]
+    sampling: Sampling
+    echo_text: str  # the prompt's text with echo, else ""
+    stream: bool
+    include_usage: bool
 
 
 # ----------------------------------------------------------------------------- app
 class OpenAIServer:
-    """The Starlette app over one :class:`LLM` (see the module docstring)."""
+    """The Starlette app over one :class:`LLM` (see the module docstring).
 
-    def __init__(self, llm: LLM, model_name: str) -> None:
+    ``model_name``: the served name, or several (the first is the one reported; all are
+    accepted in ``model``). ``max_request_bytes`` / ``max_waiting_requests``: ``None`` picks
+    the defaults (:func:`default_max_request_bytes`, :func:`default_max_waiting_requests`).
+    """
+
+    def __init__(self, llm: LLM, model_name: str | Sequence[str], *, api_key: str | None = None,
+                 max_request_bytes: int | None = None, max_waiting_requests: int | None = None) -> None:
         self.llm = llm
-        self.model_name = model_name
+        self.model_names = (model_name,) if isinstance(model_name, str) else tuple(model_name)
+        if not self.model_names:
+            raise UserError("give at least one served model name")
+        self.model_name = self.model_names[0]
+        self.api_key = api_key or None
+        limits = llm.limits
+        self.max_request_bytes = max_request_bytes or default_max_request_bytes(limits.max_seq_len)
+        self.max_waiting_requests = (max_waiting_requests if max_waiting_requests is not None
+                                     else default_max_waiting_requests(limits.max_batch_size))
+        self.draining = False  # new requests get 503
+        self.aborted = False  # in-flight requests were ended by abort_inflight
         self.created = int(time.time())
+        self.weights_bytes = weight_bytes(llm.runner.model)
+        # one worker: tokenizers are not all safe for concurrent calls, and a single
+        # thread keeps a burst of large bodies from taking every core from the batch
+        self._prepare_pool = ThreadPoolExecutor(1, thread_name_prefix="promptlookup-prepare")
         self.app = Starlette(routes=[
             Route("/health", self.health, methods=["GET"]),
             Route("/metrics", self.metrics, methods=["GET"]),
@@ -147,17 +131,49 @@ class OpenAIServer:
             Route("/v1/chat/completions", self.chat_completions, methods=["POST"]),
         ])
 
+    # ------------------------------------------------------------------ lifecycle
+    def begin_drain(self) -> None:
+        """Refuse new requests (503) from now on; in-flight ones go on."""
+        self.draining = True
+
+    def abort_inflight(self) -> int:
+        """End every waiting and live request with an error (their blocks freed); return how many."""
+        self.draining = self.aborted = True
+        return self.llm.scheduler.abort_all(SHUTDOWN_MESSAGE)
+
+    def idle(self) -> bool:
+        """No request waiting or live."""
+        stats = self.llm.scheduler.stats
+        return stats.live == 0 and stats.waiting == 0
+
+    def _authorize(self, request: Request) -> None:
+        if self.api_key is None:
+            return
+        given = request.headers.get("authorization", "")
+        scheme, _, token = given.partition(" ")
+        if scheme.lower() != "bearer" or not secrets.compare_digest(token.strip().encode(), self.api_key.encode()):
+            raise ApiError("missing or wrong API key; send 'Authorization: Bearer <key>'", None, "invalid_api_key",
+                           401)
+
+    # ------------------------------------------------------------------ routes
     async def health(self, request: Request) -> Response:
-        alive = self.llm.scheduler._thread.is_alive()
+        if self.draining:
+            return JSONResponse({"status": "draining"}, status_code=503)
+        alive = self.llm.scheduler.alive
         return JSONResponse({"status": "ok" if alive else "dead"}, status_code=200 if alive else 503)
 
     async def models(self, request: Request) -> Response:
+        try:
+            self._authorize(request)
+        except ApiError as exc:
+            return error_response(exc)
         return JSONResponse({"object": "list", "data": [
             {"id": self.model_name, "object": "model", "created": self.created, "owned_by": "promptlookup",
              "max_model_len": self.llm.limits.max_seq_len}]})
 
     async def metrics(self, request: Request) -> Response:
-        return PlainTextResponse(prometheus_text(self.llm), media_type="text/plain; version=0.0.4")
+        return PlainTextResponse(prometheus_text(self.llm, self.weights_bytes),
+                                 media_type="text/plain; version=0.0.4")
 
     async def completions(self, request: Request) -> Response:
         return await self._serve(request, chat=False)
@@ -165,151 +181,218 @@ class OpenAIServer:
     async def chat_completions(self, request: Request) -> Response:
         return await self._serve(request, chat=True)
 
-    # ------------------------------------------------------------------ core
+    # ------------------------------------------------------------------ request -> outputs
+    async def _read_body(self, request: Request) -> bytes:
+        limit = self.max_request_bytes
+        declared = request.headers.get("content-length", "")
+        too_big = ApiError(f"the request body is larger than this server's limit of {limit} bytes "
+                           "(serve.py --max_request_bytes)", None, "request_too_large", 413)
+        if declared.isdigit() and int(declared) > limit:
+            raise too_big
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise too_big
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    def _prepare(self, raw: bytes, chat: bool) -> Prepared:
+        """Parse, validate and tokenize a body (runs on the worker thread)."""
+        try:
+            body = json.loads(raw)
+        except (ValueError, UnicodeDecodeError):
+            raise ApiError("the request body is not valid JSON", None, "invalid_json") from None
+        if not isinstance(body, dict):
+            raise ApiError("the request body must be a JSON object", None, "invalid_json")
+        check_model(body, self.model_names)
+        stream = _get(body, "stream", (bool,), False, "a boolean")
+        options = _get(body, "stream_options", (dict,), {}, "an object")
+        limits = self.llm.limits
+        sampling = sampling_from_body(body, limits.max_seq_len, limits.vocab_size, chat)
+        param = "messages" if chat else "prompt"
+        prompt: str | list[int] | None = None
+        if chat:
+            ids = chat_prompt(body, self.llm)
+        else:
+            prompt = completion_prompt(body)
+            ids = self.llm.encode(prompt)[1]
+        bad = [t for t in ids if not 0 <= t < limits.vocab_size]
+        if bad:
+            raise ApiError(f"token id {bad[0]} is outside the vocabulary [0, {limits.vocab_size})", param,
+                           "invalid_value")
+        if not ids:
+            raise ApiError("the prompt has no tokens", param, "invalid_value")
+        self._check_context(len(ids), sampling.params.max_tokens, param)
+        echo = "" if not sampling.echo else (prompt if isinstance(prompt, str) else self.llm.decode(ids))
+        return Prepared(ids, sampling, echo, stream, bool(options.get("include_usage")))
+
+    def _check_context(self, prompt_len: int, max_tokens: int, param: str) -> None:
+        limits = self.llm.limits
+        if prompt_len > limits.max_input_len:
+            raise ApiError(f"the prompt has {prompt_len} tokens; this model takes at most {limits.max_input_len}",
+                           param, "context_length_exceeded")
+        if prompt_len + max_tokens > limits.max_seq_len:
+            raise ApiError(f"the prompt ({prompt_len} tokens) plus max_tokens ({max_tokens}) exceeds this model's "
+                           f"context of {limits.max_seq_len} tokens; ask for at most "
+                           f"{limits.max_seq_len - prompt_len} tokens", "max_tokens", "context_length_exceeded")
+        scheduler = self.llm.scheduler
+        if scheduler.kv_blocks_for(prompt_len, max_tokens) > scheduler.kv_capacity:
+            raise ApiError(f"the prompt ({prompt_len} tokens) plus max_tokens ({max_tokens}) needs more KV cache "
+                           "than this server holds; lower max_tokens", "max_tokens", "context_length_exceeded")
+
+    def _submit(self, p: Prepared) -> list[RequestOutput]:
+        """Queue the request's choices (on the event loop: the queue check and the submits
+        happen with no await between them)."""
+        stats = self.llm.scheduler.stats
+        if self.draining:
+            raise ApiError(SHUTDOWN_MESSAGE, None, "service_unavailable", 503)
+        behind = stats.waiting + stats.live + p.sampling.n - self.llm.limits.max_batch_size
+        if behind > self.max_waiting_requests:
+            raise ApiError(f"too many requests are waiting (limit {self.max_waiting_requests}); retry shortly",
+                           None, "rate_limit_exceeded", 429)
+        outs: list[RequestOutput] = []
+        try:
+            for i, rid in enumerate(p.sampling.request_ids):
+                outs.append(self.llm.generate_async(p.prompt_ids, p.sampling.params, streaming=True, request_id=rid,
+                                                    index=i))
+        except UserError as exc:  # a rule of the library's that the checks above did not foresee
+            for o in outs:
+                o.abort()
+            raise ApiError(str(exc), None, "invalid_value") from None
+        return outs
+
     async def _serve(self, request: Request, chat: bool) -> Response:
         try:
-            try:
-                body = json.loads(await request.body())
-            except (ValueError, UnicodeDecodeError):
-                raise ApiError("the request body is not valid JSON", None, "invalid_json") from None
-            if not isinstance(body, dict):
-                raise ApiError("the request body must be a JSON object", None, "invalid_json")
-            model = body.get("model")
-            if model is not None and not isinstance(model, str):
-                raise ApiError("'model' must be a string", "model", "invalid_type")
-            stream = _get(body, "stream", (bool,), False, "a boolean")
-            options = _get(body, "stream_options", (dict,), {}, "an object")
-            params = sampling_from_body(body, self.llm)
-            prompt = chat_prompt(body, self.llm) if chat else completion_prompt(body)
-            try:
-                out = self.llm.generate_async(prompt, params, streaming=True)
-            except UserError as exc:
-                text = str(exc)
-                code = "context_length_exceeded" if "max_input_len" in text or "max_seq_len" in text else "invalid_value"
-                param = "max_tokens" if "max_tokens" in text else ("messages" if chat else "prompt")
-                raise ApiError(text, param, code) from None
+            self._authorize(request)
+            if self.draining:
+                raise ApiError(SHUTDOWN_MESSAGE, None, "service_unavailable", 503)
+            raw = await self._read_body(request)
+            prepared = await asyncio.get_running_loop().run_in_executor(self._prepare_pool, self._prepare, raw, chat)
+            outs = self._submit(prepared)
+        except UserError as exc:  # the library refused the request: a client error, whatever its text
+            return error_response(ApiError(str(exc), None, "invalid_value"))
         except ApiError as exc:
-            return error_response(exc)
+            return error_response(exc, {"Retry-After": "1"} if exc.status in (429, 503) else None)
         rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
-        if stream:
-            return StreamingResponse(self._sse(out, rid, chat, bool(options.get("include_usage"))),
-                                     media_type="text/event-stream")
-        final = await _unless_disconnected(request, out)
-        if final is None:
+        if prepared.stream:
+            return StreamingResponse(self._sse(outs, prepared, rid, chat), media_type="text/event-stream")
+        finals = await _unless_disconnected(request, outs)
+        if finals is None:
             return Response(status_code=499)
-        if final.error is not None:
-            return error_response(ApiError(final.error, None, "generation_failed", 500))
-        c = final.outputs[0]
-        choice: dict[str, Any] = {"index": 0, "finish_reason": _finish(c.finish_reason), "logprobs": None}
-        if chat:
-            choice["message"] = {"role": "assistant", "content": c.text}
-        else:
-            choice["text"] = c.text
+        failed = next((f for f in finals if f.error is not None), None)
+        if failed is not None:
+            status = 503 if self.aborted else 500
+            return error_response(ApiError(failed.error or "generation failed", None,
+                                           "service_unavailable" if self.aborted else "generation_failed", status))
+        choices = []
+        for i, final in enumerate(finals):
+            c = final.outputs[0]
+            choice: dict[str, Any] = {"index": i, "finish_reason": _finish(c.finish_reason), "logprobs": None}
+            if chat:
+                choice["message"] = {"role": "assistant", "content": c.text}
+            else:
+                choice["text"] = prepared.echo_text + c.text
+            choices.append(choice)
         return JSONResponse({
             "id": rid, "object": "chat.completion" if chat else "text_completion", "created": int(time.time()),
-            "model": self.model_name, "choices": [choice], "usage": _usage(final)})
+            "model": self.model_name, "choices": choices, "usage": _usage(finals)})
 
-    async def _sse(self, out: RequestOutput, rid: str, chat: bool, include_usage: bool) -> AsyncIterator[str]:
+    async def _sse(self, outs: list[RequestOutput], p: Prepared, rid: str, chat: bool) -> AsyncIterator[str]:
         created = int(time.time())
         kind = "chat.completion.chunk" if chat else "text_completion"
 
-        def chunk(text: str | None, finish: str | None, first: bool = False) -> str:
+        def chunk(index: int, text: str | None, finish: str | None, first: bool = False) -> str:
             if chat:
                 delta: dict[str, Any] = {"role": "assistant", "content": ""} if first else {}
                 if text:
                     delta["content"] = text
-                choice: dict[str, Any] = {"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}
+                choice: dict[str, Any] = {"index": index, "delta": delta, "finish_reason": finish, "logprobs": None}
             else:
-                choice = {"index": 0, "text": text or "", "finish_reason": finish, "logprobs": None}
+                choice = {"index": index, "text": text or "", "finish_reason": finish, "logprobs": None}
             payload = {"id": rid, "object": kind, "created": created, "model": self.model_name, "choices": [choice]}
             return f"data: {json.dumps(payload)}\n\n"
 
+        updates: asyncio.Queue[tuple[int, str, str | None, bool]] = asyncio.Queue()
+
+        async def pump(index: int, out: RequestOutput) -> None:
+            try:
+                async for o in out:
+                    c = o.outputs[0]
+                    if c.text_diff or o.finished:
+                        updates.put_nowait((index, c.text_diff, _finish(c.finish_reason) if o.finished else None, False))
+            except RuntimeError:  # the request failed in the scheduler (out.error says why)
+                pass
+            finally:
+                updates.put_nowait((index, "", None, True))
+
+        tasks = [asyncio.ensure_future(pump(i, o)) for i, o in enumerate(outs)]
         try:
-            if chat:
-                yield chunk(None, None, first=True)
-            async for o in out:
-                if o.error is not None:
-                    err = {"error": {"message": o.error, "type": "server_error", "param": None, "code": None}}
+            for i in range(len(outs)):
+                if chat:
+                    yield chunk(i, None, None, first=True)
+                elif p.echo_text:
+                    yield chunk(i, p.echo_text, None)
+            done = 0
+            while done < len(outs):
+                index, text, finish, ended = await updates.get()
+                if not ended:
+                    yield chunk(index, text, finish)
+                    continue
+                done += 1
+                error = outs[index].error
+                if error is not None:
+                    err = {"error": {"message": error, "type": "server_error", "param": None,
+                                     "code": "service_unavailable" if self.aborted else None}}
                     yield f"data: {json.dumps(err)}\n\n"
                     break
-                c = o.outputs[0]
-                if c.text_diff or o.finished:
-                    yield chunk(c.text_diff, _finish(c.finish_reason) if o.finished else None)
             else:
-                if include_usage:
+                if p.include_usage:
                     payload = {"id": rid, "object": kind, "created": created, "model": self.model_name,
-                               "choices": [], "usage": _usage(out)}
+                               "choices": [], "usage": _usage(outs)}
                     yield f"data: {json.dumps(payload)}\n\n"
             yield "data: [DONE]\n\n"
-        except RuntimeError as exc:  # the request failed in the scheduler
-            err = {"error": {"message": str(exc), "type": "server_error", "param": None, "code": None}}
-            yield f"data: {json.dumps(err)}\n\n"
         finally:
-            out.abort()  # a disconnect cancels the request; after completion this is a no-op
+            for o in outs:
+                o.abort()  # a disconnect cancels the requests; after completion this is a no-op
+            for t in tasks:
+                t.cancel()
 
 
 def _finish(reason: str | None) -> str | None:
     return "length" if reason == "length" else ("stop" if reason is not None else None)
 
 
-def _usage(out: RequestOutput) -> dict[str, Any]:
-    c = out.outputs[0]
-    return {"prompt_tokens": len(out.prompt_token_ids), "completion_tokens": len(c.token_ids),
-            "total_tokens": len(out.prompt_token_ids) + len(c.token_ids),
-            "prompt_lookup": {"drafted": c.drafted, "accepted": c.accepted, "steps": c.steps}}
+def _usage(outs: Sequence[RequestOutput]) -> dict[str, Any]:
+    prompt = len(outs[0].prompt_token_ids)
+    completion = sum(len(o.outputs[0].token_ids) for o in outs)
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
+            "prompt_lookup": {name: sum(getattr(o.outputs[0], name) for o in outs)
+                              for name in ("drafted", "accepted", "steps")}}
 
 
-async def _unless_disconnected(request: Request, out: RequestOutput) -> RequestOutput | None:
-    """The final output, or ``None`` (request cancelled) if the client goes away first."""
+async def _unless_disconnected(request: Request, outs: list[RequestOutput]) -> list[RequestOutput] | None:
+    """The final outputs, or ``None`` (requests cancelled) if the client goes away first."""
 
     async def disconnected() -> None:
         while (await request.receive())["type"] != "http.disconnect":
             pass
 
-    result = asyncio.ensure_future(out.aresult())
+    async def final(out: RequestOutput) -> RequestOutput:
+        try:
+            return await out.aresult()
+        except RuntimeError:  # failed: out.error says why
+            return out
+
+    result = asyncio.ensure_future(asyncio.gather(*(final(o) for o in outs)))
     gone = asyncio.ensure_future(disconnected())
     try:
         done, _ = await asyncio.wait({result, gone}, return_when=asyncio.FIRST_COMPLETED)
     finally:
         gone.cancel()
     if result in done:
-        try:
-            return result.result()
-        except RuntimeError:
-            return out
-    out.abort()
+        return list(result.result())
+    for o in outs:
+        o.abort()
     result.cancel()
     return None
-
-
-def prometheus_text(llm: LLM) -> str:
-    """The ``/metrics`` body (Prometheus text exposition format 0.0.4)."""
-    s = llm.scheduler.stats
-    blocks = llm.runner.blocks
-    in_use = sum(1 for c in blocks.refcount if c > 0)
-    rows = [
-        ("promptlookup_requests_total", "counter", "Requests by outcome.", [
-            ('{state="submitted"}', s.requests_submitted), ('{state="finished"}', s.requests_finished),
-            ('{state="cancelled"}', s.requests_cancelled), ('{state="failed"}', s.requests_failed)]),
-        ("promptlookup_generated_tokens_total", "counter", "Tokens generated.", [("", s.generated_tokens)]),
-        ("promptlookup_draft_tokens_total", "counter", "Draft tokens verified.", [("", s.drafted)]),
-        ("promptlookup_accepted_draft_tokens_total", "counter", "Draft tokens accepted.", [("", s.accepted)]),
-        ("promptlookup_acceptance_rate", "gauge", "Accepted / drafted tokens since start.",
-         [("", s.accepted / s.drafted if s.drafted else 0.0)]),
-        ("promptlookup_tokens_per_step", "gauge", "Generated tokens per sequence step since start.",
-         [("", s.generated_tokens / s.sequence_steps if s.sequence_steps else 0.0)]),
-        ("promptlookup_sequence_steps_total", "counter", "Verification steps, one per live sequence.",
-         [("", s.sequence_steps)]),
-        ("promptlookup_batch_steps_total", "counter", "Forward passes of the live batch.", [("", s.batch_steps)]),
-        ("promptlookup_live_requests", "gauge", "Requests in the live batch.", [("", s.live)]),
-        ("promptlookup_waiting_requests", "gauge", "Requests waiting to join the batch.", [("", s.waiting)]),
-        ("promptlookup_kv_blocks_in_use", "gauge", "KV cache blocks referenced by live requests.", [("", in_use)]),
-        ("promptlookup_kv_blocks_total", "gauge", "KV cache blocks.", [("", len(blocks.refcount) - 1)]),
-        ("promptlookup_draft_token_budget", "gauge", "Tokens one step may feed (batch-aware draft budget).",
-         [("", llm.scheduler.token_budget)]),
-    ]
-    lines = []
-    for name, kind, help_text, samples in rows:
-        lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
-        lines += [f"{name}{labels} {value}" for labels, value in samples]
-    return "\n".join(lines) + "\n"

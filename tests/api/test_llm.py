@@ -155,7 +155,7 @@ def test_dynamic_cache_is_saved_at_shutdown(tiny_engine_dir, tmp_path):
 
 
 def test_max_concurrency_and_draft_len_schedule_are_honoured_by_the_scheduler(tiny_engine_dir, plain, monkeypatch):
-    from promptlookup.serving import scheduler as sched
+    from promptlookup.decoding import draft_budget as sched
 
     seen: list[tuple[int, int]] = []
     real = sched.draft_len_for

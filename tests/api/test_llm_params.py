@@ -9,7 +9,6 @@ import pytest
 
 from promptlookup import LLM, NGramDecodingConfig, SamplingParams
 from promptlookup.api import validation
-from promptlookup.api.validation import sample_seed
 from promptlookup.errors import UserError
 from promptlookup.text import chat_ids
 
@@ -54,6 +53,11 @@ def one_line_naming(exc: BaseException, name: str) -> str:
     (dict(frequency_penalty=float("inf")), "frequency_penalty", ValueError),
     (dict(stop=5), "stop", TypeError),
     (dict(stop=[""]), "stop", ValueError),
+    (dict(logit_bias={5: float("nan")}), "logit_bias[5]", ValueError),
+    (dict(logit_bias={"5": 1.0}), "logit_bias", TypeError),
+    (dict(logit_bias=3), "logit_bias", TypeError),
+    (dict(min_tokens=-1), "min_tokens", ValueError),
+    (dict(min_tokens=40, max_tokens=4), "min_tokens", ValueError),
 ])
 def test_sampling_params_refuse_bad_values_naming_the_field(kwargs, name, kind):
     with pytest.raises(kind) as exc:
@@ -68,6 +72,9 @@ def test_end_id_outside_the_vocabulary_is_refused(llm):
     assert "outside the engine's vocabulary" in one_line_naming(exc.value, "end_id")
     with pytest.raises(ValueError):
         llm.generate_async("hi", SamplingParams(max_tokens=4, end_id=llm.limits.vocab_size)).result()
+    with pytest.raises(ValueError) as exc:
+        llm.generate("hi", SamplingParams(max_tokens=4, logit_bias={llm.limits.vocab_size: 1.0}))
+    one_line_naming(exc.value, "logit_bias")
 
 
 def test_generate_takes_a_dict_of_sampling_params(llm):
@@ -210,20 +217,23 @@ def test_penalties_equal_run_py(llm, tiny_engine_dir, tmp_path, sampling):
 
 def test_n_samples_are_seeded_reproducible_and_equal_single_runs(llm):
     params = SamplingParams(max_tokens=10, temperature=0.9, seed=7, n=3)
+    one = SamplingParams(max_tokens=10, temperature=0.9, seed=7)
+
+    def alone(prompt, request_id):
+        return ids_of(llm.generate_async(prompt, one, request_id=request_id).result())
+
     out = llm.generate(TEXT, params)
     got = [c.token_ids for c in out.outputs]
     assert [c.index for c in out.outputs] == [0, 1, 2] and len({tuple(g) for g in got}) > 1
-    for j, g in enumerate(got):
-        alone = SamplingParams(max_tokens=10, temperature=0.9, seed=sample_seed(7, j))
-        assert ids_of(llm.generate(TEXT, alone)) == g
-    assert got[0] == ids_of(llm.generate(TEXT, SamplingParams(max_tokens=10, temperature=0.9, seed=7)))
+    assert got == [alone(TEXT, j) for j in range(3)]  # sample j: request id j, as serve.py's choices
+    assert got[0] == ids_of(llm.generate(TEXT, one))  # n=1 is unchanged
     assert [c.token_ids for c in llm.generate(TEXT, params).outputs] == got  # reproducible
-    batch = llm.generate(PROMPTS, params)  # in a list, sample j of prompt i is request i with sample j's seed
-    single = llm.generate(PROMPTS, SamplingParams(max_tokens=10, temperature=0.9, seed=sample_seed(7, 2)))
-    assert [o.outputs[2].token_ids for o in batch] == [ids_of(s) for s in single]
-    assert llm.chat(MESSAGES, params)[0].outputs[1].token_ids == ids_of(
-        llm.generate(chat_ids(llm.tokenizer, MESSAGES), SamplingParams(max_tokens=10, temperature=0.9,
-                                                                         seed=sample_seed(7, 1))))
+    batch = llm.generate(PROMPTS, params)  # sample j of prompt i (of P): request id i + j * P
+    for i, o in enumerate(batch):
+        assert [c.token_ids for c in o.outputs] == [alone(PROMPTS[i], i + j * len(PROMPTS)) for j in range(3)]
+    assert [ids_of(o) for o in batch] == [ids_of(o) for o in llm.generate(PROMPTS, one)]
+    templated = chat_ids(llm.tokenizer, MESSAGES)
+    assert llm.chat(MESSAGES, params)[0].outputs[1].token_ids == alone(templated, 1)
 
 
 def test_greedy_n_gives_identical_outputs(llm):

@@ -10,7 +10,7 @@ from promptlookup.engine.step_costs import batch_costs_for, batch_sizes_for, mea
 from promptlookup.runtime.base import EngineLimits
 from promptlookup.runtime.batch_costs import BatchStepCosts, single_sequence_prices
 from promptlookup.runtime.torch_runner import TorchRunner
-from promptlookup.serving.draft_budget import allot, allot_by_cost
+from promptlookup.decoding.draft_budget import allot, allot_by_cost
 from tests.tiny import tiny_llama
 
 TABLE = BatchStepCosts((1, 2, 4), ((0.0, 1.0, 1.1, 1.2), (0.0, 1.2, 1.5, 1.8), (0.0, 1.6, 2.4)))

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from promptlookup.decoding import generate
-from promptlookup.decoding.loop_state import stop_cut
+from promptlookup.decoding.request import stop_cut
 from promptlookup.drafting.base import DraftConfig
 from promptlookup.runtime.base import SamplingConfig
 from promptlookup.runtime.logits_processors import apply_logits_processors, row_prefixes
@@ -85,6 +85,7 @@ SETTINGS = {
     "presence+frequency": SamplingConfig(presence_penalty=0.6, frequency_penalty=0.4),
     "all+bad": SamplingConfig(repetition_penalty=1.3, frequency_penalty=0.2, bad_words=((7,), (12, 13))),
     "encourage": SamplingConfig(repetition_penalty=0.5, presence_penalty=-0.5),
+    "logit_bias": SamplingConfig(logit_bias=((5, 4.0), (9, 3.0), (12, -50.0))),
 }
 
 
@@ -179,3 +180,35 @@ def test_non_torch_runner_refuses_penalties():
     with pytest.raises(UserError, match="PyTorch runtime only"):
         generate(Fake(), [[1, 2]], max_new_tokens=4, end_id=2,
                  sampling=replace(SamplingConfig(), repetition_penalty=1.2))
+
+
+def test_logit_bias_adds_to_the_raw_logits():
+    logits = torch.zeros(2, 6)
+    out = apply_logits_processors(logits, [[1], [1, 2]], SamplingConfig(temperature=0.5, logit_bias=((3, 2.0), (0, -1.0))))
+    assert out[:, 3].tolist() == [2.0, 2.0] and out[:, 0].tolist() == [-1.0, -1.0] and out[:, 1].tolist() == [0.0, 0.0]
+
+
+def test_min_tokens_bans_the_end_token_per_row():
+    logits = torch.zeros(3, 6)
+    # prompt of 2 tokens; rows hold 0, 1 and 2 output tokens before their position
+    out = apply_logits_processors(logits, [[7, 7], [7, 7, 1], [7, 7, 1, 2]], SamplingConfig(min_tokens=2),
+                                  prompt_lens=[2, 2, 2], end_id=4)
+    assert out[:, 4].tolist() == [float("-inf"), float("-inf"), 0.0]
+
+
+def test_min_tokens_with_lookup_is_token_identical(model):
+    """The end token forced by a bias and held off by min_tokens: plain decoding and prompt
+    lookup (V2, the live batch) stop at the same token."""
+    from promptlookup.errors import UserError
+
+    prompts = make_prompts(1)
+    s = SamplingConfig(logit_bias=((END_ID, 8.0),), min_tokens=7)
+    plain = generate(runner_for(model), prompts, max_new_tokens=MAX_NEW, end_id=END_ID, sampling=s)
+    lookup = generate(runner_for(model), prompts, max_new_tokens=MAX_NEW, end_id=END_ID, sampling=s,
+                      draft=DraftConfig(prompt_lookup_num_tokens=6, max_matching_ngram_size=2), workflow="v2",
+                      draft_length_policy="full")
+    assert [r.output_ids for r in lookup] == [r.output_ids for r in plain]
+    assert all(len(r.output_ids) >= 7 and r.output_ids[-1] == END_ID for r in plain)
+    with pytest.raises(UserError, match="min_tokens"):
+        generate(runner_for(model), prompts, max_new_tokens=MAX_NEW, end_id=END_ID, sampling=s,
+                 draft=DraftConfig(prompt_lookup_num_tokens=6, max_matching_ngram_size=2), workflow="v1")

@@ -182,7 +182,7 @@ def test_bad_json_is_400(server, path, data):
     (dict(temperature="hot"), "temperature"),
     (dict(extra_body={"top_k": 1.5}), "top_k"),
     (dict(stream="yes"), "stream"),
-    (dict(n=2), "n"),
+    (dict(n=0), "n"),
     (dict(max_tokens=100000), "max_tokens"),
     (dict(max_tokens=1500), "max_tokens"),  # fits max_seq_len alone, not with the prompt
     (dict(prompt=[5] * 1100), "prompt"),  # over max_input_len (1024)

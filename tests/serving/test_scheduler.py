@@ -8,8 +8,8 @@ from promptlookup.decoding import generate
 from promptlookup.drafting import DraftConfig, make_drafter
 from promptlookup.errors import UserError
 from promptlookup.engine.load import load_runner
-from promptlookup.serving.draft_budget import allot
-from promptlookup.serving.scheduler import GenerationRequest, Scheduler
+from promptlookup.decoding.draft_budget import allot
+from promptlookup.decoding.scheduler import GenerationRequest, Scheduler
 
 
 @pytest.fixture(scope="module")
@@ -108,7 +108,7 @@ def test_a_failed_step_fails_its_requests_and_the_loop_goes_on(scheduler, monkey
 
 
 def test_allot_by_cost_flat_costs_keep_the_budget_linear_costs_keep_nothing():
-    from promptlookup.serving.draft_budget import allot_by_cost
+    from promptlookup.decoding.draft_budget import allot_by_cost
 
     lengths, rates = [6, 6, 2], [(0.9, 0.8), (0.3, 0.5), (0.9, 0.9)]
     flat = [0.0] + [1.0] * 20
@@ -139,7 +139,7 @@ def test_cost_table_decides_whether_a_batch_drafts(runner, costs, drafts):
 def test_allot_by_cost_prices_the_padding_of_a_batch():
     """Every sequence is padded to the longest draft: with 8 live sequences, one long draft
     costs 8 times its length, so a mildly rising table keeps drafts short and even."""
-    from promptlookup.serving.draft_budget import allot_by_cost
+    from promptlookup.decoding.draft_budget import allot_by_cost
 
     mild = [0.0] + [1.0 + 0.05 * q for q in range(1, 80)]
     sure = [(0.95, 0.95)] + [(0.05, 0.05)] * 7  # one sequence drafts well, seven do not

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from promptlookup.cli.serve import build_llm, main, parse_args
+from promptlookup.cli.serve import api_key, build_llm, main, parse_args
 from promptlookup.errors import UserError
 
 
@@ -30,7 +30,10 @@ def test_plain_decoding_without_prompt_lookup_config(tiny_engine_dir):
 @pytest.mark.parametrize("argv,match", [
     (["--prompt_lookup_config", "[0,2,[0]]"], "prompt_lookup_config"),
     (["--port", "70000"], "port"),
-    (["--engine_dir", "/nonexistent/engine"], "does not exist"),
+    (["--engine_dir", "/nonexistent/engine", "--port", "0"], "does not exist"),
+    (["--shutdown_timeout", "-1"], "shutdown_timeout"),
+    (["--max_waiting_requests", "-1"], "max_waiting_requests"),
+    (["--max_request_bytes", "0"], "max_request_bytes"),
 ])
 def test_bad_values_are_user_errors(argv, match):
     with pytest.raises(UserError, match=match):
@@ -54,3 +57,25 @@ def test_lookahead_config_builds_a_lookahead_llm(tiny_engine_dir):
     with pytest.raises(UserError, match="not both"):
         build_llm(parse_args(["--engine_dir", str(tiny_engine_dir), "--lookahead_config", "[2,3,2]",
                               "--prompt_lookup_config", "[4,2,[0]]"]))
+
+
+def test_run_py_flags_and_llama_cpp_aliases_are_accepted():
+    args = parse_args(["--num_threads", "1", "--lookup-cache-static", "s.bin", "--lookup-cache-dynamic", "d.bin",
+                       "--served_model_name", "main", "alias", "--api_key", "k", "--shutdown_timeout", "2.5",
+                       "--max_waiting_requests", "3", "--max_request_bytes", "4096"])
+    assert (args.num_threads, args.ngram_static_cache, args.ngram_dynamic_cache) == (1, "s.bin", "d.bin")
+    assert args.served_model_name == ["main", "alias"] and args.api_key == "k" and args.shutdown_timeout == 2.5
+    assert (args.max_waiting_requests, args.max_request_bytes) == (3, 4096)
+
+
+def test_num_threads_is_checked_before_anything_loads():
+    with pytest.raises(UserError, match="--num_threads"):
+        main(["--num_threads", "0", "--port", "0"])
+
+
+def test_api_key_comes_from_the_flag_else_the_environment(monkeypatch):
+    monkeypatch.delenv("PROMPTLOOKUP_API_KEY", raising=False)
+    assert api_key(parse_args([])) is None
+    monkeypatch.setenv("PROMPTLOOKUP_API_KEY", "from-env")
+    assert api_key(parse_args([])) == "from-env"
+    assert api_key(parse_args(["--api_key", "flag"])) == "flag"

@@ -140,6 +140,10 @@ class TrtllmRunner:
         ):
             raise UserError(f"device list {list(device_ids)} must hold distinct non-negative GPU indices")
 
+    def describe(self) -> dict[str, Any]:
+        """Where and how it runs (:meth:`~..base.Runner.describe`): TensorRT-LLM's GPUs."""
+        return {"device": "trtllm", "dtype": None, "cuda_graphs": False, "compile": None}
+
     def validate_lookup(self, k: int, device_ids: Sequence[int] | None = None) -> None:
         """Check that this engine and setup can run prompt lookup with drafts of up to ``k``.
 

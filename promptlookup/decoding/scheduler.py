@@ -7,21 +7,22 @@ A :class:`Scheduler` owns a background thread and one
    sequences) and the KV cache can hold each one's worst case (prompt plus
    ``max_new_tokens`` plus a full draft, reserved at admission, so a step never runs out
    of blocks); drops cancelled requests, releasing their blocks;
-2. drafts for every live request (its own :class:`~promptlookup.decoding.loop_state.LoopState`,
-   the same drafting, draft-length policy and bookkeeping as ``decoding.generate``), then
-   cuts the drafts to the batch-aware budget (:mod:`.draft_budget`);
-3. verifies all drafts in one ``DecodeBatch.step`` per distinct (sampling, end_id) group
-   (one forward pass when all requests sample alike, e.g. all greedy);
-4. sends each request the tokens it gained (a :class:`TokenEvent`) and retires the
-   finished ones, which leave the batch at once and free their blocks.
+2. runs :func:`~.step.step` over the live requests (each a :class:`~.request.RequestState`):
+   the same step as ``decoding.generate``'s V2 loop (drafting, draft-length policy,
+   verification per (sampling, end_id) group, the commit rule), with the batch-aware
+   budget (:class:`~.draft_budget.BatchBudget`) passed into tree building;
+3. sends each request the tokens it gained (a :class:`~promptlookup.runtime.results.StepEvent`)
+   and retires the finished ones, which leave the batch at once and free their blocks.
 
 No request waits for another to finish: a new one joins at the next step. Results reach
 callers through per-request sinks: a thread-safe queue (:meth:`RequestHandle.events`) or
 an asyncio queue on the caller's loop (:meth:`RequestHandle.aevents`).
 
-Output equals ``decoding.generate``'s for the same prompt: greedy choices do not depend on
-the batch (up to floating-point differences of batched kernels), and sampling noise is
-keyed by (seed, request id, position), with the request id given by the caller.
+Output equals ``decoding.generate``'s for the same prompt, by construction (the same step
+function): greedy choices do not depend on the batch (up to floating-point differences of
+batched kernels), and sampling noise is keyed by (seed, request id, position), with the
+request id given by the caller. Only the batch budget, which shortens drafts as the batch
+grows, can make drafted counts differ from ``generate``'s (never for a lone request).
 """
 from __future__ import annotations
 
@@ -33,19 +34,19 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Callable, Iterator, Sequence
 
-from ..decoding.lookahead import LookaheadConfig, step_tokens
-from ..decoding.loop_state import LoopState
-from ..runtime.results import SequenceResult
+from .lookahead import LookaheadConfig, step_tokens
+from .request import FINISH_LENGTH, FINISH_STOP, RequestState, make_proposer
+from .step import sampling_groups, step
+from ..runtime.results import SequenceResult, StepEvent
 from ..drafting.base import Drafter
 from ..errors import UserError, one_line
 from ..runtime.batch_costs import BatchStepCosts
-from ..runtime.base import SamplingConfig
-from ..runtime.torch_runner import TorchRunner
-from ..runtime.tree import DraftTree
-from ..drafting.concurrency import draft_len_for
-from .draft_budget import allot, allot_by_cost, default_token_budget
+from ..runtime.base import LiveBatchRunner, SamplingConfig
+from .draft_budget import BatchBudget, default_token_budget
 
-FINISH_STOP, FINISH_LENGTH, FINISH_CANCELLED, FINISH_ERROR = "stop", "length", "cancelled", "error"
+FINISH_CANCELLED, FINISH_ERROR = "cancelled", "error"
+__all__ = ["FINISH_STOP", "FINISH_LENGTH", "FINISH_CANCELLED", "FINISH_ERROR", "GenerationRequest", "TokenEvent",
+           "SchedulerStats", "RequestHandle", "Scheduler"]
 
 
 @dataclass
@@ -59,15 +60,7 @@ class GenerationRequest:
     request_id: int = 0  # keys the sampling noise: same (seed, request_id) -> same sample
 
 
-@dataclass(frozen=True)
-class TokenEvent:
-    """Tokens a request gained in one step; the last event has ``finish_reason`` set."""
-
-    tokens: list[int]
-    accepted: int  # draft tokens kept: the first ``accepted`` of ``tokens`` came from the draft
-    finish_reason: str | None = None  # stop (end_id), length, cancelled or error
-    error: str | None = None
-    drafted: int = 0  # draft tokens offered in the step
+TokenEvent = StepEvent  # what a request's stream carries: one per step, then one with finish_reason
 
 
 @dataclass
@@ -90,21 +83,37 @@ class SchedulerStats:
 class RequestHandle:
     """A submitted request: its events, its result so far, and ``cancel()``."""
 
-    def __init__(self, scheduler: "Scheduler", request: GenerationRequest, sink: Callable[[TokenEvent], None]) -> None:
+    def __init__(self, scheduler: "Scheduler", request: GenerationRequest, sink: Callable[[TokenEvent], None],
+                 sync_queue: "queue.Queue[TokenEvent] | None" = None,
+                 async_queue: "asyncio.Queue[TokenEvent] | None" = None) -> None:
         self.scheduler = scheduler
         self.request = request
         self.id = next(scheduler._ids)
         self._sink = sink
+        self._queue, self._aqueue = sync_queue, async_queue
         self.result: SequenceResult = SequenceResult()  # replaced by the live one on admission
         self.finish_reason: str | None = None
         self.cancelled = False
-        self.state: LoopState | None = None
+        self.stopped = False  # ended by its consumer (a stop string): counted as finished
+        self.abort_error: str | None = None  # ended by Scheduler.abort_all: finishes with this error
+        self.state: RequestState | None = None
         self.index: int | None = None  # slot in the batch while live
         self.reserved_blocks = 0
 
     def cancel(self) -> None:
         """Stop generating; the request leaves the batch (freeing its blocks) before the next step."""
         self.scheduler._cancel(self)
+
+    def stop(self) -> None:
+        """As :meth:`cancel`, for a request its consumer ended normally (a stop string
+        found in its text): counted as finished, not cancelled."""
+        self.stopped = True
+        self.scheduler._cancel(self)
+
+    def _final(self, reason: str, error: str | None = None) -> None:
+        """The stream's last event: no tokens, ``finish_reason`` set."""
+        self.finish_reason = reason
+        self._emit(StepEvent(self.id, [], 0, finish_reason=reason, error=error))
 
     def _emit(self, event: TokenEvent) -> None:
         try:
@@ -115,7 +124,7 @@ class RequestHandle:
     # Consumers -------------------------------------------------------------
     def events(self, timeout: float | None = None) -> Iterator[TokenEvent]:
         """Blocking iteration (for handles submitted without a ``loop``)."""
-        q = getattr(self, "_queue", None)
+        q = self._queue
         if q is None:
             raise RuntimeError("this request was submitted from an event loop; use `async for` or `await aresult()`")
         while True:
@@ -126,7 +135,7 @@ class RequestHandle:
 
     async def aevents(self) -> AsyncIterator[TokenEvent]:
         """Async iteration (for handles submitted with ``loop``)."""
-        q = getattr(self, "_aqueue", None)
+        q = self._aqueue
         if q is None:
             raise RuntimeError("this request was submitted outside an event loop; iterate it or call result()")
         while True:
@@ -137,7 +146,8 @@ class RequestHandle:
 
 
 class Scheduler:
-    """The continuous-batching loop over one :class:`TorchRunner` (see the module doc).
+    """The continuous-batching loop over one :class:`~promptlookup.runtime.base.LiveBatchRunner`
+    (see the module doc).
 
     ``token_budget`` caps the tokens one step feeds (:mod:`.draft_budget`; default
     ``k + 1``, k the drafter's ``prompt_lookup_num_tokens``); ``step_costs`` enables the per-request cost-aware draft
@@ -147,7 +157,7 @@ class Scheduler:
 
     def __init__(
         self,
-        runner: TorchRunner,
+        runner: LiveBatchRunner,
         drafter: Drafter | None,
         *,
         token_budget: int | None = None,
@@ -155,8 +165,8 @@ class Scheduler:
         lookahead: LookaheadConfig | None = None,
         batch_costs: BatchStepCosts | None = None,
     ) -> None:
-        if not isinstance(runner, TorchRunner):
-            raise UserError("continuous batching needs a PyTorch engine (TorchRunner)")
+        if not runner.capabilities.live_batch:
+            raise UserError("continuous batching needs a runner that opens live batches (a PyTorch engine)")
         self.runner = runner
         self.drafter = drafter
         limits = runner.limits
@@ -179,6 +189,9 @@ class Scheduler:
             raise UserError(f"draft token budget must be >= 1, got {self.token_budget}")
         self.step_costs = list(step_costs) if step_costs else None
         self.batch_costs = batch_costs if self.step_costs else None
+        # trees (Lookahead, several candidates) are sized by each request's proposer alone
+        self.budget = None if self.trees else BatchBudget(self.token_budget, self.step_costs, self.batch_costs, self.k,
+                                                          self.max_concurrency, self.draft_len_schedule)
         self.stats = SchedulerStats()
         self._ids = itertools.count()
         self._lock = threading.Condition()
@@ -210,12 +223,11 @@ class Scheduler:
                             "lower max_tokens or raise --max_tokens_in_paged_kv_cache")
         if loop is None:
             q: queue.Queue[TokenEvent] = queue.Queue()
-            handle = RequestHandle(self, request, q.put)
-            handle._queue = q  # type: ignore[attr-defined]
+            handle = RequestHandle(self, request, q.put, sync_queue=q)
         else:
             aq: asyncio.Queue[TokenEvent] = asyncio.Queue()
-            handle = RequestHandle(self, request, lambda ev: loop.call_soon_threadsafe(aq.put_nowait, ev))
-            handle._aqueue = aq  # type: ignore[attr-defined]
+            handle = RequestHandle(self, request, lambda ev: loop.call_soon_threadsafe(aq.put_nowait, ev),
+                                   async_queue=aq)
         handle.reserved_blocks = need
         with self._lock:
             if self._closed:
@@ -225,6 +237,32 @@ class Scheduler:
             self.stats.waiting = len(self._waiting)
             self._lock.notify_all()
         return handle
+
+    @property
+    def alive(self) -> bool:
+        """Whether the scheduler thread is running (``/health``)."""
+        return self._thread.is_alive()
+
+    @property
+    def kv_capacity(self) -> int:
+        """KV blocks a request may reserve at most (the pool less the scratch block)."""
+        return self._capacity
+
+    def kv_blocks_for(self, prompt_len: int, max_new_tokens: int) -> int:
+        """KV blocks reserved at admission for a request of this size (its worst case)."""
+        return -(-(prompt_len + max_new_tokens + self.k + 1) // self.runner.pool.block_size)
+
+    def abort_all(self, error: str) -> int:
+        """End every waiting and live request before the next step with finish reason
+        ``error`` and this message (their blocks freed); return how many. For a bounded
+        shutdown: the requests' consumers see an error, not a silent end."""
+        with self._lock:
+            handles = list(self._waiting) + self._live
+            for h in handles:
+                h.abort_error = error
+                h.cancelled = True
+            self._lock.notify_all()
+        return len(handles)
 
     def wait_idle(self, timeout: float) -> bool:
         """Block until no request is waiting or live (True), or ``timeout`` seconds pass."""
@@ -242,8 +280,7 @@ class Scheduler:
 
     # ---------------------------------------------------------------- internals
     def _blocks_needed(self, request: GenerationRequest) -> int:
-        slots = len(request.prompt) + request.max_new_tokens + self.k + 1
-        return -(-slots // self.runner.pool.block_size)
+        return self.kv_blocks_for(len(request.prompt), request.max_new_tokens)
 
     def _cancel(self, handle: RequestHandle) -> None:
         with self._lock:
@@ -273,7 +310,7 @@ class Scheduler:
         finally:
             with self._lock:
                 for h in list(self._waiting):
-                    h._emit(TokenEvent([], 0, FINISH_CANCELLED))
+                    h._final(FINISH_CANCELLED)
                 self._waiting.clear()
                 for h in list(self._live):
                     self._leave(h, FINISH_CANCELLED)
@@ -283,12 +320,22 @@ class Scheduler:
     def _retire_cancelled(self) -> None:
         for h in [h for h in self._waiting if h.cancelled]:
             self._waiting.remove(h)
-            self.stats.requests_cancelled += 1
-            h.finish_reason = FINISH_CANCELLED
-            h._emit(TokenEvent([], 0, FINISH_CANCELLED))
+            if h.abort_error is None:
+                self.stats.requests_cancelled += 1
+                h._final(FINISH_CANCELLED)
+            else:
+                self.stats.requests_failed += 1
+                h._final(FINISH_ERROR, h.abort_error)
         for h in [h for h in self._live if h.cancelled]:
-            self.stats.requests_cancelled += 1
-            self._leave(h, FINISH_CANCELLED)
+            if h.stopped:
+                self.stats.requests_finished += 1
+                self._leave(h, FINISH_STOP)
+            elif h.abort_error is not None:
+                self.stats.requests_failed += 1
+                self._leave(h, FINISH_ERROR, error=h.abort_error)
+            else:
+                self.stats.requests_cancelled += 1
+                self._leave(h, FINISH_CANCELLED)
         self.stats.waiting = len(self._waiting)
         self._lock.notify_all()
 
@@ -304,13 +351,15 @@ class Scheduler:
                 h.index = self._batch.add(r.prompt, r.request_id)
             except Exception as exc:  # fails this request only; the loop goes on
                 self.stats.requests_failed += 1
-                h.finish_reason = FINISH_ERROR
-                h._emit(TokenEvent([], 0, FINISH_ERROR, one_line(exc, None)))
+                h._final(FINISH_ERROR, one_line(exc, None))
                 continue
-            h.state = LoopState([r.prompt], self.drafter, r.max_new_tokens, limits.max_seq_len, r.end_id,
-                                None, self.step_costs, max_candidates=self.max_candidates, lookahead=self.lookahead,
-                                max_tree_nodes=limits.max_draft_len)
-            h.result = h.state.results[0]
+            proposer = make_proposer(r.prompt, self.drafter, limits.max_seq_len, step_costs=self.step_costs,
+                                     max_candidates=self.max_candidates, lookahead=self.lookahead,
+                                     seed=r.request_id)
+            h.state = RequestState(h.id, r.prompt, proposer, max_new_tokens=r.max_new_tokens, end_id=r.end_id,
+                                   max_seq_len=limits.max_seq_len, sampling=r.sampling,
+                                   max_tree_nodes=limits.max_draft_len, slot=h.index)
+            h.result = h.state.result
             self._reserved += h.reserved_blocks
             self._live.append(h)
         self.stats.waiting = len(self._waiting)
@@ -325,55 +374,25 @@ class Scheduler:
             self._batch.remove(h.index)
             h.index = None
         if h.state is not None:
-            for p in h.state.proposers:
-                p.finish()
-        h.finish_reason = reason
-        h._emit(TokenEvent([], 0, reason, error))
+            h.state.finish()
+        h._final(reason, error)
         self.stats.live = len(self._live)
         self._lock.notify_all()
 
     def _step(self, live: list[RequestHandle]) -> None:
-        if self.trees:  # Lookahead or several candidates: each request's proposer sizes its own tree
-            trees = [h.state.trees()[0] for h in live]  # type: ignore[union-attr]
-        else:
-            proposals = [h.state.drafts()[0] for h in live]  # type: ignore[union-attr]
-            lengths = [len(p) for p in proposals]
-            policies = [getattr(h.state.proposers[0], "policy", None) for h in live]  # type: ignore[union-attr]
-            if self.step_costs and all(policies):  # the budget, then only what pays off on this device
-                rates = [(p.first.value, p.later.value) for p in policies]
-                granted = allot_by_cost(lengths, rates, self.step_costs, self.token_budget, self.batch_costs)
-            else:
-                granted = allot(lengths, self.token_budget)
-            if self.max_concurrency is not None or self.draft_len_schedule is not None:
-                cap = draft_len_for(len(live), self.k, self.max_concurrency, self.draft_len_schedule)
-                granted = [min(g, cap) for g in granted]
-            trees = [DraftTree.chain(p[:g]) for p, g in zip(proposals, granted)]
-            for h, tree in zip(live, trees):  # what is verified is the granted part
-                h.state.last_trees[0] = tree  # type: ignore[union-attr]
-        groups: dict[tuple[SamplingConfig, int], list[int]] = {}
-        for j, h in enumerate(live):
-            groups.setdefault((h.request.sampling, h.request.end_id), []).append(j)
-        for (sampling, end_id), members in groups.items():
-            steps = self._batch.step_trees([live[j].index for j in members], [trees[j] for j in members],
-                                           end_id, sampling)
-            self.stats.batch_steps += 1
-            for j, step in zip(members, steps):
-                h, tree = live[j], trees[j]
-                state = h.state
-                assert state is not None
-                before = len(state.results[0].output_ids)
-                state.commit(0, tree.num_walkable, step.tokens, step.accepted, step.choices)
-                state.retire_finished()
-                res = state.results[0]
-                gained = res.output_ids[before:]
-                accepted = min(step.accepted, len(gained))
-                self.stats.sequence_steps += 1
-                self.stats.generated_tokens += len(gained)
-                self.stats.drafted += tree.num_walkable
-                self.stats.accepted += accepted
-                if gained:
-                    h._emit(TokenEvent(gained, accepted, drafted=tree.num_walkable))
-                if not state.active:
-                    with self._lock:
-                        self.stats.requests_finished += 1
-                        self._leave(h, FINISH_STOP if res.finished else FINISH_LENGTH)
+        states = [h.state for h in live]
+        events = step(self._batch, states, self.budget)  # type: ignore[arg-type]
+        self.stats.batch_steps += len(sampling_groups(states))  # type: ignore[arg-type]
+        for h, event in zip(live, events):
+            state = h.state
+            assert state is not None
+            self.stats.sequence_steps += 1
+            self.stats.generated_tokens += len(event.tokens)
+            self.stats.drafted += event.drafted
+            self.stats.accepted += event.accepted
+            if event.tokens:
+                h._emit(event)
+            if state.done:
+                with self._lock:
+                    self.stats.requests_finished += 1
+                    self._leave(h, state.finish_reason)

@@ -27,8 +27,10 @@ Cost: O(n log n) per step. The rule only shortens drafts, so it never changes ou
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Sequence
 
+from ..drafting.concurrency import Schedule, draft_len_for
 from ..runtime.batch_costs import BatchStepCosts, single_sequence_prices
 
 
@@ -109,3 +111,35 @@ def allot_by_cost(
     for _, i in candidates[:best_d]:
         out[i] += 1
     return out
+
+
+@dataclass(frozen=True)
+class BatchBudget:
+    """The scheduler's per-step rule for chain drafts, passed into tree building
+    (:func:`.step.step` asks each request what it plans, grants, then builds each tree once).
+
+    ``token_budget``: :func:`allot`'s; with ``step_costs`` (and every request's proposer
+    holding acceptance estimates) :func:`allot_by_cost` instead, priced by ``batch_costs``
+    when given. ``max_concurrency``/``draft_len_schedule`` (TensorRT-LLM's speculation
+    under load, :mod:`promptlookup.drafting.concurrency`) then cap every grant at the
+    draft length for the live batch size, ``k`` being the configured one.
+    """
+
+    token_budget: int
+    step_costs: Sequence[float] | None = None
+    batch_costs: BatchStepCosts | None = None
+    k: int = 0
+    max_concurrency: int | None = None
+    draft_len_schedule: Schedule | None = None
+
+    def grant(self, wanted: Sequence[int], rates: Sequence[tuple[float, float] | None]) -> list[int]:
+        """Draft tokens granted per request, ``granted[i] <= wanted[i]``. O(n log n)."""
+        if self.step_costs and all(r is not None for r in rates):  # the budget, then what pays off here
+            granted = allot_by_cost(wanted, rates, self.step_costs, self.token_budget,  # type: ignore[arg-type]
+                                    self.batch_costs)
+        else:
+            granted = allot(wanted, self.token_budget)
+        if self.max_concurrency is not None or self.draft_len_schedule is not None:
+            cap = draft_len_for(len(wanted), self.k, self.max_concurrency, self.draft_len_schedule)
+            granted = [min(g, cap) for g in granted]
+        return granted

@@ -1,0 +1,92 @@
+"""The runtime's options as two config objects, passed whole from the CLI and the API to
+``engine.load_runner`` (instead of loose keywords threaded through every layer):
+
+- :class:`KvCacheConfig` (TensorRT-LLM's LLM API name): prefix block reuse and the paged
+  KV budget in tokens;
+- :class:`RuntimeConfig`: where and how a PyTorch engine computes (device, CUDA graphs,
+  compiled steps, the CPU weight layout).
+
+Defaults come from :mod:`promptlookup.defaults`. Each validates its types on
+construction (one-line :class:`UserError`); values that depend on the machine or the
+engine (a device that is absent, inductor on a quantized engine) are checked on load.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from ..defaults import (COMPILE_MODES, CPU_WEIGHT_COPIES, DEFAULT_COMPILE_MODE, DEFAULT_CPU_WEIGHT_COPIES,
+                        DEFAULT_KV_CACHE_ENABLE_BLOCK_REUSE)
+from ..errors import UserError
+
+
+def _int(name: str, value: object, minimum: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise UserError(f"{name} must be an integer >= {minimum}, got {value!r}")
+
+
+def _bool(name: str, value: object) -> None:
+    if not isinstance(value, bool):
+        raise UserError(f"{name} must be True or False, got {value!r}")
+
+
+@dataclass(frozen=True)
+class KvCacheConfig:
+    """The paged KV cache: prefix block reuse across requests, and its size in tokens
+    (``None``: 2 x max_batch_size x max_seq_len)."""
+
+    enable_block_reuse: bool = DEFAULT_KV_CACHE_ENABLE_BLOCK_REUSE
+    max_tokens: int | None = None
+
+    def __post_init__(self) -> None:
+        _bool("enable_block_reuse", self.enable_block_reuse)
+        if self.max_tokens is not None:
+            _int("max_tokens", self.max_tokens, 1)
+
+
+@dataclass(frozen=True)
+class RuntimeConfig:
+    """How a PyTorch engine runs (``run.py``'s flags of the same meaning; TensorRT-LLM
+    engines refuse anything but the defaults).
+
+    ``device``: ``None``/``"auto"`` (the GPU when one is visible, else the CPU), ``cpu``,
+    ``cuda`` or ``cuda:N``. ``cuda_graph_mode``: replay captured CUDA graphs for decoding
+    steps (``None``: on when the engine is on a GPU). ``compile_mode``: ``off`` or
+    ``inductor`` (:mod:`.compiled`). ``cpu_weight_copies``: 1 or 2 (:mod:`.cpu_linear`).
+    """
+
+    device: str | None = None
+    cuda_graph_mode: bool | None = None
+    compile_mode: str = DEFAULT_COMPILE_MODE
+    cpu_weight_copies: int = DEFAULT_CPU_WEIGHT_COPIES
+
+    def __post_init__(self) -> None:
+        if self.device is not None and not isinstance(self.device, str):
+            raise UserError(f"device must be a string such as cpu or cuda:0, got {self.device!r}")
+        if self.cuda_graph_mode is not None:
+            _bool("cuda_graph_mode", self.cuda_graph_mode)
+        if self.compile_mode not in COMPILE_MODES:
+            raise UserError(f"--torch_compile {self.compile_mode!r} is not a mode; choose {' or '.join(COMPILE_MODES)}")
+        if self.cpu_weight_copies not in CPU_WEIGHT_COPIES:
+            raise UserError(f"cpu_weight_copies must be 1 or 2, got {self.cpu_weight_copies!r}")
+
+
+def with_options(
+    runtime: RuntimeConfig | None,
+    kv_cache: KvCacheConfig | None,
+    *,
+    device: str | None = None,
+    cuda_graph_mode: bool | None = None,
+    cpu_weight_copies: int | None = None,
+    compile_mode: str | None = None,
+    kv_cache_enable_block_reuse: bool | None = None,
+    max_tokens_in_paged_kv_cache: int | None = None,
+) -> tuple[RuntimeConfig, KvCacheConfig]:
+    """The two config objects, with any single option given as a keyword (``run.py``'s flag
+    names; ``None``: the object's value) folded in: the one place loose options become
+    configs, for callers that set one or two of them."""
+    runtime, kv_cache = runtime or RuntimeConfig(), kv_cache or KvCacheConfig()
+    loose = dict(device=device, cuda_graph_mode=cuda_graph_mode, cpu_weight_copies=cpu_weight_copies,
+                 compile_mode=compile_mode)
+    runtime = replace(runtime, **{k: v for k, v in loose.items() if v is not None})
+    kv = dict(enable_block_reuse=kv_cache_enable_block_reuse, max_tokens=max_tokens_in_paged_kv_cache)
+    return runtime, replace(kv_cache, **{k: v for k, v in kv.items() if v is not None})

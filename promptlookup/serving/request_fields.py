@@ -1,0 +1,275 @@
+"""The OpenAI request fields the server reads: every field honoured or refused with 400.
+
+Pure validation, no model work except what a field needs to be checked against (the
+vocabulary, the engine limits): :func:`parse_request` runs on a worker thread, so a large
+body never stalls the event loop that streams other requests.
+
+Honoured: ``max_tokens`` / ``max_completion_tokens``, ``temperature``, ``top_p``, ``top_k``
+(vLLM's; -1 is "none"), ``seed``, ``stop``, ``ignore_eos`` (vLLM's), ``n`` (with
+``best_of`` equal to it or absent), ``presence_penalty`` and ``frequency_penalty`` (in
+[-2, 2], OpenAI's range), ``repetition_penalty`` (> 0, vLLM's), ``logit_bias`` ({token id:
+bias in [-100, 100]}), ``min_tokens`` (vLLM's), ``echo`` (completions), ``stream``,
+``stream_options.include_usage``, ``response_format`` ``{"type": "text"}`` (the default),
+``tool_choice`` ``"none"``, and the metadata fields ``user``, ``metadata``, ``store``,
+``service_tier``, ``parallel_tool_calls`` (meaningless without tools). Refused (400 naming the
+field): tools and function calling, structured output, log-probabilities (not yet),
+``suffix``, predicted outputs, audio, non-text modalities and vLLM's guided decoding.
+
+Seeds: with ``seed``, choice ``i`` samples with request id ``i`` (reproducible; choice 0
+is what ``run.py --random_seed`` gives). Without one (or ``null``), each choice gets a fresh
+random 62-bit request id (the seed stays 0), so identical requests sample independently
+while still sharing one forward pass per step (the batch groups requests by sampling
+settings, and the request id is not one of them).
+"""
+from __future__ import annotations
+
+import json
+import math
+import secrets
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from ..api import SamplingParams
+from ..errors import UserError
+
+MAX_N = 128  # choices per request
+
+
+class ApiError(Exception):
+    """A request the server refuses: OpenAI's error shape with this status."""
+
+    def __init__(self, message: str, param: str | None = None, code: str | None = None, status: int = 400) -> None:
+        super().__init__(message)
+        self.message, self.param, self.code, self.status = message, param, code, status
+
+
+def _get(body: dict, name: str, kinds: tuple[type, ...], default: Any, what: str) -> Any:
+    value = body.get(name, default)
+    if value is None:
+        return default
+    if isinstance(value, bool) and bool not in kinds or not isinstance(value, kinds):
+        raise ApiError(f"'{name}' must be {what}, got {json.dumps(value)[:80]}", name, "invalid_type")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ApiError(f"'{name}' must be a finite number, got {value}", name, "invalid_value")
+    return value
+
+
+def check_text(text: str, param: str) -> str:
+    """``text`` if it is valid Unicode (encodable as UTF-8), else a 400 naming ``param``
+    (JSON's ``"\\ud800"`` escapes decode to lone surrogates that no tokenizer takes)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ApiError(f"'{param}' holds invalid Unicode ({exc.reason} at character {exc.start})", param,
+                       "invalid_unicode") from None
+    return text
+
+
+# name -> (allowed value, or a predicate that accepts the value; why it is refused)
+_UNSUPPORTED: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "tools": (lambda v: v in (None, []), "tool calling is not supported"),
+    "functions": (lambda v: v in (None, []), "function calling is not supported"),
+    "tool_choice": (lambda v: v in (None, "none"), "tool calling is not supported"),
+    "function_call": (lambda v: v in (None, "none"), "function calling is not supported"),
+    "response_format": (lambda v: v is None or v == {"type": "text"},
+                        "only response_format {\"type\": \"text\"} is supported (no structured output)"),
+    "logprobs": (lambda v: v is None or v is False, "logprobs are not supported yet"),
+    "top_logprobs": (lambda v: v in (None, 0), "top_logprobs are not supported yet"),
+    "suffix": (lambda v: v in (None, ""), "suffix (insertion) is not supported"),
+    "prediction": (lambda v: v is None, "predicted outputs are not supported"),
+    "audio": (lambda v: v is None, "audio output is not supported"),
+    "modalities": (lambda v: v in (None, ["text"]), "only the text modality is supported"),
+    "reasoning_effort": (lambda v: v is None, "this model has no reasoning setting"),
+    "web_search_options": (lambda v: v is None, "web search is not supported"),
+    "use_beam_search": (lambda v: v in (None, False), "beam search is not supported"),
+    "guided_json": (lambda v: v is None, "guided decoding is not supported"),
+    "guided_regex": (lambda v: v is None, "guided decoding is not supported"),
+    "guided_choice": (lambda v: v is None, "guided decoding is not supported"),
+    "guided_grammar": (lambda v: v is None, "guided decoding is not supported"),
+    "stop_token_ids": (lambda v: v in (None, []), "stop_token_ids are not supported; use 'stop' strings"),
+    "include_stop_str_in_output": (lambda v: v in (None, False), "the stop string is always cut from the text"),
+    "skip_special_tokens": (lambda v: v in (None, True), "special tokens are always skipped in the text"),
+}
+
+
+def refuse_unsupported(body: dict, chat: bool) -> None:
+    """400 for every known field this server cannot honour with the value given."""
+    for name, (ok, why) in _UNSUPPORTED.items():
+        if name in body:
+            try:
+                accepted = ok(body[name])
+            except TypeError:  # an unhashable value compared to a list
+                accepted = False
+            if not accepted:
+                raise ApiError(f"'{name}': {why}", name, "unsupported_value")
+    if chat and body.get("echo") not in (None, False):
+        raise ApiError("'echo' is a completions field; chat completions do not echo", "echo", "unsupported_value")
+    options = body.get("stream_options")
+    if isinstance(options, dict) and options.get("continuous_usage_stats"):
+        raise ApiError("stream_options.continuous_usage_stats is not supported", "stream_options",
+                       "unsupported_value")
+
+
+def check_model(body: dict, names: tuple[str, ...]) -> None:
+    """404 ``model_not_found`` unless ``model`` is one of ``names`` (the served name and its
+    aliases). An absent ``model`` is accepted, as trtllm-serve does (the server has one)."""
+    model = body.get("model")
+    if model is None:
+        return
+    if not isinstance(model, str):
+        raise ApiError("'model' must be a string", "model", "invalid_type")
+    if model not in names:
+        raise ApiError(f"the model {model!r} does not exist; this server serves {', '.join(map(repr, names))}",
+                       "model", "model_not_found", 404)
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """A request's sampling settings: ``n`` choices, choice ``i`` submitted with
+    ``params`` and request id ``request_ids[i]``."""
+
+    params: SamplingParams
+    request_ids: tuple[int, ...]
+    echo: bool
+
+    @property
+    def n(self) -> int:
+        return len(self.request_ids)
+
+
+def _penalty(body: dict, name: str, neutral: float) -> float:
+    value = float(_get(body, name, (int, float), neutral, "a number"))
+    if name == "repetition_penalty":
+        if value <= 0:
+            raise ApiError(f"'repetition_penalty' must be > 0 (1 is neutral), got {value}", name, "invalid_value")
+    elif not -2 <= value <= 2:
+        raise ApiError(f"'{name}' must be in [-2, 2], got {value}", name, "invalid_value")
+    return value
+
+
+def _logit_bias(body: dict, vocab_size: int) -> dict[int, float] | None:
+    bias = _get(body, "logit_bias", (dict,), None, "an object mapping token ids to numbers")
+    if not bias:
+        return None
+    out = {}
+    for key, value in bias.items():
+        try:
+            token = int(key)
+        except ValueError:
+            raise ApiError(f"'logit_bias' keys must be token ids, got {key!r}", "logit_bias", "invalid_value") from None
+        if not 0 <= token < vocab_size:
+            raise ApiError(f"'logit_bias' token {token} is outside the vocabulary [0, {vocab_size})", "logit_bias",
+                           "invalid_value")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not -100 <= value <= 100:
+            raise ApiError(f"'logit_bias' values must be numbers in [-100, 100], got {value!r} for token {token}",
+                           "logit_bias", "invalid_value")
+        out[token] = float(value)
+    return out
+
+
+def sampling_from_body(body: dict, max_seq_len: int, vocab_size: int, chat: bool) -> Sampling:
+    """The :class:`Sampling` of ``body``; 400 for a wrong type or a value out of range."""
+    refuse_unsupported(body, chat)
+    n = _get(body, "n", (int,), 1, "an integer")
+    if not 1 <= n <= MAX_N:
+        raise ApiError(f"'n' must be in [1, {MAX_N}], got {n}", "n", "invalid_value")
+    best_of = _get(body, "best_of", (int,), n, "an integer")
+    if best_of != n:
+        raise ApiError(f"best_of={best_of} (other than n) is not supported: every sample is returned", "best_of",
+                       "unsupported_value")
+    max_tokens = _get(body, "max_tokens", (int,), None, "an integer")
+    if max_tokens is None:
+        max_tokens = _get(body, "max_completion_tokens", (int,), 16, "an integer")
+    temperature = _get(body, "temperature", (int, float), 1.0, "a number")
+    top_p = _get(body, "top_p", (int, float), 1.0, "a number")
+    top_k = _get(body, "top_k", (int,), 0, "an integer")
+    if top_k == -1:  # vLLM's "no top-k"
+        top_k = 0
+    seed = _get(body, "seed", (int,), None, "an integer")
+    stop = body.get("stop")
+    if stop is not None and not (isinstance(stop, str) or (isinstance(stop, list) and all(isinstance(s, str) for s in stop))):
+        raise ApiError("'stop' must be a string or a list of strings", "stop", "invalid_type")
+    stops = [stop] if isinstance(stop, str) else list(stop or [])
+    stops = [check_text(s, "stop") for s in stops if s]
+    ignore_eos = _get(body, "ignore_eos", (bool,), False, "a boolean")
+    echo = _get(body, "echo", (bool,), False, "a boolean")
+    if not 0 <= temperature <= 2:
+        raise ApiError(f"'temperature' must be in [0, 2], got {temperature}", "temperature", "invalid_value")
+    if not 0 < top_p <= 1:
+        raise ApiError(f"'top_p' must be in (0, 1], got {top_p}", "top_p", "invalid_value")
+    if top_k < 0:
+        raise ApiError(f"'top_k' must be >= 0 (or -1 for none), got {top_k}", "top_k", "invalid_value")
+    if seed is not None and not 0 <= seed < 2**63:
+        raise ApiError(f"'seed' must be in [0, 2**63), got {seed}", "seed", "invalid_value")
+    if max_tokens < 1:
+        raise ApiError(f"'max_tokens' must be at least 1, got {max_tokens}", "max_tokens", "invalid_value")
+    if max_tokens > max_seq_len - 1:
+        raise ApiError(f"'max_tokens' {max_tokens} is beyond this model's context of {max_seq_len} tokens; "
+                       f"ask for at most {max_seq_len - 1}", "max_tokens", "invalid_value")
+    min_tokens = _get(body, "min_tokens", (int,), 0, "an integer")
+    if not 0 <= min_tokens <= max_tokens:
+        raise ApiError(f"'min_tokens' must be in [0, max_tokens={max_tokens}], got {min_tokens}", "min_tokens",
+                       "invalid_value")
+    penalties = {name: _penalty(body, name, neutral) for name, neutral in
+                 (("presence_penalty", 0.0), ("frequency_penalty", 0.0), ("repetition_penalty", 1.0))}
+    try:
+        params = SamplingParams(max_tokens=max_tokens, temperature=float(temperature), top_k=top_k, top_p=float(top_p),
+                                seed=seed if seed is not None else 0, stop=stops or None,
+                                ignore_eos=ignore_eos, logit_bias=_logit_bias(body, vocab_size),
+                                min_tokens=min_tokens, **penalties)
+    except UserError as exc:  # every field was checked above; this is a rule SamplingParams adds
+        raise ApiError(str(exc), None, "invalid_value") from None
+    ids = tuple(range(n)) if seed is not None else tuple(secrets.randbits(62) for _ in range(n))
+    return Sampling(params, ids, echo)
+
+
+def completion_prompt(body: dict) -> str | list[int]:
+    """``prompt``: a non-empty string, a list of token ids, or a list of one of either."""
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
+        prompt = prompt[0]  # a batch of one
+    if isinstance(prompt, str):
+        if not prompt:
+            raise ApiError("'prompt' must not be empty", "prompt", "invalid_value")
+        return check_text(prompt, "prompt")
+    if isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+        return prompt
+    if isinstance(prompt, list) and len(prompt) > 1 and all(isinstance(p, (str, list)) for p in prompt):
+        raise ApiError("several prompts in one request are not supported; send one request per prompt (or use n)",
+                       "prompt", "unsupported_value")
+    raise ApiError("'prompt' must be a string or a list of token ids", "prompt", "invalid_type")
+
+
+def chat_messages(body: dict) -> list[dict[str, str]]:
+    """``messages`` as ``[{"role", "content"}]`` with string contents.
+
+    ``content`` may be a string, a list of parts (the ``text`` of ``{"type": "text"}`` parts
+    concatenated; any other part type is refused), or ``null`` on an assistant turn (read
+    as ``""``). Tool calls in a message are refused (the server does not call tools)."""
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise ApiError("'messages' must be a non-empty list", "messages", "invalid_type")
+    clean = []
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+            raise ApiError(f"messages[{i}] must be an object with a string 'role'", "messages", "invalid_type")
+        role, content = m["role"], m.get("content")
+        if m.get("tool_calls") or m.get("function_call"):
+            raise ApiError(f"messages[{i}] holds tool calls; tool calling is not supported", "messages",
+                           "unsupported_value")
+        if content is None and role == "assistant":
+            content = ""
+        elif isinstance(content, list):
+            texts = []
+            for part in content:
+                kind = part.get("type") if isinstance(part, dict) else None
+                if kind != "text" or not isinstance(part.get("text"), str):
+                    raise ApiError(f"messages[{i}]: only text content parts ({{\"type\": \"text\", \"text\": ...}}) "
+                                   f"are supported, got {json.dumps(part)[:60]}", "messages", "unsupported_value")
+                texts.append(part["text"])
+            content = "".join(texts)
+        elif not isinstance(content, str):
+            raise ApiError(f"messages[{i}].content must be a string or a list of text parts", "messages",
+                           "invalid_type")
+        clean.append({"role": check_text(role, "messages"), "content": check_text(content, "messages")})
+    return clean

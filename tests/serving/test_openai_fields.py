@@ -1,0 +1,392 @@
+"""Every OpenAI request field the server takes is honoured or refused (issue 23, findings
+2-7 and 9), driven by the official openai client on 127.0.0.1: the penalties, logit_bias
+and min_tokens equal run.py's decoding (decoding.generate) token for token under prompt
+lookup, seed-less sampling differs per request, n choices, echo, content parts, refusals
+with a param, 404 model_not_found, invalid Unicode as 400, stop strings counted as
+finished, no cut multi-byte character, API field names in errors, the API key, the queue
+limit and the body limit."""
+from __future__ import annotations
+
+import json
+import threading
+import urllib.error
+import urllib.request
+
+import pytest
+
+openai = pytest.importorskip("openai")
+pytest.importorskip("starlette")
+pytest.importorskip("uvicorn")
+
+from promptlookup import LLM, NGramDecodingConfig, SamplingParams  # noqa: E402
+from promptlookup.decoding import generate  # noqa: E402
+from promptlookup.engine.load import load_runner  # noqa: E402
+from promptlookup.runtime.base import SamplingConfig  # noqa: E402
+from promptlookup.serving.openai_server import OpenAIServer  # noqa: E402
+from tests.serving.server_thread import ServerThread  # noqa: E402
+
+MODEL = "tiny"
+PROMPT = "1, 2, 3, 4, 5, 1, 2, 3, 4, 5, 1, 2, 3"
+
+
+@pytest.fixture(scope="module")
+def llm(tiny_engine_dir):
+    with LLM(str(tiny_engine_dir), speculative_config=NGramDecodingConfig(max_draft_len=6)) as model:
+        yield model
+
+
+@pytest.fixture(scope="module")
+def server(llm):
+    srv = ServerThread(OpenAIServer(llm, [MODEL, "tiny-alias"]).app)
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def runner(tiny_engine_dir):
+    return load_runner(tiny_engine_dir)
+
+
+def plain(runner, llm, ids: list[int], max_tokens: int, **sampling) -> list[int]:
+    """run.py's decoding (plain, no drafts) of one prompt: request id 0."""
+    return generate(runner, [ids], max_new_tokens=max_tokens, end_id=llm.default_end_id,
+                    sampling=SamplingConfig(**sampling))[0].output_ids
+
+
+def raw_post(server, path: str, data: bytes, headers: dict | None = None) -> tuple[int, dict, dict]:
+    req = urllib.request.Request(server.url + path, data=data,
+                                 headers={"Content-Type": "application/json", **(headers or {})})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return r.status, json.load(r), dict(r.headers)
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.load(exc), dict(exc.headers)
+
+
+def idle_without_leaks(llm) -> bool:
+    assert llm.scheduler.wait_idle(60)
+    return llm.runner.blocks.num_in_use == 0
+
+
+# ----------------------------------------------------------------------------- penalties, logit_bias
+@pytest.mark.parametrize("field,value,config", [
+    ("presence_penalty", 2.0, {"presence_penalty": 2.0}),
+    ("frequency_penalty", 1.5, {"frequency_penalty": 1.5}),
+    ("repetition_penalty", 1.8, {"repetition_penalty": 1.8}),
+])
+@pytest.mark.parametrize("stream", [False, True])
+def test_penalties_equal_run_py(client, llm, runner, field, value, config, stream):
+    ids = llm.encode(PROMPT)[1]
+    unpenalised = llm.decode(plain(runner, llm, ids, 16, temperature=0.0))
+    expected = llm.decode(plain(runner, llm, ids, 16, temperature=0.0, **config))
+    assert expected != unpenalised  # the penalty matters for this prompt
+    r = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=16, temperature=0, stream=stream,
+                                  **({field: value} if field != "repetition_penalty" else {"extra_body": {field: value}}))
+    text = "".join(c.choices[0].text for c in r) if stream else r.choices[0].text
+    assert text == expected
+
+
+def test_seeded_sampling_with_penalty_and_logit_bias_equals_run_py(client, llm, runner):
+    ids = llm.encode(PROMPT)[1]
+    bias = {ids[0]: -100.0, ids[1]: 5.0}
+    expected = llm.decode(plain(runner, llm, ids, 16, temperature=0.8, random_seed=11, presence_penalty=0.5,
+                                logit_bias=tuple(sorted(bias.items()))))
+    r = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=16, temperature=0.8, seed=11,
+                                  presence_penalty=0.5, logit_bias={str(t): b for t, b in bias.items()})
+    assert r.choices[0].text == expected
+    api = llm.generate(PROMPT, SamplingParams(max_tokens=16, temperature=0.8, seed=11, presence_penalty=0.5,
+                                              logit_bias=bias))
+    assert api.outputs[0].text == expected
+
+
+def test_logit_bias_forces_and_bans(client, llm, runner):
+    ids = llm.encode(PROMPT)[1]
+    forced = ids[2]
+    r = client.completions.create(model=MODEL, prompt=ids, max_tokens=6, temperature=0,
+                                  logit_bias={str(forced): 100})
+    assert r.choices[0].text == llm.decode([forced] * 6)
+    first = plain(runner, llm, ids, 1, temperature=0.0)[0]
+    r = client.completions.create(model=MODEL, prompt=ids, max_tokens=1, temperature=0, logit_bias={str(first): -100})
+    assert r.choices[0].text != llm.decode([first])
+
+
+@pytest.mark.parametrize("kwargs,param", [
+    (dict(presence_penalty=5), "presence_penalty"),
+    (dict(frequency_penalty=-2.5), "frequency_penalty"),
+    (dict(extra_body={"repetition_penalty": 0}), "repetition_penalty"),
+    (dict(logit_bias={"abc": 1}), "logit_bias"),
+    (dict(logit_bias={"5": 101}), "logit_bias"),
+    (dict(logit_bias={"99999999": 1}), "logit_bias"),
+    (dict(extra_body={"min_tokens": 99}), "min_tokens"),
+    (dict(logprobs=2), "logprobs"),
+    (dict(logprobs=0), "logprobs"),
+    (dict(suffix="x"), "suffix"),
+    (dict(best_of=3), "best_of"),
+    (dict(n=1000), "n"),
+    (dict(seed=-1), "seed"),
+    (dict(top_p=0), "top_p"),
+    (dict(extra_body={"tools": [{"type": "function", "function": {"name": "f"}}]}), "tools"),
+    (dict(extra_body={"response_format": {"type": "json_object"}}), "response_format"),
+])
+def test_out_of_range_and_unsupported_fields_are_400(client, llm, kwargs, param):
+    with pytest.raises(openai.BadRequestError) as exc:
+        client.completions.create(**{"model": MODEL, "prompt": PROMPT, "max_tokens": 8, **kwargs})
+    err = exc.value.response.json()["error"]
+    assert exc.value.status_code == 400 and err["param"] == param and err["message"]
+    assert idle_without_leaks(llm)
+
+
+@pytest.mark.parametrize("kwargs,param", [
+    (dict(tools=[{"type": "function", "function": {"name": "f", "parameters": {}}}]), "tools"),
+    (dict(response_format={"type": "json_object"}), "response_format"),
+    (dict(logprobs=True), "logprobs"),
+    (dict(top_logprobs=3), "top_logprobs"),
+    (dict(extra_body={"echo": True}), "echo"),
+])
+def test_unsupported_chat_fields_are_400(client, kwargs, param):
+    with pytest.raises(openai.BadRequestError) as exc:
+        client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=4,
+                                       **kwargs)
+    assert exc.value.response.json()["error"]["param"] == param
+
+
+def test_response_format_text_is_the_default(client):
+    r = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=4,
+                                       temperature=0, response_format={"type": "text"})
+    assert r.choices[0].finish_reason in ("stop", "length")
+
+
+# ----------------------------------------------------------------------------- min_tokens
+def test_min_tokens_holds_off_the_end_token(client, llm):
+    ids = llm.encode(PROMPT)[1]
+    eos = str(llm.default_end_id)
+    r = client.completions.create(model=MODEL, prompt=ids, max_tokens=12, temperature=0, logit_bias={eos: 100})
+    assert r.usage.completion_tokens == 1 and r.choices[0].finish_reason == "stop"
+    for stream in (False, True):
+        r = client.completions.create(model=MODEL, prompt=ids, max_tokens=12, temperature=0, logit_bias={eos: 100},
+                                      stream=stream, stream_options={"include_usage": True} if stream else None,
+                                      extra_body={"min_tokens": 5})
+        chunks = list(r) if stream else [r]
+        usage = chunks[-1].usage
+        finishes = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+        assert usage.completion_tokens == 6 and finishes == ["stop"]  # 5 tokens, then the end token
+
+
+def test_min_tokens_holds_off_stop_strings(client, llm, runner):
+    ids = llm.encode(PROMPT)[1]
+    out = plain(runner, llm, ids, 16, temperature=0.0)
+    stop = llm.decode(out[:1]).strip() or llm.decode(out[:2]).strip()
+    early = client.completions.create(model=MODEL, prompt=ids, max_tokens=16, temperature=0, stop=[stop])
+    assert early.usage.completion_tokens <= 2
+    r = client.completions.create(model=MODEL, prompt=ids, max_tokens=16, temperature=0, stop=[stop],
+                                  extra_body={"min_tokens": 6})
+    assert r.usage.completion_tokens >= 6
+    assert llm.decode(out).startswith(r.choices[0].text) and len(r.choices[0].text) > len(early.choices[0].text)
+
+
+# ----------------------------------------------------------------------------- seeds and n
+def test_unseeded_sampling_differs_per_request(client):
+    for seed in ({}, {"seed": None}):
+        texts = {client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=24, temperature=1.0,
+                                           **seed).choices[0].text for _ in range(3)}
+        assert len(texts) > 1
+
+
+def test_seeded_sampling_is_reproducible_and_equals_run_py(client, llm, runner):
+    ids = llm.encode(PROMPT)[1]
+    expected = llm.decode(plain(runner, llm, ids, 20, temperature=1.0, random_seed=5))
+    texts = [client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=20, temperature=1.0,
+                                       seed=5).choices[0].text for _ in range(2)]
+    assert texts == [expected, expected]
+
+
+def test_n_choices_each_reproducible(client, llm):
+    r = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=16, temperature=1.0, seed=3, n=3)
+    assert [c.index for c in r.choices] == [0, 1, 2]
+    texts = [c.text for c in r.choices]
+    assert len(set(texts)) > 1
+    total = 0
+    for i, text in enumerate(texts):  # choice i is request id i with the request's seed
+        out = llm.generate_async(PROMPT, SamplingParams(max_tokens=16, temperature=1.0, seed=3), request_id=i).result()
+        assert out.outputs[0].text == text
+        total += len(out.outputs[0].token_ids)
+    assert r.usage.completion_tokens == total and r.usage.prompt_tokens == len(llm.encode(PROMPT)[1])
+    streamed: dict[int, str] = {}
+    for chunk in client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=16, temperature=1.0, seed=3, n=3,
+                                           stream=True):
+        for c in chunk.choices:
+            streamed[c.index] = streamed.get(c.index, "") + c.text
+    assert [streamed[i] for i in range(3)] == texts
+    chat = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": PROMPT}], n=2,
+                                          max_tokens=8, temperature=0)
+    assert [c.index for c in chat.choices] == [0, 1] and chat.choices[0].message.content == chat.choices[1].message.content
+    assert idle_without_leaks(llm)
+
+
+# ----------------------------------------------------------------------------- echo, content parts
+@pytest.mark.parametrize("stream", [False, True])
+def test_echo_prepends_the_prompt(client, stream):
+    plain_r = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=8, temperature=0)
+    r = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=8, temperature=0, echo=True, stream=stream)
+    text = "".join(c.choices[0].text for c in r) if stream else r.choices[0].text
+    assert text == PROMPT + plain_r.choices[0].text
+
+
+def test_content_parts_and_null_assistant_content(client):
+    def ask(messages):
+        return client.chat.completions.create(model=MODEL, messages=messages, max_tokens=8,
+                                              temperature=0).choices[0].message.content
+
+    as_string = ask([{"role": "user", "content": "hello there"}])
+    assert ask([{"role": "user", "content": [{"type": "text", "text": "hello"},
+                                             {"type": "text", "text": " there"}]}]) == as_string
+    history = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": None},
+               {"role": "user", "content": "again"}]
+    assert isinstance(ask(history), str)
+    with pytest.raises(openai.BadRequestError) as exc:
+        ask([{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "http://x/y.png"}}]}])
+    assert exc.value.response.json()["error"]["param"] == "messages"
+    with pytest.raises(openai.BadRequestError):
+        ask([{"role": "user", "content": None}])
+
+
+# ----------------------------------------------------------------------------- model, unicode, errors
+def test_unknown_model_is_404_and_aliases_are_accepted(client, server):
+    with pytest.raises(openai.NotFoundError) as exc:
+        client.completions.create(model="nope", prompt=PROMPT, max_tokens=2)
+    assert exc.value.response.json()["error"]["code"] == "model_not_found"
+    assert client.completions.create(model="tiny-alias", prompt=PROMPT, max_tokens=2).model == MODEL
+    status, body, _ = raw_post(server, "/v1/completions", json.dumps({"prompt": PROMPT, "max_tokens": 2}).encode())
+    assert status == 200 and body["model"] == MODEL  # an absent model is the served one (as trtllm-serve)
+
+
+@pytest.mark.parametrize("path,body", [
+    ("/v1/completions", '{"prompt": "a \\ud800 b", "max_tokens": 2}'),
+    ("/v1/chat/completions", '{"messages": [{"role": "user", "content": "\\udfff"}], "max_tokens": 2}'),
+    ("/v1/chat/completions", '{"messages": [{"role": "user", "content": [{"type": "text", "text": "\\ud800"}]}]}'),
+    ("/v1/completions", '{"prompt": "a", "stop": ["\\ud800"], "max_tokens": 2}'),
+])
+def test_lone_surrogates_are_400(server, path, body):
+    status, payload, _ = raw_post(server, path, body.encode())
+    assert status == 400 and payload["error"]["code"] == "invalid_unicode"
+
+
+def test_lone_surrogate_in_an_echoed_value_is_no_500(server):
+    status, payload, _ = raw_post(server, "/v1/completions", b'{"model": "\\udc80", "prompt": "a"}')
+    assert status == 404 and payload["error"]["code"] == "model_not_found"
+
+
+def test_context_errors_speak_api_field_names(client):
+    with pytest.raises(openai.BadRequestError) as exc:
+        client.completions.create(model=MODEL, prompt="the cat sat on the mat " * 10, max_tokens=1500)
+    err = exc.value.response.json()["error"]
+    assert err["param"] == "max_tokens" and err["code"] == "context_length_exceeded"
+    assert "max_tokens" in err["message"] and "--" not in err["message"]
+
+
+def test_stop_string_finish_counts_as_finished(client, llm, runner):
+    ids = llm.encode(PROMPT)[1]
+    text = llm.decode(plain(runner, llm, ids, 12, temperature=0.0))
+    stop = text.strip()[:2]
+    stats = llm.scheduler.stats
+    assert idle_without_leaks(llm)
+    finished, cancelled = stats.requests_finished, stats.requests_cancelled
+    r = client.completions.create(model=MODEL, prompt=ids, max_tokens=12, temperature=0, stop=[stop],
+                                  extra_body={"ignore_eos": True})
+    assert r.choices[0].finish_reason == "stop" and r.usage.completion_tokens < 12
+    assert idle_without_leaks(llm)
+    assert (stats.requests_finished, stats.requests_cancelled) == (finished + 1, cancelled)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_max_tokens_never_cuts_a_character(client, llm, stream):
+    pieces = llm.encode("🌐")[1]
+    assert len(pieces) > 1 and "\ufffd" in llm.decode(pieces[:1])  # an emoji of several byte tokens
+    r = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=1, temperature=0, stream=stream,
+                                  logit_bias={str(pieces[0]): 100}, extra_body={"ignore_eos": True})
+    text = "".join(c.choices[0].text for c in r) if stream else r.choices[0].text
+    assert "\ufffd" not in text
+
+
+# ----------------------------------------------------------------------------- key, queue, body
+def test_api_key(llm):
+    srv = ServerThread(OpenAIServer(llm, MODEL, api_key="s3cret").app)
+    try:
+        wrong = openai.OpenAI(base_url=srv.url + "/v1", api_key="nope", max_retries=0, timeout=60)
+        with pytest.raises(openai.AuthenticationError):
+            wrong.completions.create(model=MODEL, prompt=PROMPT, max_tokens=2)
+        with pytest.raises(openai.AuthenticationError):
+            wrong.models.list()
+        right = openai.OpenAI(base_url=srv.url + "/v1", api_key="s3cret", max_retries=0, timeout=60)
+        assert right.completions.create(model=MODEL, prompt=PROMPT, max_tokens=2).choices
+        with urllib.request.urlopen(srv.url + "/health", timeout=30) as r:  # health and metrics stay open
+            assert r.status == 200
+    finally:
+        srv.stop()
+
+
+def test_queue_limit_is_429_with_retry_after(llm):
+    srv = ServerThread(OpenAIServer(llm, MODEL, max_waiting_requests=1).app)
+    try:
+        n = llm.limits.max_batch_size + 2  # two would have to wait, one more than the limit
+        status, body, headers = raw_post(srv, "/v1/completions",
+                                         json.dumps({"prompt": PROMPT, "max_tokens": 2, "n": n}).encode())
+        assert status == 429 and body["error"]["code"] == "rate_limit_exceeded" and headers.get("retry-after")
+        status, _, _ = raw_post(srv, "/v1/completions",
+                                json.dumps({"prompt": PROMPT, "max_tokens": 2, "n": n - 1}).encode())
+        assert status == 200
+    finally:
+        srv.stop()
+    assert idle_without_leaks(llm)
+
+
+def test_oversized_body_is_413_before_parsing(llm):
+    srv = ServerThread(OpenAIServer(llm, MODEL, max_request_bytes=2000).app)
+    try:
+        status, body, _ = raw_post(srv, "/v1/completions", json.dumps({"prompt": "x" * 5000}).encode())
+        assert status == 413 and body["error"]["code"] == "request_too_large"
+        status, _, _ = raw_post(srv, "/v1/completions", json.dumps({"prompt": PROMPT, "max_tokens": 2}).encode())
+        assert status == 200
+    finally:
+        srv.stop()
+
+
+def test_tokenizing_does_not_stall_other_requests(llm, monkeypatch):
+    """A stream runs to its end while another request is held inside tokenization (on the
+    worker thread, not the event loop)."""
+    server = OpenAIServer(llm, MODEL)
+    entered, release = threading.Event(), threading.Event()
+    prepare = server._prepare
+
+    def slow_prepare(raw: bytes, chat: bool):
+        if b"HOLD" in raw:
+            entered.set()
+            assert release.wait(120)
+        return prepare(raw, chat)
+
+    monkeypatch.setattr(server, "_prepare", slow_prepare)
+    srv = ServerThread(server.app)
+    try:
+        client = openai.OpenAI(base_url=srv.url + "/v1", api_key="x", max_retries=0, timeout=60)
+        stream = iter(client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=40, temperature=0, stream=True,
+                                                extra_body={"ignore_eos": True}))
+        next(stream)
+        held: list = []
+        t = threading.Thread(target=lambda: held.append(raw_post(srv, "/v1/completions", json.dumps(
+            {"prompt": "HOLD " + PROMPT, "max_tokens": 2}).encode())))
+        t.start()
+        assert entered.wait(60)
+        rest = list(stream)
+        assert rest[-1].choices[0].finish_reason == "length"  # streamed to the end while the other is held
+        assert not held
+        release.set()
+        t.join(60)
+        assert held and held[0][0] == 200
+    finally:
+        release.set()
+        srv.stop()
