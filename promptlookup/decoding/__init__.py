@@ -9,6 +9,7 @@ from typing import Any, Callable, Sequence
 
 from ..defaults import DEFAULT_DRAFT_LENGTH_POLICY, DEFAULT_WORKFLOW, DRAFT_LENGTH_POLICIES, WORKFLOWS
 from ..drafting.base import DraftConfig, Drafter, WorkflowDrafter
+from ..drafting.drafter import NgramDrafter
 from ..errors import UserError
 from ..runtime.base import Runner, RunnerCapabilities, SamplingConfig, validate_batch
 from ..runtime.results import SequenceResult, StepCallback, StepEvent
@@ -29,7 +30,7 @@ def _check_drafter_workflow(drafter: Drafter | None, workflow: str) -> None:
 
 
 def drafter_for(draft: DraftConfig | None, capabilities: RunnerCapabilities, *, workflow: str, end_id: int | None,
-                tokenizer: Any = None) -> Drafter | None:
+                tokenizer: Any = None) -> NgramDrafter | None:
     """The one place a run's drafter is made (``generate`` when given none, and ``run.py``).
 
     None without ``draft``, and under v2 on a runner that speculates by itself

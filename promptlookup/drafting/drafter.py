@@ -171,6 +171,11 @@ class NgramDrafter:
     def new_request(self, prompt: Sequence[int], max_seq_len: int) -> "NgramRequest":
         return NgramRequest(self, prompt, max_seq_len)
 
+    def public_patterns(self) -> int:
+        """Distinct n-grams in the pool all requests share (pool mode with ``is_public_pool``), else 0."""
+        pool = self.mode.public_pool if isinstance(self.mode, PoolMode) else None
+        return int(pool.num_patterns()) if pool is not None else 0
+
     def save(self) -> None:
         """Write the dynamic cache (if configured) to its file, atomically."""
         if self.dynamic_cache is not None and self.config.dynamic_cache is not None:

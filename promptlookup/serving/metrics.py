@@ -52,8 +52,7 @@ def resident_bytes() -> int:
 
 def ngram_pool_patterns(llm: LLM) -> int:
     """Distinct n-grams indexed by the drafter's public pool (0 without one)."""
-    pool = getattr(llm.drafter, "public_pool", None)
-    return int(pool.num_patterns()) if pool is not None else 0
+    return llm.drafter.public_patterns() if llm.drafter is not None else 0
 
 
 def prometheus_text(llm: LLM, weights: int | None = None) -> str:
