@@ -260,3 +260,10 @@ def test_ignore_eos_runs_to_max_tokens(llm):
         SamplingParams(ignore_eos=True, end_id=eos)
     with pytest.raises(TypeError, match="ignore_eos"):
         SamplingParams(ignore_eos=1)
+
+
+def test_chat_without_a_template_is_refused(llm, monkeypatch):
+    monkeypatch.setattr(llm.tokenizer, "chat_template", None)
+    with pytest.raises(ValueError) as exc:
+        llm.chat(MESSAGES)
+    one_line_naming(exc.value, "chat template")
