@@ -96,9 +96,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def _supports(field: str) -> bool:
-    """Whether the LLM API's SamplingParams has ``field`` (``n``, ``logprobs``)."""
-    from ..api import SamplingParams
+    """Whether the LLM API's SamplingParams has ``field`` (``n``, ``logprobs``) and honours it
+    (``logprobs``: once ``api.validation.LOGPROBS_SUPPORTED`` is switched on)."""
+    from ..api import SamplingParams, validation
 
+    if field == "logprobs" and not validation.LOGPROBS_SUPPORTED:
+        return False
     return field in {f.name for f in dataclasses.fields(SamplingParams)}
 
 

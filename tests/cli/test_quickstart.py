@@ -128,8 +128,10 @@ def test_refused_flags(flags, match, spy):
 
 
 def test_logprobs_is_honoured_or_refused(tiny_engine_dir, spy, capsys):
+    from promptlookup.api import validation
+
     fields = {f.name for f in dataclasses.fields(api.SamplingParams)}
-    if "logprobs" not in fields:
+    if "logprobs" not in fields or not validation.LOGPROBS_SUPPORTED:
         with pytest.raises(UserError, match="--logprobs: .*cannot return log-probabilities"):
             run(tiny_engine_dir, "--prompt", "a b", "--logprobs")
         assert "kwargs" not in spy
