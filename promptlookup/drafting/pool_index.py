@@ -52,7 +52,8 @@ class PatternRecord:
     ``pending`` lists insertions not yet applied to ``matches``, in order, as
     :data:`Insertion` triples (texts only grow, so the slice is what TensorRT-LLM inserted at
     that moment). ``pending is None`` marks a *settled* record: no later insertion can
-    change any draft from it (:meth:`NGramPool.is_settled`), so none is recorded.
+    change any draft from it (:meth:`NGramPool.is_settled`), so none is recorded; an
+    evicted record is marked the same way (it is in no map, so no draft can come from it).
     """
 
     __slots__ = ("matches", "pending")

@@ -19,9 +19,10 @@ one. Cost per call: O(n * (k + n + new tokens)) insertions of tuples of at most 
 independent of the text length (the first call indexes the prompt: O(n * len(prompt))).
 
 Size limit: with ``max_patterns`` the pool holds at most that many patterns after every
-call, evicting the least recently used first; a pattern is used when a window position
-inserts into it (re-scanned positions included, as V1 re-inserts them) and when it gives a
-draft. O(1) per use and per eviction (one :class:`~collections.OrderedDict` for all sizes:
+call, evicting the least recently used first; a pattern is used when the text gains a new
+occurrence of it (a position new since the cursor's previous call; re-scanned positions
+are not uses, as in :mod:`.pool_index`), when it is created (a re-scanned position may
+re-create an evicted one) and when it gives a draft. O(1) per use and per eviction (one :class:`~collections.OrderedDict` for all sizes:
 a size-1 key is a bare int, a size-s key an s-tuple, so sizes never collide).
 
 There is no C version of this pool: the V1 rules always run this pure-Python code.
@@ -67,6 +68,11 @@ class PLDPool:
             return
         table = self.table
         table.move_to_end(key)
+        self.evict_over(limit)
+
+    def evict_over(self, limit: int) -> None:
+        """Evict the least recently used patterns while more than ``limit`` are held."""
+        table = self.table
         while len(table) > limit:
             table.popitem(last=False)
             self.evictions += 1
@@ -75,11 +81,12 @@ class PLDPool:
 class PLDCursor:
     """One request's view of a :class:`PLDPool` (V1's ``start_index`` for that request)."""
 
-    __slots__ = ("pool", "start")
+    __slots__ = ("pool", "start", "seen")
 
     def __init__(self, pool: PLDPool) -> None:
         self.pool = pool
         self.start = 0  # where the next update window begins
+        self.seen = 0  # text length at the previous update: positions from seen - s on are new
 
     def propose(self, text: Sequence[int], max_seq_len: int) -> tuple[list[int], int]:
         """V1's ``get_draft_tokens`` for this request: (draft, matched size; 0: no match)."""
@@ -99,13 +106,22 @@ class PLDCursor:
         pool = self.pool
         k, keep_all = pool.k, pool.is_keep_all
         length = len(text)
+        limit = pool.max_patterns
         for s in range(min(pool.n, length - 1), 0, -1):
             table = pool.maps[s]
+            new_from = max(0, self.seen - s)
             for p in range(self.start, length - s):
                 key = text[p] if s == 1 else tuple(text[p:p + s])
                 m = tuple(text[p + s:p + s + k])
                 state = table.get(key)
-                if state is None or not keep_all:
+                if state is None:
+                    table[key] = m  # created: the most recent
+                    if limit is not None:
+                        pool.evict_over(limit)
+                    continue
+                if limit is not None and p >= new_from:
+                    table.move_to_end(key)  # a new occurrence
+                if not keep_all:
                     table[key] = m
                 elif type(state) is tuple:
                     if len(state) < k:
@@ -114,8 +130,8 @@ class PLDCursor:
                         table[key] = {state: None, m: None}
                 elif m not in state:  # two or more matches, the oldest complete
                     state[m] = None
-                pool.use(key)
         self.start = max(0, length - (k + pool.n - 1))
+        self.seen = length
 
     def _lookup(self, text: Sequence[int], room: int) -> tuple[list[int], int]:
         pool = self.pool
