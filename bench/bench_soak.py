@@ -11,7 +11,7 @@ server's resident set twice: ``VmRSS`` from ``/proc/<pid>/status``, and ``/metri
 (resident, and the bytes of the weights, the KV pool and the public n-gram pool, with the
 pool's patterns and evictions).
 
-The n-gram pool's limit is set low (``--ngram_pool_max_patterns``, default 4,000) so that
+The n-gram pool's limit is set low (``--ngram_pool_max_patterns``, default 1,000) so that
 a soak of minutes reaches it and evicts; the server default (1,000,000) is reached only
 after hours of such load. Verdict: *flat* when the resident set at the end exceeds the one
 at the end of warm-up (the first ``--warmup`` seconds) by at most ``--tolerance`` (a
@@ -142,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--engine_dir", default=str(ROOT / "artifacts/smollm2/engine"))
     p.add_argument("--prompt_lookup_config", default="[10,2,[0]]")
-    p.add_argument("--ngram_pool_max_patterns", type=int, default=4_000)
+    p.add_argument("--ngram_pool_max_patterns", type=int, default=1_000)
     p.add_argument("--max_tokens_in_paged_kv_cache", type=int, default=None)
     p.add_argument("--num_threads", type=int, default=None, help="the server's threads (default: its own)")
     p.add_argument("--duration", type=float, default=180.0, help="seconds of load")
