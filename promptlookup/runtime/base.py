@@ -57,7 +57,10 @@ class SamplingConfig:
 
 @dataclass
 class GenerationOutput:
-    """One sequence's result from one ``Runner.generate`` call.
+    """One sequence's raw outcome of one ``Runner.generate`` call: the runner level, below
+    the two result types of :mod:`.results`. With drafts it is one verification step, whose
+    counters the V1 loop folds into a :class:`~.results.StepEvent` (``RequestState.commit``);
+    nothing sums these across calls.
 
     Invariant: ``accepted <= drafted``, and ``output_ids`` starts with the ``accepted``
     draft tokens kept.

@@ -49,16 +49,23 @@ class LiveSequence:
     cached: int
     blocks: SequenceBlocks
     prompt_len: int
-    stats: GenerationOutput = field(default_factory=lambda: GenerationOutput(output_ids=[]))
+
+    @property
+    def output_ids(self) -> list[int]:
+        """The tokens after the prompt (a new list; O(output))."""
+        return self.tokens[self.prompt_len :]
 
 
 @dataclass
 class StepResult:
+    """One sequence's raw outcome of one live-batch step (:class:`~.base.StepOutput`), not a
+    result: the loops fold it into a :class:`~.results.StepEvent` through
+    ``RequestState.commit``, which counts the drafted tokens from the tree."""
+
     tokens: list[int]  # accepted draft tokens, then the target's own token (cut at end_id)
     accepted: int  # draft tokens kept: the first ``accepted`` of ``tokens``
     finished: bool
     choices: list[int] = field(default_factory=list)  # the target's choice at the root, then at every node
-    path: list[int] = field(default_factory=list)  # accepted node indices of the tree
 
 
 PADDING_FREE_ROWS = 128  # a forward pass this small is kept whole, however much of it is padding
@@ -149,33 +156,17 @@ class DecodeBatch:
             finished = out[-1] == end_id
             s.cached = len(s.tokens) + accepted
             s.tokens.extend(out)
-            s.stats.output_ids.extend(out)
-            s.stats.drafted += tree.num_walkable
-            s.stats.accepted += accepted
-            s.stats.finished = finished
-            results.append(StepResult(out, accepted, finished, mine, path))
+            results.append(StepResult(out, accepted, finished, mine))
         if moves:
             self.runner.pool.move_slots([m[0] for m in moves], [m[1] for m in moves])
         return results
 
-    def verify(self, indices: Sequence[int], trees: Sequence[DraftTree], sampling: SamplingConfig) -> list[list[int]]:
-        """One forward pass: feed each selected sequence its pending tokens plus its tree's
-        nodes (node ``j`` in slot ``len(tokens) + j``) and return, per sequence, the
-        target's choice at the root and at every node (one device-to-host transfer).
-        Commits nothing: call :meth:`step_trees` (or commit a path yourself) before the
-        next step."""
-        chosen = self._select(indices, trees, sampling).tolist()
-        out, row = [], 0
-        for tree in trees:
-            out.append(chosen[row : row + len(tree) + 1])
-            row += len(tree) + 1
-        return out
-
     def _select(self, indices: Sequence[int], trees: Sequence[DraftTree], sampling: SamplingConfig,
                 end_id: int | None = None) -> torch.Tensor:
-        """The forward pass of :meth:`verify` and the target's choices at every row, as an
-        int64 tensor on the model's device (per sequence: the root, then every node).
-        Nothing is read back to the host."""
+        """One forward pass: feed each selected sequence its pending tokens plus its tree's
+        nodes (node ``j`` in slot ``len(tokens) + j``) and return the target's choices at
+        every row, as an int64 tensor on the model's device (per sequence: the root, then
+        every node). Nothing is read back to the host and nothing is committed."""
         runner = self.runner
         seqs = [self.seqs[i] for i in indices]
         new_tokens, contexts, tables, n_logits, parents = [], [], [], [], []
@@ -430,18 +421,21 @@ class TorchRunner:
         batch = self.open(batch_input_ids, request_ids, max_new_tokens=1, resubmitted=True)
         try:
             live = list(range(len(batch_input_ids)))
-            if draft_trees is not None:
-                for s, step in zip(batch.seqs, batch.step_trees(live, draft_trees, end_id, sampling)):
-                    s.stats.choices = step.choices
-            elif draft_tokens_list is not None:
-                drafts = [list(d)[: max_new_tokens - 1] for d in draft_tokens_list]
-                batch.step(live, drafts, end_id, sampling)
-            else:
-                for _ in range(max_new_tokens):
-                    results = batch.step(live, [[] for _ in live], end_id, sampling)
-                    live = [i for i, r in zip(live, results) if not r.finished]
-                    if not live:
-                        break
-            return [s.stats for s in batch.seqs]
+            trees = draft_trees
+            if trees is None and draft_tokens_list is not None:
+                trees = [DraftTree.chain(list(d)[: max_new_tokens - 1]) for d in draft_tokens_list]
+            if trees is not None:  # one verification step: its raw outcome is the call's
+                return [GenerationOutput(r.tokens, tree.num_walkable, r.accepted, r.finished,
+                                         r.choices if draft_trees is not None else [])
+                        for tree, r in zip(trees, batch.step_trees(live, trees, end_id, sampling))]
+            finished = [False] * len(live)
+            for _ in range(max_new_tokens):
+                results = batch.step(live, [[] for _ in live], end_id, sampling)
+                for i, r in zip(live, results):
+                    finished[i] = r.finished
+                live = [i for i, r in zip(live, results) if not r.finished]
+                if not live:
+                    break
+            return [GenerationOutput(s.output_ids, finished=f) for s, f in zip(batch.seqs, finished)]
         finally:
             batch.close()
