@@ -37,9 +37,10 @@ class TrtllmRequestOutput:
 
 
 def refuse_unmapped(*, draft_length_policy: str, draft_token_budget: int | None, device: str | None,
-                    cache_dir: Any, build: Any, kv: KvCacheConfig) -> None:
+                    cache_dir: Any, build: Any, kv: KvCacheConfig, runtime_config: Any = None) -> None:
     """One-line refusals for ``LLM`` arguments that TensorRT-LLM's path would not honour."""
     for name, given in (("draft_token_budget", draft_token_budget is not None), ("device", device is not None),
+                        ("runtime_config", runtime_config is not None),
                         ("cache_dir", cache_dir is not None), ("build", build is not None)):
         if given:
             raise UserError(f"LLM(backend='trtllm') takes no {name} (TensorRT-LLM places, builds and budgets "

@@ -286,12 +286,14 @@ def require_lookup_config(args: argparse.Namespace, given: Collection[str], allo
 
 
 def runtime_from_args(args: argparse.Namespace):
-    """``--device``, ``--cuda_graph_mode``, ``--torch_compile``, ``--cpu_weight_copies`` as one
+    """``--device``, ``--cuda_graph_mode``, ``--torch_compile``, ``--cpu_weight_copies`` and
+    ``--num_threads`` (its default resolved now) as one
     :class:`~promptlookup.runtime.options.RuntimeConfig` (passed whole to ``load_runner``)."""
     from ..runtime.options import RuntimeConfig
+    from ..threads import resolve_num_threads
 
     return RuntimeConfig(device=args.device, cuda_graph_mode=args.cuda_graph_mode, compile_mode=args.torch_compile,
-                         cpu_weight_copies=args.cpu_weight_copies)
+                         cpu_weight_copies=args.cpu_weight_copies, num_threads=resolve_num_threads(args.num_threads))
 
 
 def kv_cache_from_args(args: argparse.Namespace):

@@ -9,7 +9,6 @@ from typing import Any
 from ..errors import UserError
 from ..engine.config import check_end_id
 from ..fsutil import atomic_write_json, ensure_writable
-from ..threads import configure_threads
 from .args import (
     ArgumentParser,
     add_common_args,
@@ -105,7 +104,8 @@ def _run(args: Any, given: Any, begun: float) -> int:
         ensure_writable(args.output_json, "--output_json")
     if args.input_file:
         check_input_file(args.input_file)
-    num_threads = configure_threads(args.num_threads)
+    runtime = runtime_from_args(args)  # threads included: load_runner applies them
+    num_threads = runtime.num_threads
 
     from ..decoding import drafter_for, generate
     from ..engine.config import read_engine_config, weights_of
@@ -124,7 +124,7 @@ def _run(args: Any, given: Any, begun: float) -> int:
     sampling = sampling_with_run_flags(sampling, args, tokenizer)
     runner = load_runner(
         args.engine_dir,
-        runtime_from_args(args),
+        runtime,
         kv_cache_from_args(args),
         device_ids=device_ids,
         kv_cache_free_gpu_memory_fraction=args.kv_cache_free_gpu_memory_fraction,

@@ -93,9 +93,18 @@ def build_llm(args: argparse.Namespace):
         from ..checkpoint.bundled import smollm2_gguf_path
 
         model = str(smollm2_gguf_path())
-    return LLM(model, args.tokenizer_dir, speculative_config=spec, cache_dir=args.cache_dir, device=args.device,
-               kv_cache_config=KvCacheConfig(args.kv_cache_enable_block_reuse, args.max_tokens_in_paged_kv_cache),
+    return LLM(model, args.tokenizer_dir, speculative_config=spec, cache_dir=args.cache_dir,
+               runtime_config=runtime_config(args), kv_cache_config=KvCacheConfig(args.kv_cache_enable_block_reuse, args.max_tokens_in_paged_kv_cache),
                draft_length_policy=args.draft_length_policy, draft_token_budget=args.draft_token_budget)
+
+
+def runtime_config(args: argparse.Namespace):
+    """``--device`` and ``--num_threads`` (its default resolved now) as the
+    :class:`~promptlookup.runtime.options.RuntimeConfig` the LLM loads with."""
+    from ..runtime.options import RuntimeConfig
+    from ..threads import resolve_num_threads
+
+    return RuntimeConfig(device=args.device, num_threads=resolve_num_threads(args.num_threads))
 
 
 def check_args(args: argparse.Namespace) -> None:
@@ -125,9 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     the dynamic n-gram cache and return 0."""
     args = parse_args(argv)
     check_args(args)
-    from ..threads import configure_threads
-
-    configure_threads(args.num_threads)
+    runtime_config(args)  # a bad --num_threads or --device is refused before the port is bound
     from ..serving.lifecycle import bind, serve
     from ..serving.openai_server import OpenAIServer
 

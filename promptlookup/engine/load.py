@@ -9,6 +9,7 @@ from ..defaults import BACKENDS, DEFAULT_BACKEND, DEFAULT_COMPILE_MODE, DEFAULT_
 from ..errors import UserError
 from ..runtime.base import Runner
 from ..runtime.options import KvCacheConfig, RuntimeConfig, with_options
+from ..threads import configure_threads
 from .config import EngineConfig, read_engine_config
 
 if TYPE_CHECKING:
@@ -53,6 +54,9 @@ def load_runner(
     ``hf_model_dir`` is used by the TensorRT-LLM backend's single-call (v2) workflow only,
     whose LLM API loads a Hugging Face checkpoint.
 
+    ``runtime.num_threads`` (``--num_threads``; ``None``: PyTorch's count as it is) is
+    applied first, for either backend.
+
     ``runtime.cpu_weight_copies`` (``--cpu_weight_copies``, PyTorch engines on a CPU): 1
     holds the weights once; 2 also keeps row-major copies for faster plain decoding steps.
 
@@ -70,6 +74,8 @@ def load_runner(
     the other one (an engine is built for one backend and cannot switch).
     """
     runtime, kv_cache = with_options(runtime, kv_cache, **options)  # type: ignore[arg-type]
+    if runtime.num_threads is not None:  # before anything runs (compiled artifacts are specialised on it)
+        configure_threads(runtime.num_threads)
     cfg = read_engine_config(engine_dir)
     check_backend(backend, cfg.backend, engine_dir)
     if cfg.backend == "trtllm":

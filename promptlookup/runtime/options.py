@@ -3,8 +3,8 @@
 
 - :class:`KvCacheConfig` (TensorRT-LLM's LLM API name): prefix block reuse and the paged
   KV budget in tokens;
-- :class:`RuntimeConfig`: where and how a PyTorch engine computes (device, CUDA graphs,
-  compiled steps, the CPU weight layout).
+- :class:`RuntimeConfig`: where and how an engine computes (device, CUDA graphs,
+  compiled steps, the CPU weight layout, CPU threads).
 
 Defaults come from :mod:`promptlookup.defaults`. Each validates its types on
 construction (one-line :class:`UserError`); values that depend on the machine or the
@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from ..defaults import (COMPILE_MODES, CPU_WEIGHT_COPIES, DEFAULT_COMPILE_MODE, DEFAULT_CPU_WEIGHT_COPIES,
                         DEFAULT_KV_CACHE_ENABLE_BLOCK_REUSE)
 from ..errors import UserError
+from ..threads import resolve_num_threads
 
 
 def _int(name: str, value: object, minimum: int) -> None:
@@ -52,12 +53,16 @@ class RuntimeConfig:
     ``cuda`` or ``cuda:N``. ``cuda_graph_mode``: replay captured CUDA graphs for decoding
     steps (``None``: on when the engine is on a GPU). ``compile_mode``: ``off`` or
     ``inductor`` (:mod:`.compiled`). ``cpu_weight_copies``: 1 or 2 (:mod:`.cpu_linear`).
+    ``num_threads``: PyTorch's CPU threads, set by ``load_runner`` before it loads
+    (``--num_threads``; :mod:`promptlookup.threads`); ``None`` leaves PyTorch's count as it
+    is (``run.py`` and ``serve.py`` resolve their flag's default into it).
     """
 
     device: str | None = None
     cuda_graph_mode: bool | None = None
     compile_mode: str = DEFAULT_COMPILE_MODE
     cpu_weight_copies: int = DEFAULT_CPU_WEIGHT_COPIES
+    num_threads: int | None = None
 
     def __post_init__(self) -> None:
         if self.device is not None and not isinstance(self.device, str):
@@ -68,6 +73,8 @@ class RuntimeConfig:
             raise UserError(f"--torch_compile {self.compile_mode!r} is not a mode; choose {' or '.join(COMPILE_MODES)}")
         if self.cpu_weight_copies not in CPU_WEIGHT_COPIES:
             raise UserError(f"cpu_weight_copies must be 1 or 2, got {self.cpu_weight_copies!r}")
+        if self.num_threads is not None:
+            resolve_num_threads(self.num_threads)
 
 
 def with_options(
