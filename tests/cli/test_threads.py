@@ -65,3 +65,20 @@ def test_run_refuses_zero_threads(tmp_path):
     r = run_cli("--engine_dir", str(tmp_path), "--input_text", TEXT, "--num_threads", "0")
     assert r.returncode == 2
     assert r.stderr.strip().splitlines() == ["error: --num_threads must be a positive integer, got 0"]
+
+
+def test_the_runtime_config_carries_the_thread_count(tiny_engine_dir):
+    """--num_threads travels inside RuntimeConfig: load_runner applies it; a bad one is refused as the flag."""
+    from promptlookup.engine.load import load_runner
+    from promptlookup.runtime.options import RuntimeConfig
+
+    with pytest.raises(UserError, match="--num_threads must be a positive integer, got 0"):
+        RuntimeConfig(num_threads=0)
+    before = torch.get_num_threads()
+    try:
+        load_runner(tiny_engine_dir, RuntimeConfig(device="cpu", num_threads=2))
+        assert torch.get_num_threads() == 2
+        load_runner(tiny_engine_dir, RuntimeConfig(device="cpu"))  # None: PyTorch's count is left as it is
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
