@@ -20,16 +20,7 @@ from ..drafting.base import DraftConfig
 from ..errors import UserError
 from ..runtime.base import SamplingConfig
 from ..runtime.options import KvCacheConfig  # the runtime's own, passed whole to load_runner
-
-
-def _int(name: str, value: object, minimum: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise UserError(f"{name} must be an integer >= {minimum}, got {value!r}")
-
-
-def _bool(name: str, value: object) -> None:
-    if not isinstance(value, bool):
-        raise UserError(f"{name} must be True or False, got {value!r}")
+from ..runtime.options import require_bool as _bool, require_int as _int  # the one set of type checks
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from ..drafting.base import Drafter
-from ..runtime.base import SamplingConfig
+from ..runtime.base import EngineLimits, SamplingConfig
 from ..runtime.results import SequenceResult, StepEvent
 from ..runtime.tree import DraftTree
 from .draft_policy import DraftLengthPolicy
@@ -152,3 +152,31 @@ class RequestState:
     def finish(self) -> None:
         """The request is over (done, cancelled or failed): its drafter state is released."""
         self.proposer.finish()
+
+
+def request_states(
+    prompts: Sequence[Sequence[int]],
+    drafter: Drafter | None,
+    limits: EngineLimits,
+    *,
+    max_new_tokens: int,
+    end_id: int,
+    sampling: SamplingConfig,
+    step_costs: Sequence[float] | None,
+    max_candidates: int,
+    lookahead: LookaheadConfig | None,
+    trees: bool,
+    live: bool,
+) -> list[RequestState]:
+    """One state per prompt, as a whole-batch loop (V1's orchestrator, V2's single call)
+    starts them: request ``i`` is prompt ``i`` (its proposer seeded with ``i``); ``trees``:
+    a step's tree is bounded by the engine's ``max_draft_len``; ``live``: request ``i``
+    holds slot ``i`` of a live batch opened on ``prompts``."""
+    return [
+        RequestState(i, p, make_proposer(p, drafter, limits.max_seq_len, step_costs=step_costs,
+                                          max_candidates=max_candidates, lookahead=lookahead, seed=i),
+                     max_new_tokens=max_new_tokens, end_id=end_id, max_seq_len=limits.max_seq_len,
+                     sampling=sampling, max_tree_nodes=limits.max_draft_len if trees else None,
+                     slot=i if live else None)
+        for i, p in enumerate(prompts)
+    ]

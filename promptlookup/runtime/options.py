@@ -20,12 +20,14 @@ from ..errors import UserError
 from ..threads import resolve_num_threads
 
 
-def _int(name: str, value: object, minimum: int) -> None:
+def require_int(name: str, value: object, minimum: int) -> None:
+    """A one-line :class:`UserError` unless ``value`` is an integer (not a bool) >= ``minimum``."""
     if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
         raise UserError(f"{name} must be an integer >= {minimum}, got {value!r}")
 
 
-def _bool(name: str, value: object) -> None:
+def require_bool(name: str, value: object) -> None:
+    """A one-line :class:`UserError` unless ``value`` is True or False."""
     if not isinstance(value, bool):
         raise UserError(f"{name} must be True or False, got {value!r}")
 
@@ -39,9 +41,9 @@ class KvCacheConfig:
     max_tokens: int | None = None
 
     def __post_init__(self) -> None:
-        _bool("enable_block_reuse", self.enable_block_reuse)
+        require_bool("enable_block_reuse", self.enable_block_reuse)
         if self.max_tokens is not None:
-            _int("max_tokens", self.max_tokens, 1)
+            require_int("max_tokens", self.max_tokens, 1)
 
 
 @dataclass(frozen=True)
@@ -68,7 +70,7 @@ class RuntimeConfig:
         if self.device is not None and not isinstance(self.device, str):
             raise UserError(f"device must be a string such as cpu or cuda:0, got {self.device!r}")
         if self.cuda_graph_mode is not None:
-            _bool("cuda_graph_mode", self.cuda_graph_mode)
+            require_bool("cuda_graph_mode", self.cuda_graph_mode)
         if self.compile_mode not in COMPILE_MODES:
             raise UserError(f"--torch_compile {self.compile_mode!r} is not a mode; choose {' or '.join(COMPILE_MODES)}")
         if self.cpu_weight_copies not in CPU_WEIGHT_COPIES:
