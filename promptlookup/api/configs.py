@@ -16,6 +16,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from ..defaults import (DEFAULT_DRAFTER_MODE, DEFAULT_IS_KEEP_ALL, DEFAULT_IS_PUBLIC_POOL, DEFAULT_IS_USE_OLDEST,
+                        DEFAULT_LOOKAHEAD, DEFAULT_MAX_DRAFT_LEN, DEFAULT_MAX_MATCHING_NGRAM_SIZE,
+                        DEFAULT_MIN_MATCHING_NGRAM_SIZE)
 from ..drafting.base import DraftConfig
 from ..errors import UserError
 from ..runtime.base import SamplingConfig
@@ -28,13 +31,13 @@ class NGramDecodingConfig:
     """Prompt lookup: drafts of up to ``max_draft_len`` tokens from n-gram matches of up to
     ``max_matching_ngram_size`` tokens (TensorRT-LLM's pool semantics by default)."""
 
-    max_draft_len: int = 10
-    max_matching_ngram_size: int = 2
-    is_keep_all: bool = True
-    is_use_oldest: bool = True
-    is_public_pool: bool = True
-    min_matching_ngram_size: int = 1  # MLX's ngram_min
-    mode: str = "pool"  # "pool" (TensorRT-LLM) or "longest" (longest earlier match)
+    max_draft_len: int = DEFAULT_MAX_DRAFT_LEN
+    max_matching_ngram_size: int = DEFAULT_MAX_MATCHING_NGRAM_SIZE
+    is_keep_all: bool = DEFAULT_IS_KEEP_ALL
+    is_use_oldest: bool = DEFAULT_IS_USE_OLDEST
+    is_public_pool: bool = DEFAULT_IS_PUBLIC_POOL
+    min_matching_ngram_size: int = DEFAULT_MIN_MATCHING_NGRAM_SIZE  # MLX's ngram_min
+    mode: str = DEFAULT_DRAFTER_MODE  # "pool" (TensorRT-LLM) or "longest" (longest earlier match)
     adaptive: bool = False
     static_cache: str | None = None  # persisted n-gram cache built offline (read only)
     dynamic_cache: str | None = None  # persisted n-gram cache that learns from finished requests
@@ -76,9 +79,9 @@ class LookaheadDecodingConfig:
     """Lookahead decoding: window size W, n-gram size N, verification set size G
     (TensorRT-LLM's ``LookaheadDecodingConfig`` names)."""
 
-    max_window_size: int = 4
-    max_ngram_size: int = 3
-    max_verification_set_size: int = 4
+    max_window_size: int = DEFAULT_LOOKAHEAD[0]
+    max_ngram_size: int = DEFAULT_LOOKAHEAD[1]
+    max_verification_set_size: int = DEFAULT_LOOKAHEAD[2]
 
     def __post_init__(self) -> None:
         self.lookahead_config()  # validates, with one-line errors

@@ -14,7 +14,12 @@ from ..defaults import (
     DEFAULT_BACKEND,
     DEFAULT_CPU_WEIGHT_COPIES,
     DEFAULT_DRAFT_LENGTH_POLICY,
+    DEFAULT_DRAFTER_MODE,
+    DEFAULT_IS_KEEP_ALL,
+    DEFAULT_IS_PUBLIC_POOL,
+    DEFAULT_IS_USE_OLDEST,
     DEFAULT_KV_CACHE_ENABLE_BLOCK_REUSE,
+    DEFAULT_MIN_MATCHING_NGRAM_SIZE,
     DEFAULT_WORKFLOW,
     DRAFT_LENGTH_POLICIES,
     WORKFLOWS,
@@ -138,11 +143,11 @@ def parse_draft_len_schedule(text: str | None, max_draft_len: int):
 def add_pool_options(group: Any) -> None:
     """TensorRT-LLM's three n-gram pool switches (``--is_keep_all``, ``--is_use_oldest``,
     ``--is_public_pool`` and their ``--no-`` forms), on by default as there."""
-    group.add_argument("--is_keep_all", action=argparse.BooleanOptionalAction, default=True,
+    group.add_argument("--is_keep_all", action=argparse.BooleanOptionalAction, default=DEFAULT_IS_KEEP_ALL,
                        help="pool: keep every candidate continuation of a pattern, not only the latest")
-    group.add_argument("--is_use_oldest", action=argparse.BooleanOptionalAction, default=True,
+    group.add_argument("--is_use_oldest", action=argparse.BooleanOptionalAction, default=DEFAULT_IS_USE_OLDEST,
                        help="pool: draft the oldest candidate of a pattern rather than the newest")
-    group.add_argument("--is_public_pool", action=argparse.BooleanOptionalAction, default=True,
+    group.add_argument("--is_public_pool", action=argparse.BooleanOptionalAction, default=DEFAULT_IS_PUBLIC_POOL,
                        help="pool: one pool shared by all requests rather than one per request")
 
 
@@ -199,7 +204,7 @@ def add_common_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     g.add_argument("--workflow", choices=list(WORKFLOWS), default=DEFAULT_WORKFLOW,
                    help="v2: single call, the batch stays live inside the engine; v1: orchestrator loop, one engine "
                         "call per step (TensorRT-LLM's run.py)")
-    g.add_argument("--drafter_mode", choices=list(DRAFT_MODES), default="pool",
+    g.add_argument("--drafter_mode", choices=list(DRAFT_MODES), default=DEFAULT_DRAFTER_MODE,
                    help="pool: TensorRT-LLM's n-gram pool; longest: the longest earlier match of the text's end")
     g.add_argument("--pool_rules", choices=list(POOL_RULES), default="auto",
                    help="pool mode: TensorRT-LLM V1's PLDPool (v1) or V2's NGramPoolManager (v2) rules; "
@@ -213,7 +218,7 @@ def add_common_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     )
     g.add_argument("--adaptive_draft", action="store_true", help="size drafts from match length and acceptance")
     add_pool_options(g)
-    g.add_argument("--prompt_lookup_min_ngram", type=int, default=1,
+    g.add_argument("--prompt_lookup_min_ngram", type=int, default=DEFAULT_MIN_MATCHING_NGRAM_SIZE,
                    help="draft only from matches of at least this many tokens (MLX's ngram_min; default 1: any)")
     g.add_argument("--prompt_lookup_candidates", type=int, default=1, metavar="G",
                    help="candidate continuations verified per step as one token tree (TensorRT-LLM's Lookahead "

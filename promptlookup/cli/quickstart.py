@@ -21,6 +21,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+from ..defaults import DEFAULT_LOOKAHEAD, DEFAULT_MAX_MATCHING_NGRAM_SIZE, DEFAULT_MIN_MATCHING_NGRAM_SIZE
 from ..errors import UserError
 from .args import ArgumentParser, add_block_reuse_argument, add_num_threads_argument, add_pool_options
 
@@ -77,14 +78,16 @@ def build_parser() -> ArgumentParser:
                    default=4,
                    help="NGRAM: draft length k; --spec_decode_nextn is its old name (default: 4, not TensorRT-LLM's 1: "
                         "a one-token draft saves at most one step in two, 4 was the best on the bundled model)")
-    g.add_argument("--max_matching_ngram_size", type=int, default=2,
+    g.add_argument("--max_matching_ngram_size", type=int, default=DEFAULT_MAX_MATCHING_NGRAM_SIZE,
                    help="NGRAM: longest n-gram matched (default: 2, not TensorRT-LLM's 5: with TensorRT-LLM's pool rule "
                         "a long pattern matches rarely, and 2 accepted more tokens per step on the bundled model)")
-    g.add_argument("--min_matching_ngram_size", type=int, default=1, help="NGRAM: shortest match that may draft")
+    g.add_argument("--min_matching_ngram_size", type=int, default=DEFAULT_MIN_MATCHING_NGRAM_SIZE,
+                   help="NGRAM: shortest match that may draft")
     add_pool_options(g)
-    g.add_argument("--max_window_size", type=int, default=4, help="LOOKAHEAD: window size W")
-    g.add_argument("--max_ngram_size", type=int, default=3, help="LOOKAHEAD: n-gram size N")
-    g.add_argument("--max_verification_set_size", type=int, default=4, help="LOOKAHEAD: verification set size G")
+    w, n, g_size = DEFAULT_LOOKAHEAD
+    g.add_argument("--max_window_size", type=int, default=w, help="LOOKAHEAD: window size W")
+    g.add_argument("--max_ngram_size", type=int, default=n, help="LOOKAHEAD: n-gram size N")
+    g.add_argument("--max_verification_set_size", type=int, default=g_size, help="LOOKAHEAD: verification set size G")
     g = p.add_argument_group("runtime")
     add_num_threads_argument(g)
     g.add_argument("--device", default=None, help="auto (default), cpu, cuda or cuda:N")

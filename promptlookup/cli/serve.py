@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import argparse
 
-from ..defaults import DEFAULT_DRAFT_LENGTH_POLICY, DRAFT_LENGTH_POLICIES
+from ..defaults import (DEFAULT_DRAFT_LENGTH_POLICY, DEFAULT_DRAFTER_MODE, DEFAULT_MIN_MATCHING_NGRAM_SIZE,
+                        DRAFT_LENGTH_POLICIES)
 from ..drafting.base import DRAFT_MODES
 from ..errors import UserError
 from .args import (ArgumentParser, add_block_reuse_argument, add_num_threads_argument, add_pool_options, finite_float,
@@ -34,8 +35,10 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--prompt_lookup_config", default=None, help='"[k, n, [devices]]"; default: plain decoding')
     p.add_argument("--lookahead_config", default=None,
                    help='Lookahead decoding "[W,N,G]" for every request (instead of --prompt_lookup_config)')
-    p.add_argument("--prompt_lookup_min_ngram", type=int, default=1, help="shortest match that may draft")
-    p.add_argument("--drafter_mode", choices=list(DRAFT_MODES), default="pool", help="see run.py --drafter_mode")
+    p.add_argument("--prompt_lookup_min_ngram", type=int, default=DEFAULT_MIN_MATCHING_NGRAM_SIZE,
+                   help="shortest match that may draft")
+    p.add_argument("--drafter_mode", choices=list(DRAFT_MODES), default=DEFAULT_DRAFTER_MODE,
+                   help="see run.py --drafter_mode")
     add_pool_options(p)
     p.add_argument("--ngram_static_cache", "--lookup-cache-static", dest="ngram_static_cache", default=None,
                    help="persisted n-gram cache built offline (read only); this project's or llama.cpp's format")
