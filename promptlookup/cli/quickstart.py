@@ -206,7 +206,9 @@ def main(argv: list[str] | None = None) -> int:
     with LLM(model, speculative_config=spec, cache_dir=args.cache_dir, device=args.device, build=build,
              kv_cache_config=KvCacheConfig(enable_block_reuse=reuse)) as llm:
         if args.apply_chat_template:
-            if not getattr(llm.tokenizer, "chat_template", None):
+            from ..text import has_chat_template
+
+            if not has_chat_template(llm.tokenizer):
                 raise UserError("--apply_chat_template: this model's tokenizer has no chat template")
             prompts = [llm.tokenizer.apply_chat_template([{"role": "user", "content": p}], tokenize=False,
                                                          add_generation_prompt=True) for p in prompts]
