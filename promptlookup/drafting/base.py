@@ -32,6 +32,28 @@ POOL_RULES = ("auto", "v1", "v2")  # which TensorRT-LLM pool the pool mode repro
 MAX_CANDIDATES = 64  # upper bound on DraftConfig.max_candidates (the C drafters' stack arrays)
 
 
+class DraftRates:
+    """The rates of a count of verification steps, defined once for every such count (a
+    request's :class:`~promptlookup.runtime.results.SequenceResult`, the simulator's
+    ``SimStats``) from its ``steps``, ``drafted``, ``accepted`` and ``generated_tokens``."""
+
+    steps: int
+    drafted: int
+    accepted: int
+
+    @property
+    def generated_tokens(self) -> int:
+        raise NotImplementedError
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+    @property
+    def tokens_per_step(self) -> float:
+        return self.generated_tokens / self.steps if self.steps else 0.0
+
+
 @dataclass(frozen=True)
 class DraftConfig:
     """How drafts are made. Field names follow TensorRT-LLM's ``NGramDecodingConfig``."""

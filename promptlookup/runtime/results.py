@@ -12,9 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
+from ..drafting.base import DraftRates
+
 
 @dataclass
-class SequenceResult:
+class SequenceResult(DraftRates):
     """One request's outcome.
 
     Invariants: ``len(draft_flags) == len(output_ids)``; ``accepted <= drafted``;
@@ -42,14 +44,6 @@ class SequenceResult:
     @property
     def generated_tokens(self) -> int:
         return len(self.output_ids)
-
-    @property
-    def acceptance_rate(self) -> float:
-        return self.accepted / self.drafted if self.drafted else 0.0
-
-    @property
-    def tokens_per_step(self) -> float:
-        return self.generated_tokens / self.steps if self.steps else 0.0
 
 
 @dataclass(frozen=True)
