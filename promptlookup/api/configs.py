@@ -129,6 +129,7 @@ class SamplingParams:
     frequency_penalty: float = 0.0
     logit_bias: dict[int, float] | tuple[tuple[int, float], ...] | None = None
     min_tokens: int = 0
+    logprobs: int | None = None  # each token's log-probability with this many top alternatives (None: none)
 
     def __post_init__(self) -> None:
         _int("max_tokens", self.max_tokens, 1)
@@ -163,10 +164,15 @@ class SamplingParams:
         _int("min_tokens", self.min_tokens, 0)
         if self.min_tokens > self.max_tokens:
             raise UserError(f"min_tokens ({self.min_tokens}) must not exceed max_tokens ({self.max_tokens})")
+        if self.logprobs is not None:
+            _int("logprobs", self.logprobs, 0)
+            if self.logprobs > 20:
+                raise UserError(f"logprobs must be in [0, 20] (top alternatives per token), got {self.logprobs}")
 
     def sampling_config(self) -> SamplingConfig:
         return SamplingConfig(float(self.temperature), self.top_k, float(self.top_p), self.seed,
                               repetition_penalty=float(self.repetition_penalty),
                               presence_penalty=float(self.presence_penalty),
                               frequency_penalty=float(self.frequency_penalty),
-                              logit_bias=self.logit_bias or (), min_tokens=self.min_tokens)
+                              logit_bias=self.logit_bias or (), min_tokens=self.min_tokens,
+                              logprobs=self.logprobs)

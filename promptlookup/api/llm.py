@@ -49,6 +49,15 @@ class CompletionOutput(SequenceResult):
     def token_ids(self) -> list[int]:
         return self.output_ids
 
+    @property
+    def logprobs(self) -> list[dict[int, float]] | None:
+        """Per token (vLLM's shape): ``{token id: log-probability}`` of the token and of the
+        ``SamplingParams.logprobs`` most likely tokens at its position (the raw model's,
+        :mod:`promptlookup.runtime.logprobs`); None unless asked for."""
+        if self.token_logprobs is None:
+            return None
+        return [{e.token: e.logprob, **{t: v for t, v in e.top}} for e in self.token_logprobs]
+
     @token_ids.setter
     def token_ids(self, ids: list[int]) -> None:
         self.output_ids = ids
@@ -72,7 +81,7 @@ class RequestOutput:
         self.prompt = prompt
         self.prompt_token_ids = prompt_token_ids
         self.params = params
-        self.outputs = [CompletionOutput(index=index)]
+        self.outputs = [CompletionOutput(index=index, token_logprobs=None if params.logprobs is None else [])]
         self.finished = False
         self.error: str | None = None
         self._text = IncrementalDetokenizer(llm.tokenizer)  # the text of the output ids, O(new tokens) per event
@@ -86,6 +95,8 @@ class RequestOutput:
         before_text, before_ids = out.text, len(out.token_ids)
         searched = len(self._text.text)  # text already searched for stop strings
         out.token_ids = list(out.token_ids)  # a new list per update: one handed out earlier stays as it was
+        if out.token_logprobs is not None:
+            out.token_logprobs = list(out.token_logprobs)
         if event.tokens:
             out.add(event)
             self._text.push(event.tokens)
@@ -106,6 +117,8 @@ class RequestOutput:
             keep = stop_token_count(self.llm.tokenizer, ids, stop, at=cut)
             del ids[keep:]
             del out.draft_flags[keep:]
+            if out.token_logprobs is not None:
+                del out.token_logprobs[keep:]
             out.text, out.stop_reason, out.finish_reason = full[:cut], stop, "stop"
             out.accepted = sum(out.draft_flags)
             self.finished = True
