@@ -50,7 +50,7 @@ def logprob_table(logits: torch.Tensor, chosen: torch.Tensor, rows: Sequence[int
 
 
 def fetch_step_with_logprobs(
-    trees: Sequence[DraftTree], chosen: torch.Tensor, end_id: int, logits: torch.Tensor,
+    trees: Sequence[DraftTree], chosen: torch.Tensor, end_id: int, logits: torch.Tensor | None,
     wanted: Sequence[int | None] | None,
 ) -> tuple[list[list[int]], list[list[int]], list[list[TokenLogprob] | None]]:
     """:func:`~.acceptance.fetch_step` plus, per tree whose ``wanted`` entry is not None
@@ -61,6 +61,8 @@ def fetch_step_with_logprobs(
     ``logits``: the step's raw rows (every tree's root, then its nodes)."""
     if wanted is None or all(w is None for w in wanted):
         return (*fetch_step(trees, chosen, end_id), [None] * len(trees))
+    if logits is None:
+        raise ValueError("log-probabilities were asked for but the step kept no raw logits")
     sizes = [len(t) + 1 for t in trees]
     rows: list[int] = []
     start = 0

@@ -135,7 +135,7 @@ class DecodeBatch:
         the rows' raw log-probabilities of the sequences that ask, ``logprobs[j]`` alternatives each).
         Committing then costs O(accepted path) host work per sequence plus, when a branch
         other than the first is accepted, one K/V slot move."""
-        chosen = self._select(indices, trees, sampling, end_id)
+        chosen = self._select(indices, trees, sampling, end_id, keep_raw=logprobs is not None)
         choices, paths, lps = fetch_step_with_logprobs(trees, chosen, end_id, self.raw_logits, logprobs)
         results = []
         moves: list[tuple[int, int]] = []  # (from, to) physical slots of accepted tree nodes
@@ -174,7 +174,7 @@ class DecodeBatch:
         return out
 
     def _select(self, indices: Sequence[int], trees: Sequence[DraftTree], sampling: SamplingConfig,
-                end_id: int | None = None) -> torch.Tensor:
+                end_id: int | None = None, keep_raw: bool = False) -> torch.Tensor:
         """The forward pass of :meth:`verify` and the target's choices at every row, as an
         int64 tensor on the model's device (per sequence: the root, then every node).
         Nothing is read back to the host."""
@@ -211,7 +211,7 @@ class DecodeBatch:
         logits = per_seq[0] if len(seqs) == 1 else torch.cat(per_seq)
         runner.stats.forward_calls += len(groups)
         runner.stats.forward_tokens += sum(len(t) for t in new_tokens)
-        self.raw_logits = logits  # before any processor: what log-probabilities are read from
+        self.raw_logits = logits if keep_raw else None  # before any processor: what logprobs are read from
 
         requests, positions = [], []
         for s, tree in zip(seqs, trees):
