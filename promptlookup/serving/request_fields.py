@@ -243,7 +243,7 @@ def sampling_from_body(body: dict, max_seq_len: int, vocab_size: int, chat: bool
     try:
         params = SamplingParams(max_tokens=max_tokens, temperature=float(temperature), top_k=top_k, top_p=float(top_p),
                                 seed=seed if seed is not None else 0, stop=stops or None,
-                                end_id=vocab_size if ignore_eos else None, logit_bias=_logit_bias(body, vocab_size),
+                                ignore_eos=ignore_eos, logit_bias=_logit_bias(body, vocab_size),
                                 min_tokens=min_tokens, logprobs=logprobs, **penalties)
     except UserError as exc:  # every field was checked above; this is a rule SamplingParams adds
         raise ApiError(str(exc), None, "invalid_value") from None
