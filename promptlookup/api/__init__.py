@@ -1,8 +1,8 @@
 """The LLM API (TensorRT-LLM's names): :class:`LLM`, :class:`SamplingParams`,
 :class:`NGramDecodingConfig`, :class:`LookaheadDecodingConfig`, :class:`KvCacheConfig`,
 the runtime's :class:`RuntimeConfig`, and the MLX-style :class:`PromptLookupDecoder`."""
-from .configs import KvCacheConfig, LookaheadDecodingConfig, NGramDecodingConfig, SamplingParams
-from .llm import LLM, CompletionOutput, RequestOutput, RuntimeConfig
+from .configs import KvCacheConfig, LookaheadDecodingConfig, NGramDecodingConfig, RuntimeConfig, SamplingParams
+from .llm import LLM, CompletionOutput, RequestOutput
 
 __all__ = ["LLM", "SamplingParams", "NGramDecodingConfig", "LookaheadDecodingConfig", "KvCacheConfig",
            "RuntimeConfig", "RequestOutput", "CompletionOutput", "PromptLookupDecoder"]

@@ -21,7 +21,7 @@ from ..defaults import (DEFAULT_DRAFTER_MODE, DEFAULT_IS_KEEP_ALL, DEFAULT_IS_PU
 from ..drafting.base import DraftConfig
 from ..errors import UserError
 from ..runtime.base import SamplingConfig
-from ..runtime.options import KvCacheConfig  # the runtime's own, passed whole to load_runner
+from ..runtime.options import KvCacheConfig, RuntimeConfig  # the runtime's own, passed whole to load_runner
 from ..runtime.options import require_bool as _bool, require_int as _int  # the one set of type checks
 from .validation import ParamTypeError, ParamValueError, check_float, check_int, check_logprobs
 

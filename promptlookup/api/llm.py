@@ -22,11 +22,10 @@ from typing import Any, AsyncIterator, Iterator, Mapping, Sequence
 from ..defaults import BACKENDS, DEFAULT_BACKEND, DEFAULT_DRAFT_LENGTH_POLICY, DRAFT_LENGTH_POLICIES
 from ..errors import UserError
 from ..decoding.scheduler import FINISH_ERROR, GenerationRequest, RequestHandle, Scheduler, TokenEvent
-from ..runtime.options import RuntimeConfig
 from ..runtime.results import SequenceResult
 from ..text import REPLACEMENT, IncrementalDetokenizer, decode_text, encode_text, find_stop, stop_hold, stop_token_count
 from ..text import chat_ids, has_chat_template
-from .configs import KvCacheConfig, LookaheadDecodingConfig, NGramDecodingConfig, SamplingParams
+from .configs import KvCacheConfig, LookaheadDecodingConfig, NGramDecodingConfig, RuntimeConfig, SamplingParams
 from .model_cache import AutoBuild, resolve_engine
 from . import samples
 from .validation import (ParamTypeError, ParamValueError, api_finish_reason, chat_conversations, check_vocab,
@@ -194,9 +193,8 @@ class LLM:
     ``decoding.generate``, ``run.py`` and ``serve.py``; read as ``"full"`` by the TensorRT-LLM
     backend, which verifies every draft). ``draft_token_budget``: see
     :mod:`promptlookup.decoding.draft_budget`. Close it (``shutdown()`` or ``with``) to stop
-    the scheduler thread. ``runtime_config``: a
-    :class:`~promptlookup.runtime.options.RuntimeConfig` (device, CPU threads, ...) passed
-    whole to the runner; ``device`` alone is its shorthand (give one of the two).
+    the scheduler thread. ``runtime_config`` (device, CPU threads, ...) goes whole to the
+    runner; ``device`` alone is its shorthand.
 
     ``backend``: ``"auto"``/``"torch"`` (this project's runtime, above) or ``"trtllm"``:
     ``model`` is a Hugging Face checkpoint directory run by TensorRT-LLM's own LLM API, with
@@ -222,7 +220,6 @@ class LLM:
         from ..decoding import drafter_for
         from ..engine.load import load_runner
         from ..runtime import load_tokenizer
-        from ..threads import configure_threads
 
         if speculative_config is not None and not isinstance(
             speculative_config, (NGramDecodingConfig, LookaheadDecodingConfig)
@@ -233,11 +230,7 @@ class LLM:
             draft_length_policy = "full" if backend == "trtllm" else DEFAULT_DRAFT_LENGTH_POLICY
         if draft_length_policy not in DRAFT_LENGTH_POLICIES:
             raise UserError(f"unknown draft length policy {draft_length_policy!r}; choose cost or full")
-        if runtime_config is not None and not isinstance(runtime_config, RuntimeConfig):
-            raise UserError(f"runtime_config must be a RuntimeConfig, got {type(runtime_config).__name__}")
-        if runtime_config is not None and device is not None:
-            raise UserError("give device or runtime_config (whose device field it is), not both")
-        runtime = runtime_config if runtime_config is not None else RuntimeConfig(device=device)
+        runtime = RuntimeConfig.resolve(runtime_config, device)
         kv = kv_cache_config or KvCacheConfig()
         if not isinstance(kv, KvCacheConfig):
             raise UserError(f"kv_cache_config must be a KvCacheConfig, got {type(kv).__name__}")
@@ -254,8 +247,7 @@ class LLM:
             self.trtllm = TrtllmGeneration(model, self.tokenizer, speculative_config, kv)
             self.runner = self.drafter = self.scheduler = None
             return
-        if runtime.num_threads is not None:  # before a build measures its step costs
-            configure_threads(runtime.num_threads)
+        runtime.apply_threads()  # before a build measures its step costs
         self.engine_dir: Path = resolve_engine(model, cache_dir=cache_dir, build=build or AutoBuild())
         self.tokenizer = load_tokenizer(tokenizer or self.engine_dir)
         self.runner = load_runner(self.engine_dir, runtime, kv, backend=backend)

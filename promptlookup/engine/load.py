@@ -9,7 +9,6 @@ from ..defaults import BACKENDS, DEFAULT_BACKEND, DEFAULT_COMPILE_MODE, DEFAULT_
 from ..errors import UserError
 from ..runtime.base import Runner
 from ..runtime.options import KvCacheConfig, RuntimeConfig, with_options
-from ..threads import configure_threads
 from .config import EngineConfig, read_engine_config
 
 if TYPE_CHECKING:
@@ -74,8 +73,7 @@ def load_runner(
     the other one (an engine is built for one backend and cannot switch).
     """
     runtime, kv_cache = with_options(runtime, kv_cache, **options)  # type: ignore[arg-type]
-    if runtime.num_threads is not None:  # before anything runs (compiled artifacts are specialised on it)
-        configure_threads(runtime.num_threads)
+    runtime.apply_threads()  # before anything runs (compiled artifacts are specialised on it)
     cfg = read_engine_config(engine_dir)
     check_backend(backend, cfg.backend, engine_dir)
     if cfg.backend == "trtllm":

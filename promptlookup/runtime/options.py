@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from ..defaults import (COMPILE_MODES, CPU_WEIGHT_COPIES, DEFAULT_COMPILE_MODE, DEFAULT_CPU_WEIGHT_COPIES,
                         DEFAULT_KV_CACHE_ENABLE_BLOCK_REUSE)
 from ..errors import UserError
-from ..threads import resolve_num_threads
+from ..threads import configure_threads, resolve_num_threads
 
 
 def require_int(name: str, value: object, minimum: int) -> None:
@@ -77,6 +77,24 @@ class RuntimeConfig:
             raise UserError(f"cpu_weight_copies must be 1 or 2, got {self.cpu_weight_copies!r}")
         if self.num_threads is not None:
             resolve_num_threads(self.num_threads)
+
+    def apply_threads(self) -> None:
+        """Set PyTorch's CPU threads to ``num_threads`` (None: nothing). Cost: one
+        ``torch.set_num_threads``; call it before anything runs."""
+        if self.num_threads is not None:
+            configure_threads(self.num_threads)
+
+    @staticmethod
+    def resolve(runtime_config: object, device: str | None) -> "RuntimeConfig":
+        """The LLM API's runtime config: ``runtime_config`` whole, or ``device`` alone as its
+        shorthand; anything else, or both, is a one-line :class:`UserError`."""
+        if runtime_config is None:
+            return RuntimeConfig(device=device)
+        if not isinstance(runtime_config, RuntimeConfig):
+            raise UserError(f"runtime_config must be a RuntimeConfig, got {type(runtime_config).__name__}")
+        if device is not None:
+            raise UserError("give device or runtime_config (whose device field it is), not both")
+        return runtime_config
 
 
 def with_options(

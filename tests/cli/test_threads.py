@@ -82,3 +82,18 @@ def test_the_runtime_config_carries_the_thread_count(tiny_engine_dir):
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)
+
+
+def test_the_llm_api_takes_the_runtime_config_whole(tiny_engine_dir):
+    from promptlookup.api import LLM, RuntimeConfig
+
+    with pytest.raises(UserError, match="not both"):
+        LLM(str(tiny_engine_dir), device="cpu", runtime_config=RuntimeConfig(device="cpu"))
+    with pytest.raises(UserError, match="must be a RuntimeConfig"):
+        LLM(str(tiny_engine_dir), runtime_config={"device": "cpu"})
+    before = torch.get_num_threads()
+    try:
+        with LLM(str(tiny_engine_dir), runtime_config=RuntimeConfig(device="cpu", num_threads=2)) as llm:
+            assert torch.get_num_threads() == 2 and llm.runner.describe()["device"] == "cpu"
+    finally:
+        torch.set_num_threads(before)
