@@ -20,7 +20,7 @@ from ..errors import UserError
 
 if TYPE_CHECKING:
     from .batch_costs import BatchStepCosts
-    from .kv_cache import KVPool
+    from .kv_cache import BlockManager, KVPool
     from .results import SequenceResult, StepCallback
     from .tree import DraftTree
 
@@ -226,6 +226,7 @@ class LiveBatchRunner(TreeRunner, Protocol):
     """A runner that opens live batches (``capabilities.live_batch``) over a paged KV pool."""
 
     pool: "KVPool"  # num_blocks, block_size: what the scheduler reserves at admission
+    blocks: "BlockManager"  # the pool's prefix-reuse registry: the scheduler's admission reads it
     batch_step_costs: "BatchStepCosts | None"  # batched steps' costs (the server's draft budget)
 
     def open(self, prompts: Sequence[Sequence[int]], requests: Sequence[int] | None = None, *,

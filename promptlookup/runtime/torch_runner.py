@@ -148,6 +148,7 @@ class DecodeBatch:
             accepted = len(path)
             finished = out[-1] == end_id
             s.cached = len(s.tokens) + accepted
+            self.runner.blocks.register_prefix(s.blocks, s.tokens, s.prompt_len)  # final K/V: shareable now
             s.tokens.extend(out)
             s.stats.output_ids.extend(out)
             s.stats.drafted += tree.num_walkable
