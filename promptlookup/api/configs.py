@@ -9,17 +9,17 @@
 - :class:`SamplingParams`: per-request generation settings.
 
 Every class validates itself on construction and raises :class:`UserError` naming the
-bad field and value.
+bad field and value (``SamplingParams``: also a ``TypeError``/``ValueError``, :mod:`.validation`).
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 from ..drafting.base import DraftConfig
 from ..errors import UserError
 from ..runtime.base import SamplingConfig
 from ..runtime.options import KvCacheConfig  # the runtime's own, passed whole to load_runner
+from .validation import ParamTypeError, ParamValueError, check_float, check_int, check_logprobs
 
 
 def _int(name: str, value: object, minimum: int) -> None:
@@ -112,7 +112,22 @@ class SamplingParams:
     """Per-request settings. ``temperature == 0`` (default) is greedy; sampling is exact
     and reproducible from ``seed`` (see docs/sampling.md). ``end_id`` defaults to the
     tokenizer's end-of-sequence token; generation also stops at the first of the ``stop``
-    strings, which is cut from the text."""
+    strings, which is cut from the text.
+
+    ``presence_penalty``, ``frequency_penalty`` (neutral 0) and ``repetition_penalty``
+    (neutral 1, > 0) are run.py's, applied at every verified position over the prompt and
+    the output so far (:mod:`promptlookup.runtime.logits_processors`), so speculative output
+    still equals plain output; so are OpenAI's ``logit_bias`` ({token id: bias}) and
+    ``min_tokens`` (neither end_id nor a stop string ends the request before that many).
+    ``n``: samples of each prompt (``generate``/``chat``), each its own request with its own
+    request id and the same seed, so each is reproducible alone (:mod:`.samples`); greedy
+    ``n > 1`` gives ``n`` identical outputs, as vLLM.
+    ``ignore_eos``: no end token (vLLM's). ``logprobs`` (0..20): each output token's
+    log-probability and that many most likely alternatives, the raw model's
+    (:mod:`promptlookup.runtime.logprobs`), as ``CompletionOutput.logprobs``.
+    Bad values raise :class:`~.validation.ParamTypeError` / :class:`~.validation.ParamValueError`
+    (``TypeError``/``ValueError``, and :class:`UserError`) naming the field.
+    """
 
     max_tokens: int = 32
     temperature: float = 0.0
@@ -129,44 +144,58 @@ class SamplingParams:
     frequency_penalty: float = 0.0
     logit_bias: dict[int, float] | tuple[tuple[int, float], ...] | None = None
     min_tokens: int = 0
+    n: int = 1  # samples of each prompt (.samples)
+    logprobs: int | None = None  # each token's log-probability and this many top alternatives (None: none)
+    ignore_eos: bool = False  # vLLM's: no end token at all (generate max_tokens unless a stop string ends it)
 
     def __post_init__(self) -> None:
-        _int("max_tokens", self.max_tokens, 1)
-        if isinstance(self.temperature, bool) or not isinstance(self.temperature, (int, float)) or self.temperature < 0:
-            raise UserError(f"temperature must be a number >= 0, got {self.temperature!r}")
-        _int("top_k", self.top_k, 0)
-        if isinstance(self.top_p, bool) or not isinstance(self.top_p, (int, float)) or not 0 < self.top_p <= 1:
-            raise UserError(f"top_p must be in (0, 1], got {self.top_p!r}")
-        _int("seed", self.seed, 0)
+        def put(name: str, value: object) -> None:
+            object.__setattr__(self, name, value)  # normalized (numpy numbers become int/float)
+
+        put("max_tokens", check_int("max_tokens", self.max_tokens, 1))
+        put("temperature", check_float("temperature", self.temperature, ">= 0", lambda v: v >= 0))
+        put("top_k", check_int("top_k", self.top_k, 0))
+        put("top_p", check_float("top_p", self.top_p, "in (0, 1]", lambda v: 0 < v <= 1))
+        put("seed", check_int("seed", self.seed, 0))
         if self.end_id is not None:
-            _int("end_id", self.end_id, 0)
+            put("end_id", check_int("end_id", self.end_id, 0))
+        put("n", check_int("n", self.n, 1))
+        for name in ("presence_penalty", "frequency_penalty"):
+            put(name, check_float(name, getattr(self, name), "(0 is neutral)", lambda v: True))
+        put("repetition_penalty",
+            check_float("repetition_penalty", self.repetition_penalty, "> 0 (1 is neutral)", lambda v: v > 0))
+        put("logprobs", check_logprobs(self.logprobs))
+        if not isinstance(self.ignore_eos, bool):
+            raise ParamTypeError(f"ignore_eos must be True or False, got {self.ignore_eos!r}")
+        if self.ignore_eos and self.end_id is not None:
+            raise ParamValueError(f"ignore_eos=True and end_id={self.end_id}: with ignore_eos no token ends the "
+                                  "sequence; give one of them")
         stop = self.stop
         if isinstance(stop, str):
             stop = (stop,)
         if stop is not None:
-            if not all(isinstance(s, str) and s for s in stop):
-                raise UserError(f"stop must be a string or a list of non-empty strings, got {self.stop!r}")
-            object.__setattr__(self, "stop", tuple(stop))
-        for name in ("repetition_penalty", "presence_penalty", "frequency_penalty"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-                raise UserError(f"{name} must be a finite number, got {value!r}")
-        if self.repetition_penalty <= 0:
-            raise UserError(f"repetition_penalty must be > 0, got {self.repetition_penalty!r}")
-        bias = dict(self.logit_bias or {})
+            if not isinstance(stop, (list, tuple)) or not all(isinstance(s, str) for s in stop):
+                raise ParamTypeError(f"stop must be a string or a list of non-empty strings, got {self.stop!r}")
+            if not all(stop):
+                raise ParamValueError(f"stop must be a string or a list of non-empty strings, got {self.stop!r}")
+            put("stop", tuple(stop))
+        bias = self.logit_bias if self.logit_bias is not None else {}
+        if not isinstance(bias, (dict, tuple, list)):
+            raise ParamTypeError(f"logit_bias must be a dict {{token id: bias}}, got {type(bias).__name__}")
+        try:
+            bias = dict(bias)
+        except (TypeError, ValueError):
+            raise ParamTypeError(f"logit_bias must be a dict {{token id: bias}}, got {self.logit_bias!r}") from None
         for token, value in bias.items():
-            if isinstance(token, bool) or not isinstance(token, int) or token < 0:
-                raise UserError(f"logit_bias keys must be token ids (integers >= 0), got {token!r}")
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-                raise UserError(f"logit_bias[{token}] must be a finite number, got {value!r}")
-        object.__setattr__(self, "logit_bias", tuple(sorted((t, float(b)) for t, b in bias.items())) or None)
-        _int("min_tokens", self.min_tokens, 0)
+            check_int("logit_bias keys (token ids)", token, 0)
+            bias[token] = check_float(f"logit_bias[{token}]", value, "", lambda v: True)
+        put("logit_bias", tuple(sorted((int(t), b) for t, b in bias.items())) or None)
+        put("min_tokens", check_int("min_tokens", self.min_tokens, 0))
         if self.min_tokens > self.max_tokens:
-            raise UserError(f"min_tokens ({self.min_tokens}) must not exceed max_tokens ({self.max_tokens})")
+            raise ParamValueError(f"min_tokens ({self.min_tokens}) must not exceed max_tokens ({self.max_tokens})")
 
     def sampling_config(self) -> SamplingConfig:
-        return SamplingConfig(float(self.temperature), self.top_k, float(self.top_p), self.seed,
-                              repetition_penalty=float(self.repetition_penalty),
-                              presence_penalty=float(self.presence_penalty),
-                              frequency_penalty=float(self.frequency_penalty),
-                              logit_bias=self.logit_bias or (), min_tokens=self.min_tokens)
+        return SamplingConfig(self.temperature, self.top_k, self.top_p, self.seed,
+                              repetition_penalty=self.repetition_penalty, presence_penalty=self.presence_penalty,
+                              frequency_penalty=self.frequency_penalty, logit_bias=self.logit_bias or (),
+                              min_tokens=self.min_tokens, logprobs=self.logprobs)

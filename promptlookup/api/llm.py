@@ -17,15 +17,19 @@ import asyncio
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, AsyncIterator, Iterator, Sequence
+from typing import Any, AsyncIterator, Iterator, Mapping, Sequence
 
 from ..defaults import BACKENDS, DEFAULT_BACKEND, DEFAULT_DRAFT_LENGTH_POLICY, DRAFT_LENGTH_POLICIES
 from ..errors import UserError
 from ..decoding.scheduler import FINISH_ERROR, GenerationRequest, RequestHandle, Scheduler, TokenEvent
 from ..runtime.results import SequenceResult
 from ..text import REPLACEMENT, IncrementalDetokenizer, decode_text, encode_text, find_stop, stop_hold, stop_token_count
+from ..text import chat_ids, has_chat_template
 from .configs import KvCacheConfig, LookaheadDecodingConfig, NGramDecodingConfig, SamplingParams
 from .model_cache import AutoBuild, resolve_engine
+from . import samples
+from .validation import (ParamTypeError, ParamValueError, api_finish_reason, chat_conversations, check_vocab,
+                         check_int, prompt_list, refuse_keywords, sampling_params_list)
 
 
 
@@ -40,7 +44,7 @@ class CompletionOutput(SequenceResult):
 
     index: int = 0
     text: str = ""
-    finish_reason: str | None = None  # "stop" (end_id or a stop string), "length", "cancelled"
+    finish_reason: str | None = None  # "stop" (end_id or a stop string), "length", "abort" (abort())
     stop_reason: str | None = None  # the stop string that ended it
     text_diff: str = ""  # text added by the latest update (streaming)
     token_ids_diff: list[int] = field(default_factory=list)
@@ -48,6 +52,15 @@ class CompletionOutput(SequenceResult):
     @property
     def token_ids(self) -> list[int]:
         return self.output_ids
+
+    @property
+    def logprobs(self) -> list[dict[int, float]] | None:
+        """Per token (vLLM's shape): ``{token id: log-probability}`` of the token and of the
+        ``SamplingParams.logprobs`` most likely tokens at its position (the raw model's,
+        :mod:`promptlookup.runtime.logprobs`); None unless asked for."""
+        if self.token_logprobs is None:
+            return None
+        return [{e.token: e.logprob, **{t: v for t, v in e.top}} for e in self.token_logprobs]
 
     @token_ids.setter
     def token_ids(self, ids: list[int]) -> None:
@@ -72,7 +85,7 @@ class RequestOutput:
         self.prompt = prompt
         self.prompt_token_ids = prompt_token_ids
         self.params = params
-        self.outputs = [CompletionOutput(index=index)]
+        self.outputs = [CompletionOutput(index=index, token_logprobs=None if params.logprobs is None else [])]
         self.finished = False
         self.error: str | None = None
         self._text = IncrementalDetokenizer(llm.tokenizer)  # the text of the output ids, O(new tokens) per event
@@ -86,12 +99,14 @@ class RequestOutput:
         before_text, before_ids = out.text, len(out.token_ids)
         searched = len(self._text.text)  # text already searched for stop strings
         out.token_ids = list(out.token_ids)  # a new list per update: one handed out earlier stays as it was
+        if out.token_logprobs is not None:
+            out.token_logprobs = list(out.token_logprobs)
         if event.tokens:
             out.add(event)
             self._text.push(event.tokens)
         if event.finish_reason is not None:
             self.finished = True
-            out.finish_reason = event.finish_reason
+            out.finish_reason = api_finish_reason(event.finish_reason)
             if event.finish_reason == FINISH_ERROR:
                 self.error = event.error or "generation failed"
             self._text.flush()
@@ -106,6 +121,8 @@ class RequestOutput:
             keep = stop_token_count(self.llm.tokenizer, ids, stop, at=cut)
             del ids[keep:]
             del out.draft_flags[keep:]
+            if out.token_logprobs is not None:
+                del out.token_logprobs[keep:]
             out.text, out.stop_reason, out.finish_reason = full[:cut], stop, "stop"
             out.accepted = sum(out.draft_flags)
             self.finished = True
@@ -291,53 +308,78 @@ class LLM:
             raise UserError(f"sampling_params must be a SamplingParams, got {type(params).__name__}")
         text, ids = self.encode(prompt)
         end_id = params.end_id if params.end_id is not None else self.default_end_id
+        if params.ignore_eos:
+            end_id = self.limits.vocab_size  # outside the vocabulary: never produced
+        check_vocab(params, end_id, self.limits.vocab_size)
         request = GenerationRequest(ids, params.max_tokens, end_id, params.sampling_config(), request_id)
         return RequestOutput(self, self.scheduler.submit(request, loop), text, ids, params, index)
 
     def generate(
         self,
         inputs: str | Sequence[int] | Sequence[str | Sequence[int]],
-        sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
+        sampling_params: SamplingParams | Mapping[str, Any] | Sequence[SamplingParams | Mapping[str, Any]] | None = None,
+        **unknown: Any,
     ) -> RequestOutput | list[RequestOutput]:
         """Generate for one prompt (returns one output) or a list (returns a list).
 
-        All prompts join the live batch at once and run together; a list of
-        ``SamplingParams`` gives one per prompt.
+        All prompts join the live batch at once and run together. ``sampling_params``: one
+        ``SamplingParams`` (or a dict of its fields) for every prompt, or one per prompt.
+        With ``n > 1`` each output's ``outputs`` holds ``n`` samples (:mod:`.samples`).
+        Bad arguments raise ``TypeError``/``ValueError`` naming them (:mod:`.validation`).
         """
-        single = isinstance(inputs, str) or (
-            isinstance(inputs, Sequence) and bool(inputs) and all(isinstance(t, int) for t in inputs)
-        )
-        prompts = [inputs] if single else list(inputs)
+        refuse_keywords("generate", unknown, "inputs (the prompts) and sampling_params")
+        prompts, single = prompt_list(inputs)
         if not prompts:
             return []
-        if sampling_params is None or isinstance(sampling_params, SamplingParams):
-            params = [sampling_params or SamplingParams()] * len(prompts)
-        else:
-            params = list(sampling_params)
-            if len(params) != len(prompts):
-                raise UserError(f"got {len(params)} SamplingParams for {len(prompts)} prompts")
-        if self.trtllm is not None:
-            done = self.trtllm.generate([self.encode(p) for p in prompts], params, self.default_end_id, self.decode)
-            return done[0] if single else done
-        outputs: list[RequestOutput] = []
-        try:
-            for i, (p, sp) in enumerate(zip(prompts, params)):
-                outputs.append(self._submit(p, sp, i, None))
-        except BaseException:
-            for o in outputs:
-                o.abort()
-            raise
-        results = [o.result() for o in outputs]
+        results = self._generate_all(prompts, sampling_params_list(sampling_params, len(prompts)))
         return results[0] if single else results
+
+    def chat(
+        self,
+        messages: Sequence[Mapping[str, Any]] | Sequence[Sequence[Mapping[str, Any]]],
+        sampling_params: SamplingParams | Mapping[str, Any] | Sequence[SamplingParams | Mapping[str, Any]] | None = None,
+        **unknown: Any,
+    ) -> list[RequestOutput]:
+        """vLLM's ``LLM.chat``: one conversation (a list of ``{"role", "content"}`` dicts) or a
+        list of them, each rendered by the tokenizer's chat template with the generation prompt
+        (:func:`~promptlookup.text.chat_ids`) and generated as ``generate`` of those token ids.
+        ``content`` may be a list of text parts (concatenated; other part types are refused) or
+        ``None`` on an assistant turn. Returns a list of outputs (one per conversation), as vLLM."""
+        refuse_keywords("chat", unknown, "messages and sampling_params")
+        conversations, _single = chat_conversations(messages)
+        if not has_chat_template(self.tokenizer):
+            raise ParamValueError("chat(): this model's tokenizer has no chat template; format the prompt yourself "
+                                  "and call generate()")
+        prompts = [chat_ids(self.tokenizer, c) for c in conversations]
+        return self._generate_all(prompts, sampling_params_list(sampling_params, len(prompts)))
+
+    def _generate_all(self, prompts: list[str | list[int]], params: list[SamplingParams]) -> list[RequestOutput]:
+        """Every prompt's ``n`` samples run together; one finished output per prompt."""
+        runs = samples.expand(prompts, params)
+        if self.trtllm is not None:
+            done = self.trtllm.generate([self.encode(r.prompt) for r in runs], [r.params for r in runs],
+                                        self.default_end_id, self.decode)
+        else:
+            outputs: list[RequestOutput] = []
+            try:
+                for r in runs:
+                    outputs.append(self._submit(r.prompt, r.params, r.request_id, None, r.index))
+            except BaseException:
+                for o in outputs:
+                    o.abort()
+                raise
+            done = [o.result() for o in outputs]
+        return samples.gather(done, runs, params)
 
     def generate_async(
         self,
         inputs: str | Sequence[int],
-        sampling_params: SamplingParams | None = None,
+        sampling_params: SamplingParams | Mapping[str, Any] | None = None,
         streaming: bool = False,
         *,
         request_id: int = 0,
         index: int = 0,
+        **unknown: Any,
     ) -> RequestOutput:
         """Submit one prompt and return at once. In async code, ``async for`` the result to
         stream (every update with ``streaming=True``, else only the final one) or
@@ -345,17 +387,28 @@ class LLM:
 
         ``request_id`` keys the sampling noise with the seed (same seed and request id: same
         sample; the server gives an unseeded request a fresh random one); ``index`` is the
-        output's ``CompletionOutput.index`` (the choice number of ``n`` samples)."""
+        output's ``CompletionOutput.index`` (the choice number of ``n`` samples). One sequence
+        per call: ``n > 1`` is refused (use ``generate``/``chat``)."""
+        refuse_keywords("generate_async", unknown, "inputs (one prompt), sampling_params, streaming, request_id "
+                        "and index")
         if self.trtllm is not None:
             raise UserError("LLM(backend='trtllm') offers generate() only; stream with TensorRT-LLM's own "
                             "LLM.generate_async, or use backend='torch'")
+        prompts, single = prompt_list(inputs)
+        if not single:
+            raise ParamTypeError("generate_async() takes one prompt (a string or a list of token ids); use "
+                                 "generate() for a list")
+        params = sampling_params_list(sampling_params, 1)[0]
+        if params.n > 1:
+            raise ParamValueError(f"generate_async() streams one sequence, got n={params.n}; use generate() or "
+                                  "chat() for several samples")
         try:
             loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
             loop = None
-        if isinstance(request_id, bool) or not isinstance(request_id, int) or request_id < 0:
-            raise UserError(f"request_id must be an integer >= 0, got {request_id!r}")
-        out = self._submit(inputs, sampling_params or SamplingParams(), request_id, loop, index)
+        check_int("request_id", request_id, 0)
+        check_int("index", index, 0)
+        out = self._submit(prompts[0], params, request_id, loop, index)
         if not streaming:
             return _FinalOnly(out)
         return out

@@ -78,6 +78,8 @@ class TrtllmGeneration:
         if any(p.stop for p in params):
             raise UserError("stop strings are not passed to TensorRT-LLM by this path; drop SamplingParams.stop "
                             "or use backend='torch'")
+        if any(p.ignore_eos for p in params):
+            raise UserError("ignore_eos is not passed to TensorRT-LLM by this path; drop it or use backend='torch'")
         if any(p.sampling_config().has_logits_processors for p in params):
             raise UserError("penalties, logit_bias and min_tokens are not passed to TensorRT-LLM by this path; "
                             "drop them or use backend='torch'")

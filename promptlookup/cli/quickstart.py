@@ -66,7 +66,8 @@ def build_parser() -> ArgumentParser:
     g.add_argument("--n", type=int, default=1, help="sequences per prompt (above 1 where the LLM API has n)")
     g.add_argument("--max_beam_width", type=int, default=1, help="beam search is not supported: only 1 is accepted")
     g.add_argument("--logprobs", action="store_true",
-                   help="print each generated token's log-probability (refused while the LLM API cannot give them)")
+                   help="print each generated token's log-probability, the raw model's, with the most likely "
+                        "alternative ({token id: logprob} per token, as CompletionOutput.logprobs)")
     g.add_argument("--apply_chat_template", action="store_true",
                    help="wrap each prompt as a user message in the tokenizer's chat template")
     g = p.add_argument_group("speculative decoding")
@@ -96,7 +97,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def _supports(field: str) -> bool:
-    """Whether the LLM API's SamplingParams has ``field`` (``n``, ``logprobs``)."""
+    """Whether the LLM API's SamplingParams has ``field`` (``n``)."""
     from ..api import SamplingParams
 
     return field in {f.name for f in dataclasses.fields(SamplingParams)}
@@ -114,8 +115,6 @@ def check_args(args: argparse.Namespace) -> None:
     if args.kv_cache_fraction is not None:
         raise UserError(f"--kv_cache_fraction {args.kv_cache_fraction}: PyTorch engines size the KV cache in tokens "
                         "(2 x max_batch_size x max_seq_len), not as a fraction of free GPU memory; leave it out")
-    if args.logprobs and not _supports("logprobs"):
-        raise UserError("--logprobs: the promptlookup LLM API cannot return log-probabilities yet; leave it out")
     if args.n < 1:
         raise UserError(f"--n must be at least 1, got {args.n}")
     if args.n > 1 and not _supports("n"):
@@ -223,5 +222,5 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"    {len(c.token_ids)} tokens in {c.steps} steps ({c.tokens_per_step:.2f} tokens/step); "
                           f"drafted {c.drafted}, accepted {c.accepted} ({100 * c.acceptance_rate:.1f}%)")
                     if args.logprobs:
-                        print(f"{tag} Logprobs: {getattr(c, 'logprobs', None)}")
+                        print(f"{tag} Logprobs: {c.logprobs}")
     return 0

@@ -14,7 +14,7 @@ from typing import Sequence
 
 from ..drafting.base import Drafter
 from ..runtime.base import SamplingConfig
-from ..runtime.results import SequenceResult, StepEvent
+from ..runtime.results import SequenceResult, StepEvent, TokenLogprob
 from ..runtime.tree import DraftTree
 from .draft_policy import DraftLengthPolicy
 from .lookahead import LookaheadConfig
@@ -101,6 +101,8 @@ class RequestState:
         self.slot = slot
         self.result = SequenceResult()
         self.result.accepted_by_source = proposer.accepted_by_source  # the proposer keeps it up to date
+        if sampling.logprobs is not None:
+            self.result.token_logprobs = []  # one entry per output id from here on
         self._tree: DraftTree | None = None
 
     @property
@@ -128,9 +130,11 @@ class RequestState:
         self._tree = self.proposer.tree(cap)
         return self._tree
 
-    def commit(self, tokens: Sequence[int], accepted: int, choices: Sequence[int] = ()) -> StepEvent:
+    def commit(self, tokens: Sequence[int], accepted: int, choices: Sequence[int] = (),
+               logprobs: Sequence[TokenLogprob] | None = None) -> StepEvent:
         """Append one step's tokens (``accepted`` draft tokens, then the target's own), cut
-        at ``max_new_tokens`` and after the first stop word; returns the step's event."""
+        at ``max_new_tokens`` and after the first stop word; returns the step's event.
+        ``logprobs`` (one per token, where the request asked) are cut with the tokens."""
         r = self.result
         tokens = list(tokens)[: self.max_new_tokens - len(r.output_ids)]
         stop = None
@@ -142,7 +146,12 @@ class RequestState:
             tokens = tokens[:stop]
         tree = self._tree if self._tree is not None else DraftTree([], [])
         self._tree = None
-        event = StepEvent(self.index, tokens, min(accepted, len(tokens)), tree.num_walkable)
+        lps = None
+        if self.sampling.logprobs is not None:
+            if logprobs is None:
+                raise RuntimeError("the step asked for log-probabilities and the runner returned none")
+            lps = list(logprobs)[: len(tokens)]
+        event = StepEvent(self.index, tokens, min(accepted, len(tokens)), tree.num_walkable, token_logprobs=lps)
         r.add(event)
         r.finished = stop is not None or (bool(tokens) and tokens[-1] == self.end_id)
         r.tree_tokens += len(tree)

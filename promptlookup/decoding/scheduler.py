@@ -6,14 +6,16 @@ A :class:`Scheduler` owns a background thread and one
 1. admits waiting requests (FIFO) while the batch has room (``max_batch_size`` live
    sequences) and the KV cache can hold each one's worst case (prompt plus
    ``max_new_tokens`` plus a full draft, reserved at admission, so a step never runs out
-   of blocks); drops cancelled requests, releasing their blocks. A request whose prompt
-   shares whole KV blocks with a prompt admitted in the same round, beyond what the prefix
-   cache already holds, waits for the next round (and, FIFO, so do those behind it): the
-   coming step computes those blocks and registers them
-   (:meth:`~promptlookup.runtime.kv_cache.BlockManager.register_prefix`), and the request
-   then maps them instead of computing them again. So the ``n`` choices of one prompt
-   (the server's ``n``), or requests with one system prompt, compute the shared prefix
-   once; the cost is one step of latency for the held-back requests, at most once each;
+   of blocks); drops cancelled requests, releasing their blocks. Prefix sharing: first the
+   full prompt blocks of every request live since an earlier round (so past a step: their
+   K/V are final) are registered in the prefix cache
+   (:meth:`~promptlookup.runtime.kv_cache.BlockManager.register_prefix`), so a request
+   admitted now maps them while their owner still decodes; and a request whose prompt
+   shares whole blocks with a prompt admitted in this same round, beyond what the cache
+   holds, waits for the next round (FIFO: so do those behind it), when the coming step will
+   have computed them. So the ``n`` choices of one prompt (the server's ``n``), or requests
+   with one system prompt, compute the shared prefix once; the cost is one step of latency
+   for a held-back request, at most once each;
 2. runs :func:`~.step.step` over the live requests (each a :class:`~.request.RequestState`):
    the same step as ``decoding.generate``'s V2 loop (drafting, draft-length policy,
    verification per (sampling, end_id) group, the commit rule), with the batch-aware
@@ -361,8 +363,19 @@ class Scheduler:
         shared = max(common_prefix_len(p, usable) for p in prefilling) // self.runner.pool.block_size
         return shared > 0 and shared > blocks.cached_blocks(prompt)
 
+    def _share_prompts(self) -> None:
+        """Register the full prompt blocks of every live request in the prefix cache. Each
+        was admitted in an earlier round and has run a step since (a failed step removes its
+        requests), so its prompt's K/V are final. O(prompt) once per request, then O(1)."""
+        for h in self._live:
+            s = self._batch.seqs[h.index] if h.index is not None else None
+            if s is not None:
+                self.runner.blocks.register_prefix(s.blocks, s.tokens, s.prompt_len)
+
     def _admit(self) -> None:
         limits = self.runner.limits
+        if self._waiting:
+            self._share_prompts()
         prefilling: list[list[int]] = []  # prompts admitted in this round
         while self._waiting and len(self._live) < limits.max_batch_size:
             h = self._waiting[0]

@@ -20,8 +20,8 @@ from ..errors import UserError
 
 if TYPE_CHECKING:
     from .batch_costs import BatchStepCosts
-    from .kv_cache import BlockManager, KVPool
-    from .results import SequenceResult, StepCallback
+    from .kv_cache import BlockManager, KVPool, SequenceBlocks
+    from .results import SequenceResult, StepCallback, TokenLogprob
     from .tree import DraftTree
 
 
@@ -42,6 +42,10 @@ class SamplingConfig:
     stop_words: tuple[tuple[int, ...], ...] = ()  # a sequence ends once its text ends with one
     logit_bias: tuple[tuple[int, float], ...] = ()  # (token, bias) added to the raw logits (OpenAI's logit_bias)
     min_tokens: int = 0  # end_id is banned until the sequence has this many output tokens
+    # Log-probabilities of the emitted tokens (:mod:`.logprobs`: the raw logits', before every
+    # setting above): None for none, else this many top alternatives per token (0: the token's only).
+    # Changes no token; the step groups requests without it, so it never splits a forward pass.
+    logprobs: int | None = None
 
     @property
     def greedy(self) -> bool:
@@ -184,15 +188,28 @@ class StepOutput(Protocol):
     accepted: int  # the first ``accepted`` of ``tokens`` came from the tree
     finished: bool  # ``tokens`` ends with end_id
     choices: list[int]  # the target's choice at the root, then at every node
+    logprobs: "list[TokenLogprob] | None"  # per token of ``tokens``, where the step asked for them
+
+
+class LiveSequenceView(Protocol):
+    """What a live batch shows of one sequence: its block table and tokens so far."""
+
+    blocks: "SequenceBlocks"
+    tokens: list[int]  # prompt, then output
+    prompt_len: int
 
 
 class LiveBatch(Protocol):
     """Sequences that keep their KV blocks between steps (the V2 loop and the scheduler)."""
 
+    seqs: "Sequence[LiveSequenceView | None]"  # by slot (None: a free slot)
+
     def step_trees(self, indices: Sequence[int], trees: Sequence["DraftTree"], end_id: int,
-                   sampling: SamplingConfig) -> Sequence[StepOutput]:
+                   sampling: SamplingConfig, logprobs: Sequence[int | None] | None = None) -> Sequence[StepOutput]:
         """Verify ``trees[j]`` for sequence ``indices[j]`` in one forward pass and commit
-        each sequence's accepted path."""
+        each sequence's accepted path; with ``logprobs[j]`` not None, sequence ``j``'s tokens
+        come with their log-probabilities and that many top alternatives (``sampling.logprobs``
+        is not read here: one pass serves requests that ask and requests that do not)."""
 
     def add(self, prompt: Sequence[int], request: int) -> int:
         """Join a sequence between steps; returns its slot."""

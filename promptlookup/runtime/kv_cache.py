@@ -19,11 +19,11 @@ Bookkeeping (:class:`BlockManager`)
     *partial* block of a released sequence is registered under its parent too, with its
     valid token ids, so that a V1 re-submission of the same sequence also finds the tail.
 
-    A live sequence's full *prompt* blocks are registered as soon as the step that
-    computed them is committed (:meth:`BlockManager.register_prefix`), not only when the
-    sequence leaves: a request admitted later (another choice of the same prompt, another
-    request with the same system prompt) shares them while their first owner still
-    decodes. A registered block is never written again by anyone: its owner writes only
+    A live sequence's full *prompt* blocks can be registered once computed
+    (:meth:`BlockManager.register_prefix`; the scheduler does so right after a request's
+    first step), not only when the sequence leaves: a request admitted later (another
+    choice of the same prompt, another request with the same system prompt) shares them
+    while their first owner still decodes. A registered block is never written again by anyone: its owner writes only
     at positions past its prompt, a sharer only in blocks it owns alone (below). It is
     never evicted while a live sequence references it (only ``refcount == 0`` blocks are
     in the LRU). The partial last prompt block is never shared live: each sequence

@@ -29,13 +29,13 @@ import torch
 
 from ..defaults import DEFAULT_COMPILE_MODE, DEFAULT_CPU_WEIGHT_COPIES, DEFAULT_KV_CACHE_ENABLE_BLOCK_REUSE
 from ..errors import UserError, one_line
-from .acceptance import fetch_step
 from .base import EngineLimits, GenerationOutput, RunnerCapabilities, RunnerStats, SamplingConfig, validate_batch
 from .batch_costs import BatchStepCosts
 from .compiled import CompiledForward
 from .cuda_graphs import CudaGraphs, StepBuckets
 from .kv_cache import SCRATCH_BLOCK, BlockManager, KVPool, SequenceBlocks
 from .logits_processors import apply_logits_processors, row_prefixes
+from .logprobs import TokenLogprob, along_path, fetch_step_with_logprobs
 from .options import KvCacheConfig, RuntimeConfig
 from .paged_llama import PagedLlama, Parents, build_layout
 from .sampling import select_tokens
@@ -59,6 +59,7 @@ class StepResult:
     finished: bool
     choices: list[int] = field(default_factory=list)  # the target's choice at the root, then at every node
     path: list[int] = field(default_factory=list)  # accepted node indices of the tree
+    logprobs: list[TokenLogprob] | None = None  # per token of ``tokens``, where asked (:mod:`.logprobs`)
 
 
 PADDING_FREE_ROWS = 128  # a forward pass this small is kept whole, however much of it is padding
@@ -122,23 +123,24 @@ class DecodeBatch:
         indices: Sequence[int],
         trees: Sequence[DraftTree],
         end_id: int,
-        sampling: SamplingConfig,
+        sampling: SamplingConfig, logprobs: Sequence[int | None] | None = None,
     ) -> list[StepResult]:
         """Verify ``trees[j]`` for sequence ``indices[j]`` in one forward pass, then commit
         each sequence's accepted path (the path :func:`~.tree.accept_path` gives).
 
-        Invariant: **one device-to-host transfer per step.** Token selection
-        (:func:`~.sampling.select_tokens`) and acceptance
-        (:func:`~.acceptance.last_accepted_nodes`) run as tensor ops on the model's device,
-        and :func:`~.acceptance.fetch_step` brings back the chosen tokens at every row and
-        the last accepted node per sequence in a single copy (``rows + sequences`` int64).
+        Invariant: **one device-to-host transfer per step.** Token selection (:func:`~.sampling.select_tokens`)
+        and acceptance (:func:`~.acceptance.last_accepted_nodes`) run as tensor ops on the model's device,
+        and :func:`~.logprobs.fetch_step_with_logprobs` brings back the chosen tokens at every row and
+        the last accepted node per sequence in a single copy (``rows + sequences`` int64; float64 with
+        the rows' raw log-probabilities of the sequences that ask, ``logprobs[j]`` alternatives each).
         Committing then costs O(accepted path) host work per sequence plus, when a branch
         other than the first is accepted, one K/V slot move."""
-        choices, paths = fetch_step(trees, self._select(indices, trees, sampling, end_id), end_id)
+        chosen = self._select(indices, trees, sampling, end_id, keep_raw=logprobs is not None)
+        choices, paths, lps = fetch_step_with_logprobs(trees, chosen, end_id, self.raw_logits, logprobs)
         results = []
         moves: list[tuple[int, int]] = []  # (from, to) physical slots of accepted tree nodes
         bs = self.runner.pool.block_size
-        for i, tree, mine, path in zip(indices, trees, choices, paths):
+        for i, tree, mine, path, lp in zip(indices, trees, choices, paths, lps):
             s = self.seqs[i]
             out = [tree.tokens[j] for j in path] + [mine[path[-1] + 1 if path else 0]]
             for depth, node in enumerate(path):  # node j sits in slot len(tokens) + j; it belongs at + depth
@@ -148,13 +150,12 @@ class DecodeBatch:
             accepted = len(path)
             finished = out[-1] == end_id
             s.cached = len(s.tokens) + accepted
-            self.runner.blocks.register_prefix(s.blocks, s.tokens, s.prompt_len)  # final K/V: shareable now
             s.tokens.extend(out)
             s.stats.output_ids.extend(out)
             s.stats.drafted += tree.num_walkable
             s.stats.accepted += accepted
             s.stats.finished = finished
-            results.append(StepResult(out, accepted, finished, mine, path))
+            results.append(StepResult(out, accepted, finished, mine, path, along_path(lp, path)))
         if moves:
             self.runner.pool.move_slots([m[0] for m in moves], [m[1] for m in moves])
         return results
@@ -173,7 +174,7 @@ class DecodeBatch:
         return out
 
     def _select(self, indices: Sequence[int], trees: Sequence[DraftTree], sampling: SamplingConfig,
-                end_id: int | None = None) -> torch.Tensor:
+                end_id: int | None = None, keep_raw: bool = False) -> torch.Tensor:
         """The forward pass of :meth:`verify` and the target's choices at every row, as an
         int64 tensor on the model's device (per sequence: the root, then every node).
         Nothing is read back to the host."""
@@ -210,6 +211,7 @@ class DecodeBatch:
         logits = per_seq[0] if len(seqs) == 1 else torch.cat(per_seq)
         runner.stats.forward_calls += len(groups)
         runner.stats.forward_tokens += sum(len(t) for t in new_tokens)
+        self.raw_logits = logits if keep_raw else None  # before any processor: what logprobs are read from
 
         requests, positions = [], []
         for s, tree in zip(seqs, trees):

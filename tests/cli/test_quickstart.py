@@ -127,15 +127,15 @@ def test_refused_flags(flags, match, spy):
     assert "kwargs" not in spy  # refused before any model is loaded
 
 
-def test_logprobs_is_honoured_or_refused(tiny_engine_dir, spy, capsys):
-    fields = {f.name for f in dataclasses.fields(api.SamplingParams)}
-    if "logprobs" not in fields:
-        with pytest.raises(UserError, match="--logprobs: .*cannot return log-probabilities"):
-            run(tiny_engine_dir, "--prompt", "a b", "--logprobs")
-        assert "kwargs" not in spy
-    else:
-        run(tiny_engine_dir, "--prompt", "a b", "--logprobs")
-        assert "Logprobs: " in capsys.readouterr().out
+def test_logprobs_are_printed_one_per_token(tiny_engine_dir, spy, capsys):
+    import ast
+
+    run(tiny_engine_dir, "--prompt", "a b", "--logprobs", "--max_tokens", "5")
+    out = capsys.readouterr().out
+    line = next(ln for ln in out.splitlines() if "Logprobs: " in ln)
+    logprobs = ast.literal_eval(line.split("Logprobs: ", 1)[1])
+    tokens = int(next(ln for ln in out.splitlines() if " tokens in " in ln).split()[0])
+    assert len(logprobs) == tokens and all(1 <= len(d) <= 2 and all(v <= 0 for v in d.values()) for d in logprobs)
 
 
 def test_n_is_honoured_or_refused(tiny_engine_dir, spy, capsys):

@@ -123,8 +123,10 @@ def test_logit_bias_forces_and_bans(client, llm, runner):
     (dict(logit_bias={"5": 101}), "logit_bias"),
     (dict(logit_bias={"99999999": 1}), "logit_bias"),
     (dict(extra_body={"min_tokens": 99}), "min_tokens"),
-    (dict(logprobs=2), "logprobs"),
-    (dict(logprobs=0), "logprobs"),
+    (dict(logprobs=21), "logprobs"),
+    (dict(logprobs=-1), "logprobs"),
+    (dict(logprobs=2, echo=True), "logprobs"),
+    (dict(extra_body={"top_logprobs": 2}), "top_logprobs"),
     (dict(suffix="x"), "suffix"),
     (dict(best_of=3), "best_of"),
     (dict(n=1000), "n"),
@@ -144,8 +146,10 @@ def test_out_of_range_and_unsupported_fields_are_400(client, llm, kwargs, param)
 @pytest.mark.parametrize("kwargs,param", [
     (dict(tools=[{"type": "function", "function": {"name": "f", "parameters": {}}}]), "tools"),
     (dict(response_format={"type": "json_object"}), "response_format"),
-    (dict(logprobs=True), "logprobs"),
+    (dict(logprobs=True, top_logprobs=21), "top_logprobs"),
+    (dict(logprobs=True, top_logprobs=-1), "top_logprobs"),
     (dict(top_logprobs=3), "top_logprobs"),
+    (dict(extra_body={"logprobs": 3}), "logprobs"),
     (dict(extra_body={"echo": True}), "echo"),
 ])
 def test_unsupported_chat_fields_are_400(client, kwargs, param):
