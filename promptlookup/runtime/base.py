@@ -20,7 +20,7 @@ from ..errors import UserError
 
 if TYPE_CHECKING:
     from .batch_costs import BatchStepCosts
-    from .kv_cache import KVPool
+    from .kv_cache import BlockManager, KVPool, SequenceBlocks
     from .results import SequenceResult, StepCallback, TokenLogprob
     from .tree import DraftTree
 
@@ -194,8 +194,18 @@ class StepOutput(Protocol):
     logprobs: "list[TokenLogprob] | None"  # per token of ``tokens``, where the step asked for them
 
 
+class LiveSequenceView(Protocol):
+    """What a live batch shows of one sequence: its block table and tokens so far."""
+
+    blocks: "SequenceBlocks"
+    tokens: list[int]  # prompt, then output
+    prompt_len: int
+
+
 class LiveBatch(Protocol):
     """Sequences that keep their KV blocks between steps (the V2 loop and the scheduler)."""
+
+    seqs: "Sequence[LiveSequenceView | None]"  # by slot (None: a free slot)
 
     def step_trees(self, indices: Sequence[int], trees: Sequence["DraftTree"], end_id: int,
                    sampling: SamplingConfig, logprobs: Sequence[int | None] | None = None) -> Sequence[StepOutput]:
@@ -236,6 +246,7 @@ class LiveBatchRunner(TreeRunner, Protocol):
     """A runner that opens live batches (``capabilities.live_batch``) over a paged KV pool."""
 
     pool: "KVPool"  # num_blocks, block_size: what the scheduler reserves at admission
+    blocks: "BlockManager"  # the pool's prefix-reuse registry: the scheduler's admission reads it
     batch_step_costs: "BatchStepCosts | None"  # batched steps' costs (the server's draft budget)
 
     def open(self, prompts: Sequence[Sequence[int]], requests: Sequence[int] | None = None, *,

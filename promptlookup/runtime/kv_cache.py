@@ -19,6 +19,16 @@ Bookkeeping (:class:`BlockManager`)
     *partial* block of a released sequence is registered under its parent too, with its
     valid token ids, so that a V1 re-submission of the same sequence also finds the tail.
 
+    A live sequence's full *prompt* blocks can be registered once computed
+    (:meth:`BlockManager.register_prefix`; the scheduler does so right after a request's
+    first step), not only when the sequence leaves: a request admitted later (another
+    choice of the same prompt, another request with the same system prompt) shares them
+    while their first owner still decodes. A registered block is never written again by anyone: its owner writes only
+    at positions past its prompt, a sharer only in blocks it owns alone (below). It is
+    never evicted while a live sequence references it (only ``refcount == 0`` blocks are
+    in the LRU). The partial last prompt block is never shared live: each sequence
+    computes (or copies) its own.
+
     ``match_prefix`` maps the longest cached prefix of a new request onto the blocks:
     full blocks are shared (refcount + 1, never written again); the first diverging or
     partial block is copied (or taken over, when it is an unused partial block), since the
@@ -26,7 +36,8 @@ Bookkeeping (:class:`BlockManager`)
     its forward pass produces the logits for the next token.
 
 Costs: matching a prefix of L tokens is O(L) (hashing block tuples) plus the copy of at
-most one block; allocation and release are O(blocks); eviction is O(1) per block.
+most one block; registering a prompt's blocks is O(L), once per sequence (later calls
+are O(1)); allocation and release are O(blocks); eviction is O(1) per block.
 Reuse changes no output beyond floating-point reassociation: a reused block holds the
 very K/V that were computed for the same tokens at the same positions.
 """
@@ -125,6 +136,8 @@ class SequenceBlocks:
     """A live sequence's block table; ``blocks[i]`` holds slots ``[i*bs, (i+1)*bs)``."""
 
     blocks: list[int] = field(default_factory=list)
+    shared: int = 0  # leading blocks already registered (or with a registered twin)
+    shared_key: int = 0  # the registration key of block ``shared - 1`` (0: none)
 
 
 class BlockManager:
@@ -212,6 +225,53 @@ class BlockManager:
         return key
 
     # ----------------------------------------------------------------- reuse
+    def _cached_chain(self, tokens: Sequence[int], limit: int) -> list[int]:
+        """The registered full blocks that hold the longest prefix of ``tokens[:limit]``
+        in whole blocks, in order. Read-only; O(limit)."""
+        bs = self.block_size
+        chain: list[int] = []
+        parent = 0
+        while (len(chain) + 1) * bs <= limit:
+            block = self.full_index.get((parent, tuple(tokens[len(chain) * bs : (len(chain) + 1) * bs])))
+            if block is None:
+                break
+            chain.append(block)
+            parent = self.reg[block].key
+        return chain
+
+    def cached_blocks(self, tokens: Sequence[int]) -> int:
+        """How many full blocks :meth:`match_prefix` would share for a request of
+        ``tokens`` now (0 with reuse off). Read-only; O(len(tokens))."""
+        if not self.enable_reuse or len(tokens) < 2:
+            return 0
+        return len(self._cached_chain(tokens, len(tokens) - 1))
+
+    def register_prefix(self, seq: SequenceBlocks, tokens: Sequence[int], length: int) -> None:
+        """Make the full blocks of live ``seq`` that hold ``tokens[:length]`` shareable now.
+
+        The caller guarantees that those slots hold their final K/V: computed, and never
+        written again by ``seq`` (a prompt after its first step). Blocks already registered
+        (shared from the cache) keep their registration; a block whose twin (same tokens
+        under the same parent) is registered stays private. Registered blocks are
+        referenced by ``seq`` until it is released, so they cannot be evicted meanwhile.
+        No-op with reuse off. O(new blocks); O(1) when nothing is new.
+        """
+        bs = self.block_size
+        full = min(length, len(tokens), len(seq.blocks) * bs) // bs
+        if not self.enable_reuse or seq.shared >= full:
+            return
+        parent = seq.shared_key
+        for i in range(seq.shared, full):
+            block = seq.blocks[i]
+            chunk = tuple(tokens[i * bs : (i + 1) * bs])
+            r = self.reg.get(block)
+            if r is not None and r.full:  # shared from the cache
+                parent = r.key
+                continue
+            twin = self.full_index.get((parent, chunk))
+            parent = self.reg[twin].key if twin is not None else self._register(block, parent, chunk, True)
+        seq.shared, seq.shared_key = full, parent
+
     def match_prefix(self, tokens: Sequence[int]) -> tuple[SequenceBlocks, int]:
         """Start a sequence for ``tokens``; return it and how many leading tokens are cached.
 
@@ -224,17 +284,12 @@ class BlockManager:
             return seq, 0
         bs = self.block_size
         limit = len(tokens) - 1  # tokens that may come from the cache
-        parent = 0
-        matched = 0
-        while matched + bs <= limit:
-            chunk = tuple(tokens[matched : matched + bs])
-            block = self.full_index.get((parent, chunk))
-            if block is None:
-                break
+        for block in self._cached_chain(tokens, limit):
             self._acquire(block)
             seq.blocks.append(block)
-            parent = self.reg[block].key
-            matched += bs
+        parent = self.reg[seq.blocks[-1]].key if seq.blocks else 0
+        matched = len(seq.blocks) * bs
+        seq.shared, seq.shared_key = len(seq.blocks), parent
         self.stats.matched_blocks += len(seq.blocks)
         # The first block not matched in full: the longest common prefix among its siblings.
         best, best_len = -1, 0
@@ -299,3 +354,4 @@ class BlockManager:
         for block in reversed(seq.blocks):
             self._drop(block)
         seq.blocks.clear()
+        seq.shared = seq.shared_key = 0
