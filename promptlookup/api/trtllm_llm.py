@@ -69,6 +69,7 @@ class TrtllmGeneration:
         self.lookahead = (speculative_config.lookahead_config()
                           if isinstance(speculative_config, LookaheadDecodingConfig) else None)
         self.generator = TrtllmLookupGenerator(model, max_tokens_in_paged_kv_cache=kv.max_tokens,
+                                               kv_cache_free_gpu_memory_fraction=kv.free_gpu_memory_fraction,
                                                **(generator_kwargs or {}))
 
     def generate(self, prompts: Sequence[tuple[str | None, list[int]]], params: Sequence[SamplingParams],

@@ -159,6 +159,17 @@ def add_block_reuse_argument(group: Any, across: str) -> None:
                        help=f"reuse cached KV blocks across {across}")
 
 
+def add_kv_fraction_argument(group: Any) -> None:
+    """``--kv_cache_free_gpu_memory_fraction`` (TensorRT-LLM's flag and meaning), with its
+    default and why that differs from TensorRT-LLM's."""
+    group.add_argument("--kv_cache_free_gpu_memory_fraction", type=finite_float, default=None,
+                       help="fraction in (0, 1] of the device memory free once the weights are loaded (GPU: "
+                            "cudaMemGetInfo; CPU: MemAvailable) that the KV cache takes; with "
+                            "--max_tokens_in_paged_kv_cache the smaller wins. Default: none, not TensorRT-LLM's 0.9: "
+                            "on a CPU that would commit most of the RAM; PyTorch engines then hold 2 x "
+                            "max_batch_size x max_seq_len tokens (TensorRT-LLM engines: TensorRT-LLM's own sizing)")
+
+
 def add_common_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Flags shared by run.py and summarize.py (TensorRT-LLM's names where they exist)."""
     from ..drafting.base import DRAFT_MODES, POOL_RULES
@@ -169,8 +180,7 @@ def add_common_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     g.add_argument("--max_tokens_in_paged_kv_cache", type=int, default=None,
                    help="KV cache capacity in tokens; default: twice max_batch_size full sequences (PyTorch engines), "
                         "TensorRT-LLM's own sizing (TensorRT-LLM)")
-    g.add_argument("--kv_cache_free_gpu_memory_fraction", type=finite_float, default=None,
-                   help="TensorRT-LLM: fraction of free GPU memory for the KV cache, in (0, 1]; default: TensorRT-LLM's")
+    add_kv_fraction_argument(g)
     g.add_argument("--enable_chunked_context", action="store_true",
                    help="TensorRT-LLM: process long prompts in chunks (V1: ModelRunnerCpp's enable_chunked_context; "
                         "V2: the LLM API's enable_chunked_prefill)")
@@ -302,11 +312,15 @@ def runtime_from_args(args: argparse.Namespace):
 
 
 def kv_cache_from_args(args: argparse.Namespace):
-    """``--kv_cache_enable_block_reuse`` and ``--max_tokens_in_paged_kv_cache`` as one
-    :class:`~promptlookup.runtime.options.KvCacheConfig`."""
-    from ..runtime.options import KvCacheConfig
+    """``--kv_cache_enable_block_reuse``, ``--max_tokens_in_paged_kv_cache`` and
+    ``--kv_cache_free_gpu_memory_fraction`` (refused outside (0, 1], by its flag's name) as
+    one :class:`~promptlookup.runtime.options.KvCacheConfig`."""
+    from ..runtime.options import KvCacheConfig, require_fraction
 
-    return KvCacheConfig(args.kv_cache_enable_block_reuse, args.max_tokens_in_paged_kv_cache)
+    fraction = args.kv_cache_free_gpu_memory_fraction
+    if fraction is not None:
+        require_fraction("--kv_cache_free_gpu_memory_fraction", fraction)
+    return KvCacheConfig(args.kv_cache_enable_block_reuse, args.max_tokens_in_paged_kv_cache, fraction)
 
 
 def sampling_from_args(args: argparse.Namespace):

@@ -23,6 +23,7 @@ from typing import Any
 
 from ..defaults import DEFAULT_LOOKAHEAD, DEFAULT_MAX_MATCHING_NGRAM_SIZE, DEFAULT_MIN_MATCHING_NGRAM_SIZE
 from ..errors import UserError
+from ..runtime.options import require_fraction
 from .args import ArgumentParser, add_block_reuse_argument, add_num_threads_argument, add_pool_options
 
 DEFAULT_PROMPTS = [
@@ -55,8 +56,10 @@ def build_parser() -> ArgumentParser:
     g.add_argument("--disable_kv_cache_reuse", action="store_true", help="turn prefix block reuse across requests off")
     add_block_reuse_argument(g, "requests")
     g.add_argument("--kv_cache_fraction", type=float, default=None,
-                   help="refused: PyTorch engines size the KV cache in tokens, not as a fraction of free GPU memory "
-                        "(default: none; TensorRT-LLM's is 0.9)")
+                   help="fraction in (0, 1] of the device memory free once the weights are loaded (GPU: "
+                        "cudaMemGetInfo; CPU: MemAvailable) that the KV cache takes (default: none, not TensorRT-LLM's "
+                        "0.9: on a CPU that would commit most of the RAM; the KV cache then holds 2 x max_batch_size "
+                        "x max_seq_len tokens)")
     g = p.add_argument_group("sampling")
     g.add_argument("--max_tokens", type=int, default=64, help="new tokens per prompt at most")
     g.add_argument("--temperature", type=float, default=0.0,
@@ -116,8 +119,7 @@ def check_args(args: argparse.Namespace) -> None:
         raise UserError(f"--max_beam_width {args.max_beam_width}: beam search is not supported (prompt lookup verifies "
                         "one sequence per request); leave it at 1")
     if args.kv_cache_fraction is not None:
-        raise UserError(f"--kv_cache_fraction {args.kv_cache_fraction}: PyTorch engines size the KV cache in tokens "
-                        "(2 x max_batch_size x max_seq_len), not as a fraction of free GPU memory; leave it out")
+        require_fraction("--kv_cache_fraction", args.kv_cache_fraction)
     if args.n < 1:
         raise UserError(f"--n must be at least 1, got {args.n}")
     if args.n > 1 and not _supports("n"):
@@ -203,7 +205,8 @@ def main(argv: list[str] | None = None) -> int:
         raise UserError("--prompt must not be empty")
     reuse = args.kv_cache_enable_block_reuse and not args.disable_kv_cache_reuse
     with LLM(model, speculative_config=spec, cache_dir=args.cache_dir, device=args.device, build=build,
-             kv_cache_config=KvCacheConfig(enable_block_reuse=reuse)) as llm:
+             kv_cache_config=KvCacheConfig(enable_block_reuse=reuse,
+                                           free_gpu_memory_fraction=args.kv_cache_fraction)) as llm:
         if args.apply_chat_template:
             from ..text import has_chat_template
 

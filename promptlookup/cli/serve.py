@@ -14,8 +14,8 @@ from ..defaults import (DEFAULT_DRAFT_LENGTH_POLICY, DEFAULT_DRAFTER_MODE, DEFAU
                         DRAFT_LENGTH_POLICIES)
 from ..drafting.base import DRAFT_MODES
 from ..errors import UserError
-from .args import (ArgumentParser, add_block_reuse_argument, add_num_threads_argument, add_pool_options, finite_float,
-                   parse_prompt_lookup_config)
+from .args import (ArgumentParser, add_block_reuse_argument, add_kv_fraction_argument, add_num_threads_argument,
+                   add_pool_options, finite_float, kv_cache_from_args, parse_prompt_lookup_config)
 
 API_KEY_ENV = "PROMPTLOOKUP_API_KEY"  # --api_key's default (as vLLM's VLLM_API_KEY)
 DEFAULT_SHUTDOWN_TIMEOUT = 5.0  # seconds in-flight requests may still run after SIGTERM / the first SIGINT
@@ -52,6 +52,7 @@ def build_parser() -> ArgumentParser:
     add_block_reuse_argument(p, "requests")
     p.add_argument("--max_tokens_in_paged_kv_cache", type=int, default=None,
                    help="KV cache budget in tokens (default: 2 x max_batch_size x max_seq_len)")
+    add_kv_fraction_argument(p)
     p.add_argument("--device", default=None, help="auto (default), cpu, cuda or cuda:N")
     add_num_threads_argument(p)
     p.add_argument("--api_key", default=None,
@@ -74,7 +75,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def build_llm(args: argparse.Namespace):
-    from ..api import LLM, KvCacheConfig, LookaheadDecodingConfig, NGramDecodingConfig
+    from ..api import LLM, LookaheadDecodingConfig, NGramDecodingConfig
 
     spec = None
     if args.lookahead_config is not None:
@@ -97,7 +98,7 @@ def build_llm(args: argparse.Namespace):
 
         model = str(smollm2_gguf_path())
     return LLM(model, args.tokenizer_dir, speculative_config=spec, cache_dir=args.cache_dir,
-               runtime_config=runtime_config(args), kv_cache_config=KvCacheConfig(args.kv_cache_enable_block_reuse, args.max_tokens_in_paged_kv_cache),
+               runtime_config=runtime_config(args), kv_cache_config=kv_cache_from_args(args),
                draft_length_policy=args.draft_length_policy, draft_token_budget=args.draft_token_budget)
 
 

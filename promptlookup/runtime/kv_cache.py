@@ -35,6 +35,11 @@ Bookkeeping (:class:`BlockManager`)
     new request will write into it. At least one token is always left uncovered, because
     its forward pass produces the logits for the next token.
 
+Size (:func:`pool_blocks`)
+    ``KvCacheConfig.max_tokens`` tokens, or ``free_gpu_memory_fraction`` of the memory free
+    once the weights are loaded (:func:`free_memory_bytes`), the smaller when both are
+    given; neither: 2 x max_batch_size x max_seq_len tokens.
+
 Costs: matching a prefix of L tokens is O(L) (hashing block tuples) plus the copy of at
 most one block; registering a prompt's blocks is O(L), once per sequence (later calls
 are O(1)); allocation and release are O(blocks); eviction is O(1) per block.
@@ -47,12 +52,72 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Sequence
 
+import math
+
 import torch
 
 from ..drafting.tree import common_prefix_len
 from ..errors import UserError
+from .options import KvCacheConfig
 
 SCRATCH_BLOCK = 0
+FRACTION_FLAGS = "(--kv_cache_free_gpu_memory_fraction; quickstart_advanced.py: --kv_cache_fraction)"
+MEMINFO = "/proc/meminfo"
+
+
+def free_memory_bytes(device: torch.device) -> int:
+    """Bytes free on ``device`` now: ``torch.cuda.mem_get_info`` on a GPU (after PyTorch's
+    cached, unused blocks are handed back), ``MemAvailable`` of /proc/meminfo on the CPU
+    (what the kernel can give without swapping). Any other device, or a CPU without
+    /proc/meminfo, is a one-line :class:`UserError`. Cost: one driver call or one small read."""
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+        return int(torch.cuda.mem_get_info(device)[0])
+    if device.type == "cpu":
+        try:
+            with open(MEMINFO) as f:
+                for line in f:
+                    if line.startswith("MemAvailable:"):
+                        return int(line.split()[1]) * 1024  # kB
+        except (OSError, ValueError, IndexError):
+            pass
+        raise UserError(f"free_gpu_memory_fraction {FRACTION_FLAGS}: this system has no {MEMINFO} MemAvailable "
+                        "to size the KV cache by; give --max_tokens_in_paged_kv_cache instead")
+    raise UserError(f"free_gpu_memory_fraction {FRACTION_FLAGS}: the free memory of a {device.type} device cannot "
+                    "be read; give --max_tokens_in_paged_kv_cache instead")
+
+
+def pool_blocks(kv_cache: KvCacheConfig, max_batch_size: int, max_seq_len: int, tokens_per_block: int,
+                bytes_per_token: int, device: torch.device) -> int:
+    """The block count of a :class:`KVPool` (its scratch block included) for ``kv_cache``.
+
+    ``max_tokens`` alone (or neither: 2 x ``max_batch_size`` x ``max_seq_len``, room for a
+    full batch at full length and as much again for reuse): 1 + ceil(tokens / block).
+    ``free_gpu_memory_fraction`` F: floor(F x free bytes / bytes of one block) blocks,
+    scratch included, so the pool never holds more than F of what
+    :func:`free_memory_bytes` reports (read now: call it once the weights are loaded);
+    with ``max_tokens`` too, the smaller of the two pools. A fraction that leaves no room
+    for one ``max_seq_len`` sequence is a one-line :class:`UserError` naming the least
+    fraction that would. Cost: one free-memory read when a fraction is given."""
+    fraction, max_tokens = kv_cache.free_gpu_memory_fraction, kv_cache.max_tokens
+    if fraction is None and max_tokens is None:
+        max_tokens = 2 * max_batch_size * max_seq_len
+    by_tokens = None if max_tokens is None else 1 + -(-max_tokens // tokens_per_block)
+    if fraction is None:
+        assert by_tokens is not None
+        return by_tokens
+    free = free_memory_bytes(device)
+    block_bytes = bytes_per_token * tokens_per_block
+    blocks = int(fraction * free) // block_bytes
+    need = 1 + -(-max_seq_len // tokens_per_block)
+    if blocks < need:
+        least = math.ceil(need * block_bytes / max(free, 1) * 1e4) / 1e4
+        fix = (f"raise it to at least {least:g}" if least <= 1 else
+               "even 1 is too little: free memory, or give --max_tokens_in_paged_kv_cache instead")
+        raise UserError(f"free_gpu_memory_fraction {fraction:g} {FRACTION_FLAGS} of {free / 2**20:.1f} MiB free "
+                        f"leaves a KV cache of {max(blocks - 1, 0) * tokens_per_block} tokens, less than one "
+                        f"max_seq_len sequence ({max_seq_len} tokens, {need * block_bytes / 2**20:.1f} MiB); {fix}")
+    return blocks if by_tokens is None else min(blocks, by_tokens)
 
 
 class KVPool:
@@ -81,6 +146,11 @@ class KVPool:
         self.v = [new(num_kv_heads, slots, head_dim, dtype=dtype, device=device) for _ in range(num_layers)]
         for t in (*self.k, *self.v):  # padded reads land here, masked: they must be finite
             t[:, SCRATCH_BLOCK * block_size : (SCRATCH_BLOCK + 1) * block_size].zero_()
+
+    @property
+    def tokens(self) -> int:
+        """Tokens the pool can hold for sequences (the scratch block excluded)."""
+        return (self.num_blocks - 1) * self.block_size
 
     @property
     def nbytes(self) -> int:

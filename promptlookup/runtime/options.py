@@ -2,7 +2,7 @@
 ``engine.load_runner`` (instead of loose keywords threaded through every layer):
 
 - :class:`KvCacheConfig` (TensorRT-LLM's LLM API name): prefix block reuse and the paged
-  KV budget in tokens;
+  KV budget, in tokens and/or as a fraction of the memory free after the weights load;
 - :class:`RuntimeConfig`: where and how an engine computes (device, CUDA graphs,
   compiled steps, the CPU weight layout, CPU threads).
 
@@ -12,6 +12,7 @@ engine (a device that is absent, inductor on a quantized engine) are checked on 
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 from ..defaults import (COMPILE_MODES, CPU_WEIGHT_COPIES, DEFAULT_COMPILE_MODE, DEFAULT_CPU_WEIGHT_COPIES,
@@ -32,18 +33,35 @@ def require_bool(name: str, value: object) -> None:
         raise UserError(f"{name} must be True or False, got {value!r}")
 
 
+def require_fraction(name: str, value: object) -> None:
+    """A one-line :class:`UserError` unless ``value`` is a finite number (not a bool) in (0, 1]."""
+    if (not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value)
+            or not 0.0 < value <= 1.0):
+        raise UserError(f"{name} must be a number in (0, 1], got {value!r}")
+
+
 @dataclass(frozen=True)
 class KvCacheConfig:
-    """The paged KV cache: prefix block reuse across requests, and its size in tokens
-    (``None``: 2 x max_batch_size x max_seq_len)."""
+    """The paged KV cache: prefix block reuse across requests, and its size.
+
+    ``max_tokens``: the pool's capacity in tokens. ``free_gpu_memory_fraction``
+    (TensorRT-LLM's name and meaning; PyTorch engines on a GPU or a CPU): the pool takes
+    that fraction of the device memory free once the weights are loaded
+    (:func:`~.kv_cache.pool_blocks`); with ``max_tokens`` too, the smaller wins. Neither:
+    2 x max_batch_size x max_seq_len tokens. The default is not TensorRT-LLM's 0.9: on a
+    CPU that would commit most of the machine's RAM (the server commits its pool at
+    start-up), and a token budget the engine's limits fit is enough for them."""
 
     enable_block_reuse: bool = DEFAULT_KV_CACHE_ENABLE_BLOCK_REUSE
     max_tokens: int | None = None
+    free_gpu_memory_fraction: float | None = None
 
     def __post_init__(self) -> None:
         require_bool("enable_block_reuse", self.enable_block_reuse)
         if self.max_tokens is not None:
             require_int("max_tokens", self.max_tokens, 1)
+        if self.free_gpu_memory_fraction is not None:
+            require_fraction("free_gpu_memory_fraction", self.free_gpu_memory_fraction)
 
 
 @dataclass(frozen=True)
@@ -107,6 +125,7 @@ def with_options(
     compile_mode: str | None = None,
     kv_cache_enable_block_reuse: bool | None = None,
     max_tokens_in_paged_kv_cache: int | None = None,
+    kv_cache_free_gpu_memory_fraction: float | None = None,
 ) -> tuple[RuntimeConfig, KvCacheConfig]:
     """The two config objects, with any single option given as a keyword (``run.py``'s flag
     names; ``None``: the object's value) folded in: the one place loose options become
@@ -115,5 +134,6 @@ def with_options(
     loose = dict(device=device, cuda_graph_mode=cuda_graph_mode, cpu_weight_copies=cpu_weight_copies,
                  compile_mode=compile_mode)
     runtime = replace(runtime, **{k: v for k, v in loose.items() if v is not None})
-    kv = dict(enable_block_reuse=kv_cache_enable_block_reuse, max_tokens=max_tokens_in_paged_kv_cache)
+    kv = dict(enable_block_reuse=kv_cache_enable_block_reuse, max_tokens=max_tokens_in_paged_kv_cache,
+              free_gpu_memory_fraction=kv_cache_free_gpu_memory_fraction)
     return runtime, replace(kv_cache, **{k: v for k, v in kv.items() if v is not None})

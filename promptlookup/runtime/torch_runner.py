@@ -33,7 +33,7 @@ from .base import EngineLimits, GenerationOutput, RunnerCapabilities, RunnerStat
 from .batch_costs import BatchStepCosts
 from .compiled import CompiledForward
 from .cuda_graphs import CudaGraphs, StepBuckets
-from .kv_cache import SCRATCH_BLOCK, BlockManager, KVPool, SequenceBlocks
+from .kv_cache import SCRATCH_BLOCK, BlockManager, KVPool, SequenceBlocks, pool_blocks
 from .logits_processors import apply_logits_processors, row_prefixes
 from .logprobs import TokenLogprob, along_path, fetch_step_with_logprobs
 from .options import KvCacheConfig, RuntimeConfig
@@ -305,11 +305,9 @@ class TorchRunner:
             model, cpu_weight_copies=runtime.cpu_weight_copies, dense_projections=compiled)
         self.limits = limits
         cfg = self.model.config
-        max_tokens_in_paged_kv_cache = kv_cache.max_tokens
-        if max_tokens_in_paged_kv_cache is None:
-            # Room for a full batch at max length, plus as much again for reuse.
-            max_tokens_in_paged_kv_cache = 2 * limits.max_batch_size * limits.max_seq_len
-        num_blocks = 1 + -(-max_tokens_in_paged_kv_cache // tokens_per_block)
+        num_blocks = pool_blocks(kv_cache, limits.max_batch_size, limits.max_seq_len, tokens_per_block,  # after weights
+                                 KVPool.bytes_per_token(cfg.num_hidden_layers, self.model.num_kv_heads,
+                                                        self.model.head_dim, self.model.dtype), self.model.device)
         self.pool = KVPool(
             cfg.num_hidden_layers,
             self.model.num_kv_heads,
