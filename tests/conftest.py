@@ -179,6 +179,11 @@ SLOW_TESTS = (
     "tests/cli/test_quickstart.py::test_limits_above_the_engine_are_refused",
     "tests/cli/test_quickstart.py::test_n_is_honoured_or_refused",
     "tests/cli/test_quickstart.py::test_disable_kv_cache_reuse",
+    "tests/cli/test_quickstart.py::test_kv_cache_fraction_sizes_the_kv_cache",
+    "tests/cli/test_run_trtllm_flags.py::test_kv_cache_free_gpu_memory_fraction_sizes_the_pytorch_kv_cache",
+    "tests/evaluation/test_summarize_trtllm_flags.py::test_kv_cache_free_gpu_memory_fraction_reaches_the_pytorch_runner",
+    "tests/evaluation/test_summarize_trtllm_flags.py::test_tensorrt_llm_kv_flags_refused_for_a_pytorch_engine",
+    "tests/api/test_llm_params.py::test_penalties_equal_run_py",
 )
 
 
