@@ -24,6 +24,18 @@ DRAFT_LENGTH_POLICIES = ("cost", "full")  # see promptlookup.decoding.draft_poli
 # verifies every draft in full). It never changes the output tokens, only how many come
 # per step; "full" is TensorRT-LLM's behaviour (every proposed token verified).
 DEFAULT_DRAFT_LENGTH_POLICY = "cost"
+# Prompt lookup, with TensorRT-LLM's NGramDecodingConfig names: drafts of up to k tokens
+# from patterns of up to n tokens, in TensorRT-LLM's pool (its three switches on, as
+# there); a shorter match than the minimum drafts nothing. Shared by the library's
+# DraftConfig, the LLM API's NGramDecodingConfig and the scripts' flags (run.py's
+# "[k, n]" has no default: prompt lookup is off unless it is given).
+DEFAULT_MAX_DRAFT_LEN = 10  # k
+DEFAULT_MAX_MATCHING_NGRAM_SIZE = 2  # n
+DEFAULT_MIN_MATCHING_NGRAM_SIZE = 1  # MLX's ngram_min: 1 keeps every match
+DEFAULT_DRAFTER_MODE = "pool"
+DEFAULT_IS_KEEP_ALL = DEFAULT_IS_USE_OLDEST = DEFAULT_IS_PUBLIC_POOL = True
+# Lookahead decoding's [W, N, G] (window size, n-gram size, verification set size).
+DEFAULT_LOOKAHEAD = (4, 3, 4)
 BACKENDS = ("auto", "torch", "trtllm")  # auto: the backend the engine was built for
 DEFAULT_BACKEND = "auto"
 

@@ -53,14 +53,21 @@ def prefer_passive_wait() -> None:
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
+def resolve_num_threads(num_threads: int | None, flag: str = "--num_threads") -> int:
+    """``num_threads``, or :func:`default_num_threads` for None; anything but a positive
+    integer is a one-line :class:`UserError` naming ``flag``."""
+    n = default_num_threads() if num_threads is None else num_threads
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise UserError(f"{flag} must be a positive integer, got {num_threads!r}")
+    return n
+
+
 def configure_threads(num_threads: int | None, flag: str = "--num_threads") -> int:
     """Make PyTorch use ``num_threads`` intra-op threads (None: the default); return the count.
 
     Call it early, before the first tensor operation. Cost: one ``torch.set_num_threads``.
     """
-    n = default_num_threads() if num_threads is None else num_threads
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise UserError(f"{flag} must be a positive integer, got {num_threads!r}")
+    n = resolve_num_threads(num_threads, flag)
     import torch
 
     torch.set_num_threads(n)

@@ -42,6 +42,14 @@ def smollm2_tokenizer_dir(tmp_path_factory) -> Path:
     return out
 
 
+@pytest.fixture(scope="session")
+def smollm2_tokenizer(smollm2_tokenizer_dir: Path):
+    """The SmolLM2 tokenizer, loaded once per test session."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(smollm2_tokenizer_dir))
+
+
 def _build_engine(model, tokenizer, root: Path, max_draft_len: int = 16, max_input_len: int = 1024,
                   max_seq_len: int = 1536, max_batch_size: int = 8, quant=None) -> Path:
     from promptlookup.checkpoint.convert import convert_model
@@ -154,6 +162,28 @@ SLOW_TESTS = (
     "tests/engine/test_compile_cache.py::test_stale_artifacts_give_one_note_and_the_run_goes_on",
     "tests/engine/test_compile_cache.py::test_unusable_artifacts_are_one_note_and_nothing_is_compiled_at_load",
     "tests/engine/test_compile_cache.py::test_compile_mode_off_ignores_the_artifacts",
+    # subprocess runs and whole-script runs of the surfaces (about 1 s or more each here)
+    "tests/cli/test_errors.py::test_streaming_into_a_closed_pipe_still_writes_the_output_json",
+    "tests/serving/test_memory.py::test_commit_makes_the_kv_pool_resident",
+    "tests/api/test_mlx_decoder.py::test_cli_bad_values_are_one_line_exit_2_before_loading",
+    "tests/cli/test_threads.py::test_scripts_ask_openmp_to_wait_passively_unless_told_otherwise",
+    "tests/cli/test_run_trtllm_flags.py::test_penalties_change_output_and_lookup_stays_identical",
+    "tests/cli/test_run_trtllm_flags.py::test_ngram_config_is_prompt_lookup_config",
+    "tests/cli/test_run_trtllm_flags.py::test_log_level_filters_messages",
+    "tests/cli/test_run_trtllm_flags.py::test_max_input_length_keeps_the_last_tokens",
+    "tests/cli/test_run_trtllm_flags.py::test_bad_words_are_never_generated",
+    "tests/cli/test_run_trtllm_flags.py::test_output_csv_and_npy_hold_tensorrt_llm_rows",
+    "tests/evaluation/test_summarize_trtllm_flags.py::test_backend",
+    "tests/evaluation/test_summarize_trtllm_flags.py::test_eval_task_summarize_only",
+    "tests/cli/test_quickstart.py::test_max_batch_size_and_max_num_tokens_split_the_batches",
+    "tests/cli/test_quickstart.py::test_limits_above_the_engine_are_refused",
+    "tests/cli/test_quickstart.py::test_n_is_honoured_or_refused",
+    "tests/cli/test_quickstart.py::test_disable_kv_cache_reuse",
+    "tests/cli/test_quickstart.py::test_kv_cache_fraction_sizes_the_kv_cache",
+    "tests/cli/test_run_trtllm_flags.py::test_kv_cache_free_gpu_memory_fraction_sizes_the_pytorch_kv_cache",
+    "tests/evaluation/test_summarize_trtllm_flags.py::test_kv_cache_free_gpu_memory_fraction_reaches_the_pytorch_runner",
+    "tests/evaluation/test_summarize_trtllm_flags.py::test_tensorrt_llm_kv_flags_refused_for_a_pytorch_engine",
+    "tests/api/test_llm_params.py::test_penalties_equal_run_py",
 )
 
 

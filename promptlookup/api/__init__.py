@@ -1,11 +1,11 @@
 """The LLM API (TensorRT-LLM's names): :class:`LLM`, :class:`SamplingParams`,
 :class:`NGramDecodingConfig`, :class:`LookaheadDecodingConfig`, :class:`KvCacheConfig`,
-and the MLX-style :class:`PromptLookupDecoder`."""
-from .configs import KvCacheConfig, LookaheadDecodingConfig, NGramDecodingConfig, SamplingParams
+the runtime's :class:`RuntimeConfig`, and the MLX-style :class:`PromptLookupDecoder`."""
+from .configs import KvCacheConfig, LookaheadDecodingConfig, NGramDecodingConfig, RuntimeConfig, SamplingParams
 from .llm import LLM, CompletionOutput, RequestOutput
 
 __all__ = ["LLM", "SamplingParams", "NGramDecodingConfig", "LookaheadDecodingConfig", "KvCacheConfig",
-           "RequestOutput", "CompletionOutput", "PromptLookupDecoder"]
+           "RuntimeConfig", "RequestOutput", "CompletionOutput", "PromptLookupDecoder"]
 
 
 def __getattr__(name: str):

@@ -15,21 +15,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..defaults import (DEFAULT_DRAFTER_MODE, DEFAULT_IS_KEEP_ALL, DEFAULT_IS_PUBLIC_POOL, DEFAULT_IS_USE_OLDEST,
+                        DEFAULT_LOOKAHEAD, DEFAULT_MAX_DRAFT_LEN, DEFAULT_MAX_MATCHING_NGRAM_SIZE,
+                        DEFAULT_MIN_MATCHING_NGRAM_SIZE)
 from ..drafting.base import DraftConfig
 from ..errors import UserError
 from ..runtime.base import SamplingConfig
-from ..runtime.options import KvCacheConfig  # the runtime's own, passed whole to load_runner
+from ..runtime.options import KvCacheConfig, RuntimeConfig  # the runtime's own, passed whole to load_runner
+from ..runtime.options import require_bool as _bool, require_int as _int  # the one set of type checks
 from .validation import ParamTypeError, ParamValueError, check_float, check_int, check_logprobs
-
-
-def _int(name: str, value: object, minimum: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise UserError(f"{name} must be an integer >= {minimum}, got {value!r}")
-
-
-def _bool(name: str, value: object) -> None:
-    if not isinstance(value, bool):
-        raise UserError(f"{name} must be True or False, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -37,13 +31,13 @@ class NGramDecodingConfig:
     """Prompt lookup: drafts of up to ``max_draft_len`` tokens from n-gram matches of up to
     ``max_matching_ngram_size`` tokens (TensorRT-LLM's pool semantics by default)."""
 
-    max_draft_len: int = 10
-    max_matching_ngram_size: int = 2
-    is_keep_all: bool = True
-    is_use_oldest: bool = True
-    is_public_pool: bool = True
-    min_matching_ngram_size: int = 1  # MLX's ngram_min
-    mode: str = "pool"  # "pool" (TensorRT-LLM) or "longest" (longest earlier match)
+    max_draft_len: int = DEFAULT_MAX_DRAFT_LEN
+    max_matching_ngram_size: int = DEFAULT_MAX_MATCHING_NGRAM_SIZE
+    is_keep_all: bool = DEFAULT_IS_KEEP_ALL
+    is_use_oldest: bool = DEFAULT_IS_USE_OLDEST
+    is_public_pool: bool = DEFAULT_IS_PUBLIC_POOL
+    min_matching_ngram_size: int = DEFAULT_MIN_MATCHING_NGRAM_SIZE  # MLX's ngram_min
+    mode: str = DEFAULT_DRAFTER_MODE  # "pool" (TensorRT-LLM) or "longest" (longest earlier match)
     adaptive: bool = False
     static_cache: str | None = None  # persisted n-gram cache built offline (read only)
     dynamic_cache: str | None = None  # persisted n-gram cache that learns from finished requests
@@ -91,9 +85,9 @@ class LookaheadDecodingConfig:
     """Lookahead decoding: window size W, n-gram size N, verification set size G
     (TensorRT-LLM's ``LookaheadDecodingConfig`` names)."""
 
-    max_window_size: int = 4
-    max_ngram_size: int = 3
-    max_verification_set_size: int = 4
+    max_window_size: int = DEFAULT_LOOKAHEAD[0]
+    max_ngram_size: int = DEFAULT_LOOKAHEAD[1]
+    max_verification_set_size: int = DEFAULT_LOOKAHEAD[2]
 
     def __post_init__(self) -> None:
         self.lookahead_config()  # validates, with one-line errors
@@ -128,8 +122,9 @@ class SamplingParams:
     ``n``: samples of each prompt (``generate``/``chat``), each its own request with its own
     request id and the same seed, so each is reproducible alone (:mod:`.samples`); greedy
     ``n > 1`` gives ``n`` identical outputs, as vLLM.
-    ``ignore_eos``: no end token (vLLM's). ``logprobs``: refused until the engine reports
-    them (:func:`~.validation.check_logprobs`).
+    ``ignore_eos``: no end token (vLLM's). ``logprobs`` (0..20): each output token's
+    log-probability and that many most likely alternatives, the raw model's
+    (:mod:`promptlookup.runtime.logprobs`), as ``CompletionOutput.logprobs``.
     Bad values raise :class:`~.validation.ParamTypeError` / :class:`~.validation.ParamValueError`
     (``TypeError``/``ValueError``, and :class:`UserError`) naming the field.
     """
@@ -150,7 +145,7 @@ class SamplingParams:
     logit_bias: dict[int, float] | tuple[tuple[int, float], ...] | None = None
     min_tokens: int = 0
     n: int = 1  # samples of each prompt (.samples)
-    logprobs: int | None = None  # refused until the engine reports them (.validation.check_logprobs)
+    logprobs: int | None = None  # each token's log-probability and this many top alternatives (None: none)
     ignore_eos: bool = False  # vLLM's: no end token at all (generate max_tokens unless a stop string ends it)
 
     def __post_init__(self) -> None:
@@ -203,4 +198,4 @@ class SamplingParams:
         return SamplingConfig(self.temperature, self.top_k, self.top_p, self.seed,
                               repetition_penalty=self.repetition_penalty, presence_penalty=self.presence_penalty,
                               frequency_penalty=self.frequency_penalty, logit_bias=self.logit_bias or (),
-                              min_tokens=self.min_tokens)
+                              min_tokens=self.min_tokens, logprobs=self.logprobs)

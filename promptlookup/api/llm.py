@@ -25,7 +25,7 @@ from ..decoding.scheduler import FINISH_ERROR, GenerationRequest, RequestHandle,
 from ..runtime.results import SequenceResult
 from ..text import REPLACEMENT, IncrementalDetokenizer, decode_text, encode_text, find_stop, stop_hold, stop_token_count
 from ..text import chat_ids, has_chat_template
-from .configs import KvCacheConfig, LookaheadDecodingConfig, NGramDecodingConfig, SamplingParams
+from .configs import KvCacheConfig, LookaheadDecodingConfig, NGramDecodingConfig, RuntimeConfig, SamplingParams
 from .model_cache import AutoBuild, resolve_engine
 from . import samples
 from .validation import (ParamTypeError, ParamValueError, api_finish_reason, chat_conversations, check_vocab,
@@ -53,6 +53,15 @@ class CompletionOutput(SequenceResult):
     def token_ids(self) -> list[int]:
         return self.output_ids
 
+    @property
+    def logprobs(self) -> list[dict[int, float]] | None:
+        """Per token (vLLM's shape): ``{token id: log-probability}`` of the token and of the
+        ``SamplingParams.logprobs`` most likely tokens at its position (the raw model's,
+        :mod:`promptlookup.runtime.logprobs`); None unless asked for."""
+        if self.token_logprobs is None:
+            return None
+        return [{e.token: e.logprob, **{t: v for t, v in e.top}} for e in self.token_logprobs]
+
     @token_ids.setter
     def token_ids(self, ids: list[int]) -> None:
         self.output_ids = ids
@@ -76,7 +85,7 @@ class RequestOutput:
         self.prompt = prompt
         self.prompt_token_ids = prompt_token_ids
         self.params = params
-        self.outputs = [CompletionOutput(index=index)]
+        self.outputs = [CompletionOutput(index=index, token_logprobs=None if params.logprobs is None else [])]
         self.finished = False
         self.error: str | None = None
         self._text = IncrementalDetokenizer(llm.tokenizer)  # the text of the output ids, O(new tokens) per event
@@ -90,6 +99,8 @@ class RequestOutput:
         before_text, before_ids = out.text, len(out.token_ids)
         searched = len(self._text.text)  # text already searched for stop strings
         out.token_ids = list(out.token_ids)  # a new list per update: one handed out earlier stays as it was
+        if out.token_logprobs is not None:
+            out.token_logprobs = list(out.token_logprobs)
         if event.tokens:
             out.add(event)
             self._text.push(event.tokens)
@@ -110,6 +121,8 @@ class RequestOutput:
             keep = stop_token_count(self.llm.tokenizer, ids, stop, at=cut)
             del ids[keep:]
             del out.draft_flags[keep:]
+            if out.token_logprobs is not None:
+                del out.token_logprobs[keep:]
             out.text, out.stop_reason, out.finish_reason = full[:cut], stop, "stop"
             out.accepted = sum(out.draft_flags)
             self.finished = True
@@ -180,7 +193,8 @@ class LLM:
     ``decoding.generate``, ``run.py`` and ``serve.py``; read as ``"full"`` by the TensorRT-LLM
     backend, which verifies every draft). ``draft_token_budget``: see
     :mod:`promptlookup.decoding.draft_budget`. Close it (``shutdown()`` or ``with``) to stop
-    the scheduler thread.
+    the scheduler thread. ``runtime_config`` (device, CPU threads, ...) goes whole to the
+    runner; ``device`` alone is its shorthand.
 
     ``backend``: ``"auto"``/``"torch"`` (this project's runtime, above) or ``"trtllm"``:
     ``model`` is a Hugging Face checkpoint directory run by TensorRT-LLM's own LLM API, with
@@ -201,11 +215,11 @@ class LLM:
         draft_length_policy: str | None = None,
         draft_token_budget: int | None = None,
         backend: str = DEFAULT_BACKEND,
+        runtime_config: RuntimeConfig | None = None,
     ) -> None:
         from ..decoding import drafter_for
         from ..engine.load import load_runner
         from ..runtime import load_tokenizer
-        from ..runtime.options import RuntimeConfig
 
         if speculative_config is not None and not isinstance(
             speculative_config, (NGramDecodingConfig, LookaheadDecodingConfig)
@@ -216,6 +230,7 @@ class LLM:
             draft_length_policy = "full" if backend == "trtllm" else DEFAULT_DRAFT_LENGTH_POLICY
         if draft_length_policy not in DRAFT_LENGTH_POLICIES:
             raise UserError(f"unknown draft length policy {draft_length_policy!r}; choose cost or full")
+        runtime = RuntimeConfig.resolve(runtime_config, device)
         kv = kv_cache_config or KvCacheConfig()
         if not isinstance(kv, KvCacheConfig):
             raise UserError(f"kv_cache_config must be a KvCacheConfig, got {type(kv).__name__}")
@@ -227,14 +242,15 @@ class LLM:
             from .trtllm_llm import TrtllmGeneration, refuse_unmapped
 
             refuse_unmapped(draft_length_policy=draft_length_policy, draft_token_budget=draft_token_budget,
-                            device=device, cache_dir=cache_dir, build=build, kv=kv)
+                            device=device, cache_dir=cache_dir, build=build, kv=kv, runtime_config=runtime_config)
             self.tokenizer = load_tokenizer(tokenizer or model)
             self.trtllm = TrtllmGeneration(model, self.tokenizer, speculative_config, kv)
             self.runner = self.drafter = self.scheduler = None
             return
+        runtime.apply_threads()  # before a build measures its step costs
         self.engine_dir: Path = resolve_engine(model, cache_dir=cache_dir, build=build or AutoBuild())
         self.tokenizer = load_tokenizer(tokenizer or self.engine_dir)
-        self.runner = load_runner(self.engine_dir, RuntimeConfig(device=device), kv, backend=backend)
+        self.runner = load_runner(self.engine_dir, runtime, kv, backend=backend)
         if not self.runner.capabilities.live_batch:
             raise UserError(f"{self.engine_dir} is a TensorRT-LLM engine; the promptlookup LLM API runs PyTorch "
                             "engines (use TensorRT-LLM's own LLM API for it)")

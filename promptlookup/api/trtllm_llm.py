@@ -37,9 +37,10 @@ class TrtllmRequestOutput:
 
 
 def refuse_unmapped(*, draft_length_policy: str, draft_token_budget: int | None, device: str | None,
-                    cache_dir: Any, build: Any, kv: KvCacheConfig) -> None:
+                    cache_dir: Any, build: Any, kv: KvCacheConfig, runtime_config: Any = None) -> None:
     """One-line refusals for ``LLM`` arguments that TensorRT-LLM's path would not honour."""
     for name, given in (("draft_token_budget", draft_token_budget is not None), ("device", device is not None),
+                        ("runtime_config", runtime_config is not None),
                         ("cache_dir", cache_dir is not None), ("build", build is not None)):
         if given:
             raise UserError(f"LLM(backend='trtllm') takes no {name} (TensorRT-LLM places, builds and budgets "
@@ -68,6 +69,7 @@ class TrtllmGeneration:
         self.lookahead = (speculative_config.lookahead_config()
                           if isinstance(speculative_config, LookaheadDecodingConfig) else None)
         self.generator = TrtllmLookupGenerator(model, max_tokens_in_paged_kv_cache=kv.max_tokens,
+                                               kv_cache_free_gpu_memory_fraction=kv.free_gpu_memory_fraction,
                                                **(generator_kwargs or {}))
 
     def generate(self, prompts: Sequence[tuple[str | None, list[int]]], params: Sequence[SamplingParams],

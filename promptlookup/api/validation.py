@@ -8,7 +8,7 @@ bad input) and the built-in class Python code expects: :class:`ParamTypeError` i
 right type, out of range). The same rules as ``run.py``'s flags: numbers finite, ``top_p``
 in (0, 1], ``repetition_penalty`` > 0, ``end_id`` inside the engine's vocabulary.
 
-Also here: the switch for ``logprobs`` (:data:`LOGPROBS_SUPPORTED`), chat messages with
+Also here: the range of ``logprobs`` (:func:`check_logprobs`), chat messages with
 content parts (:func:`chat_conversations`) and the documented finish reasons
 (:func:`api_finish_reason`).
 Cost: O(size of the inputs), once per call.
@@ -20,10 +20,6 @@ import numbers
 from typing import Any, Mapping, Sequence
 
 from ..errors import UserError
-
-# The one place that turns ``SamplingParams(logprobs=...)`` on: set True once the engine
-# reports each emitted token's log-probability (then ``check_logprobs`` only checks the value).
-LOGPROBS_SUPPORTED = False
 
 # The documented finish reasons (vLLM's): the end token or a stop string, max_tokens, abort().
 FINISH_REASONS = ("stop", "length", "abort")
@@ -63,14 +59,16 @@ def check_float(name: str, value: object, rule: str, ok: Any) -> float:
 
 
 def check_logprobs(value: object) -> int | None:
-    """``SamplingParams.logprobs``: ``None``, or (once :data:`LOGPROBS_SUPPORTED`) how many top
-    log-probabilities to return per token. Refused while the engine does not report them."""
+    """``SamplingParams.logprobs``: ``None`` (none), or how many top alternatives to return with
+    each token's log-probability, in [0, 20] (OpenAI's bound; the engine computes them,
+    :mod:`promptlookup.runtime.logprobs`)."""
+    from ..runtime.logprobs import MAX_TOP_LOGPROBS
+
     if value is None:
         return None
     n = check_int("logprobs", value, 0)
-    if not LOGPROBS_SUPPORTED:
-        raise ParamValueError(f"logprobs={n}: log-probabilities are not supported yet by this LLM API; "
-                              "leave SamplingParams.logprobs as None")
+    if n > MAX_TOP_LOGPROBS:
+        raise ParamValueError(f"logprobs must be an integer in [0, {MAX_TOP_LOGPROBS}], got {n}")
     return n
 
 
@@ -223,7 +221,6 @@ def chat_conversations(messages: object) -> tuple[list[list[dict[str, str]]], bo
 
 __all__ = [
     "FINISH_REASONS",
-    "LOGPROBS_SUPPORTED",
     "ParamTypeError",
     "ParamValueError",
     "api_finish_reason",

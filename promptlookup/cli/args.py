@@ -14,7 +14,12 @@ from ..defaults import (
     DEFAULT_BACKEND,
     DEFAULT_CPU_WEIGHT_COPIES,
     DEFAULT_DRAFT_LENGTH_POLICY,
+    DEFAULT_DRAFTER_MODE,
+    DEFAULT_IS_KEEP_ALL,
+    DEFAULT_IS_PUBLIC_POOL,
+    DEFAULT_IS_USE_OLDEST,
     DEFAULT_KV_CACHE_ENABLE_BLOCK_REUSE,
+    DEFAULT_MIN_MATCHING_NGRAM_SIZE,
     DEFAULT_WORKFLOW,
     DRAFT_LENGTH_POLICIES,
     WORKFLOWS,
@@ -138,11 +143,11 @@ def parse_draft_len_schedule(text: str | None, max_draft_len: int):
 def add_pool_options(group: Any) -> None:
     """TensorRT-LLM's three n-gram pool switches (``--is_keep_all``, ``--is_use_oldest``,
     ``--is_public_pool`` and their ``--no-`` forms), on by default as there."""
-    group.add_argument("--is_keep_all", action=argparse.BooleanOptionalAction, default=True,
+    group.add_argument("--is_keep_all", action=argparse.BooleanOptionalAction, default=DEFAULT_IS_KEEP_ALL,
                        help="pool: keep every candidate continuation of a pattern, not only the latest")
-    group.add_argument("--is_use_oldest", action=argparse.BooleanOptionalAction, default=True,
+    group.add_argument("--is_use_oldest", action=argparse.BooleanOptionalAction, default=DEFAULT_IS_USE_OLDEST,
                        help="pool: draft the oldest candidate of a pattern rather than the newest")
-    group.add_argument("--is_public_pool", action=argparse.BooleanOptionalAction, default=True,
+    group.add_argument("--is_public_pool", action=argparse.BooleanOptionalAction, default=DEFAULT_IS_PUBLIC_POOL,
                        help="pool: one pool shared by all requests rather than one per request")
 
 
@@ -168,6 +173,17 @@ def add_block_reuse_argument(group: Any, across: str) -> None:
                        help=f"reuse cached KV blocks across {across}")
 
 
+def add_kv_fraction_argument(group: Any) -> None:
+    """``--kv_cache_free_gpu_memory_fraction`` (TensorRT-LLM's flag and meaning), with its
+    default and why that differs from TensorRT-LLM's."""
+    group.add_argument("--kv_cache_free_gpu_memory_fraction", type=finite_float, default=None,
+                       help="fraction in (0, 1] of the device memory free once the weights are loaded (GPU: "
+                            "cudaMemGetInfo; CPU: MemAvailable) that the KV cache takes; with "
+                            "--max_tokens_in_paged_kv_cache the smaller wins. Default: none, not TensorRT-LLM's 0.9: "
+                            "on a CPU that would commit most of the RAM; PyTorch engines then hold 2 x "
+                            "max_batch_size x max_seq_len tokens (TensorRT-LLM engines: TensorRT-LLM's own sizing)")
+
+
 def add_common_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Flags shared by run.py and summarize.py (TensorRT-LLM's names where they exist)."""
     from ..drafting.base import DRAFT_MODES, POOL_RULES
@@ -178,8 +194,7 @@ def add_common_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     g.add_argument("--max_tokens_in_paged_kv_cache", type=int, default=None,
                    help="KV cache capacity in tokens; default: twice max_batch_size full sequences (PyTorch engines), "
                         "TensorRT-LLM's own sizing (TensorRT-LLM)")
-    g.add_argument("--kv_cache_free_gpu_memory_fraction", type=finite_float, default=None,
-                   help="TensorRT-LLM: fraction of free GPU memory for the KV cache, in (0, 1]; default: TensorRT-LLM's")
+    add_kv_fraction_argument(g)
     g.add_argument("--enable_chunked_context", action="store_true",
                    help="TensorRT-LLM: process long prompts in chunks (V1: ModelRunnerCpp's enable_chunked_context; "
                         "V2: the LLM API's enable_chunked_prefill)")
@@ -213,7 +228,7 @@ def add_common_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     g.add_argument("--workflow", choices=list(WORKFLOWS), default=DEFAULT_WORKFLOW,
                    help="v2: single call, the batch stays live inside the engine; v1: orchestrator loop, one engine "
                         "call per step (TensorRT-LLM's run.py)")
-    g.add_argument("--drafter_mode", choices=list(DRAFT_MODES), default="pool",
+    g.add_argument("--drafter_mode", choices=list(DRAFT_MODES), default=DEFAULT_DRAFTER_MODE,
                    help="pool: TensorRT-LLM's n-gram pool; longest: the longest earlier match of the text's end")
     g.add_argument("--pool_rules", choices=list(POOL_RULES), default="auto",
                    help="pool mode: TensorRT-LLM V1's PLDPool (v1) or V2's NGramPoolManager (v2) rules; "
@@ -228,7 +243,7 @@ def add_common_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     g.add_argument("--adaptive_draft", action="store_true", help="size drafts from match length and acceptance")
     add_pool_options(g)
     add_pool_limit_options(g)
-    g.add_argument("--prompt_lookup_min_ngram", type=int, default=1,
+    g.add_argument("--prompt_lookup_min_ngram", type=int, default=DEFAULT_MIN_MATCHING_NGRAM_SIZE,
                    help="draft only from matches of at least this many tokens (MLX's ngram_min; default 1: any)")
     g.add_argument("--prompt_lookup_candidates", type=int, default=1, metavar="G",
                    help="candidate continuations verified per step as one token tree (TensorRT-LLM's Lookahead "
@@ -303,20 +318,26 @@ def require_lookup_config(args: argparse.Namespace, given: Collection[str], allo
 
 
 def runtime_from_args(args: argparse.Namespace):
-    """``--device``, ``--cuda_graph_mode``, ``--torch_compile``, ``--cpu_weight_copies`` as one
+    """``--device``, ``--cuda_graph_mode``, ``--torch_compile``, ``--cpu_weight_copies`` and
+    ``--num_threads`` (its default resolved now) as one
     :class:`~promptlookup.runtime.options.RuntimeConfig` (passed whole to ``load_runner``)."""
     from ..runtime.options import RuntimeConfig
+    from ..threads import resolve_num_threads
 
     return RuntimeConfig(device=args.device, cuda_graph_mode=args.cuda_graph_mode, compile_mode=args.torch_compile,
-                         cpu_weight_copies=args.cpu_weight_copies)
+                         cpu_weight_copies=args.cpu_weight_copies, num_threads=resolve_num_threads(args.num_threads))
 
 
 def kv_cache_from_args(args: argparse.Namespace):
-    """``--kv_cache_enable_block_reuse`` and ``--max_tokens_in_paged_kv_cache`` as one
-    :class:`~promptlookup.runtime.options.KvCacheConfig`."""
-    from ..runtime.options import KvCacheConfig
+    """``--kv_cache_enable_block_reuse``, ``--max_tokens_in_paged_kv_cache`` and
+    ``--kv_cache_free_gpu_memory_fraction`` (refused outside (0, 1], by its flag's name) as
+    one :class:`~promptlookup.runtime.options.KvCacheConfig`."""
+    from ..runtime.options import KvCacheConfig, require_fraction
 
-    return KvCacheConfig(args.kv_cache_enable_block_reuse, args.max_tokens_in_paged_kv_cache)
+    fraction = args.kv_cache_free_gpu_memory_fraction
+    if fraction is not None:
+        require_fraction("--kv_cache_free_gpu_memory_fraction", fraction)
+    return KvCacheConfig(args.kv_cache_enable_block_reuse, args.max_tokens_in_paged_kv_cache, fraction)
 
 
 def sampling_from_args(args: argparse.Namespace):

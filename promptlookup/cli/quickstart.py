@@ -21,7 +21,9 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+from ..defaults import DEFAULT_LOOKAHEAD, DEFAULT_MAX_MATCHING_NGRAM_SIZE, DEFAULT_MIN_MATCHING_NGRAM_SIZE
 from ..errors import UserError
+from ..runtime.options import require_fraction
 from .args import ArgumentParser, add_block_reuse_argument, add_num_threads_argument, add_pool_options
 
 DEFAULT_PROMPTS = [
@@ -54,8 +56,10 @@ def build_parser() -> ArgumentParser:
     g.add_argument("--disable_kv_cache_reuse", action="store_true", help="turn prefix block reuse across requests off")
     add_block_reuse_argument(g, "requests")
     g.add_argument("--kv_cache_fraction", type=float, default=None,
-                   help="refused: PyTorch engines size the KV cache in tokens, not as a fraction of free GPU memory "
-                        "(default: none; TensorRT-LLM's is 0.9)")
+                   help="fraction in (0, 1] of the device memory free once the weights are loaded (GPU: "
+                        "cudaMemGetInfo; CPU: MemAvailable) that the KV cache takes (default: none, not TensorRT-LLM's "
+                        "0.9: on a CPU that would commit most of the RAM; the KV cache then holds 2 x max_batch_size "
+                        "x max_seq_len tokens)")
     g = p.add_argument_group("sampling")
     g.add_argument("--max_tokens", type=int, default=64, help="new tokens per prompt at most")
     g.add_argument("--temperature", type=float, default=0.0,
@@ -66,7 +70,8 @@ def build_parser() -> ArgumentParser:
     g.add_argument("--n", type=int, default=1, help="sequences per prompt (above 1 where the LLM API has n)")
     g.add_argument("--max_beam_width", type=int, default=1, help="beam search is not supported: only 1 is accepted")
     g.add_argument("--logprobs", action="store_true",
-                   help="print each generated token's log-probability (refused while the LLM API cannot give them)")
+                   help="print each generated token's log-probability, the raw model's, with the most likely "
+                        "alternative ({token id: logprob} per token, as CompletionOutput.logprobs)")
     g.add_argument("--apply_chat_template", action="store_true",
                    help="wrap each prompt as a user message in the tokenizer's chat template")
     g = p.add_argument_group("speculative decoding")
@@ -77,14 +82,16 @@ def build_parser() -> ArgumentParser:
                    default=4,
                    help="NGRAM: draft length k; --spec_decode_nextn is its old name (default: 4, not TensorRT-LLM's 1: "
                         "a one-token draft saves at most one step in two, 4 was the best on the bundled model)")
-    g.add_argument("--max_matching_ngram_size", type=int, default=2,
+    g.add_argument("--max_matching_ngram_size", type=int, default=DEFAULT_MAX_MATCHING_NGRAM_SIZE,
                    help="NGRAM: longest n-gram matched (default: 2, not TensorRT-LLM's 5: with TensorRT-LLM's pool rule "
                         "a long pattern matches rarely, and 2 accepted more tokens per step on the bundled model)")
-    g.add_argument("--min_matching_ngram_size", type=int, default=1, help="NGRAM: shortest match that may draft")
+    g.add_argument("--min_matching_ngram_size", type=int, default=DEFAULT_MIN_MATCHING_NGRAM_SIZE,
+                   help="NGRAM: shortest match that may draft")
     add_pool_options(g)
-    g.add_argument("--max_window_size", type=int, default=4, help="LOOKAHEAD: window size W")
-    g.add_argument("--max_ngram_size", type=int, default=3, help="LOOKAHEAD: n-gram size N")
-    g.add_argument("--max_verification_set_size", type=int, default=4, help="LOOKAHEAD: verification set size G")
+    w, n, g_size = DEFAULT_LOOKAHEAD
+    g.add_argument("--max_window_size", type=int, default=w, help="LOOKAHEAD: window size W")
+    g.add_argument("--max_ngram_size", type=int, default=n, help="LOOKAHEAD: n-gram size N")
+    g.add_argument("--max_verification_set_size", type=int, default=g_size, help="LOOKAHEAD: verification set size G")
     g = p.add_argument_group("runtime")
     add_num_threads_argument(g)
     g.add_argument("--device", default=None, help="auto (default), cpu, cuda or cuda:N")
@@ -96,12 +103,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def _supports(field: str) -> bool:
-    """Whether the LLM API's SamplingParams has ``field`` (``n``, ``logprobs``) and honours it
-    (``logprobs``: once ``api.validation.LOGPROBS_SUPPORTED`` is switched on)."""
-    from ..api import SamplingParams, validation
+    """Whether the LLM API's SamplingParams has ``field`` (``n``)."""
+    from ..api import SamplingParams
 
-    if field == "logprobs" and not validation.LOGPROBS_SUPPORTED:
-        return False
     return field in {f.name for f in dataclasses.fields(SamplingParams)}
 
 
@@ -115,10 +119,7 @@ def check_args(args: argparse.Namespace) -> None:
         raise UserError(f"--max_beam_width {args.max_beam_width}: beam search is not supported (prompt lookup verifies "
                         "one sequence per request); leave it at 1")
     if args.kv_cache_fraction is not None:
-        raise UserError(f"--kv_cache_fraction {args.kv_cache_fraction}: PyTorch engines size the KV cache in tokens "
-                        "(2 x max_batch_size x max_seq_len), not as a fraction of free GPU memory; leave it out")
-    if args.logprobs and not _supports("logprobs"):
-        raise UserError("--logprobs: the promptlookup LLM API cannot return log-probabilities yet; leave it out")
+        require_fraction("--kv_cache_fraction", args.kv_cache_fraction)
     if args.n < 1:
         raise UserError(f"--n must be at least 1, got {args.n}")
     if args.n > 1 and not _supports("n"):
@@ -204,9 +205,12 @@ def main(argv: list[str] | None = None) -> int:
         raise UserError("--prompt must not be empty")
     reuse = args.kv_cache_enable_block_reuse and not args.disable_kv_cache_reuse
     with LLM(model, speculative_config=spec, cache_dir=args.cache_dir, device=args.device, build=build,
-             kv_cache_config=KvCacheConfig(enable_block_reuse=reuse)) as llm:
+             kv_cache_config=KvCacheConfig(enable_block_reuse=reuse,
+                                           free_gpu_memory_fraction=args.kv_cache_fraction)) as llm:
         if args.apply_chat_template:
-            if not getattr(llm.tokenizer, "chat_template", None):
+            from ..text import has_chat_template
+
+            if not has_chat_template(llm.tokenizer):
                 raise UserError("--apply_chat_template: this model's tokenizer has no chat template")
             prompts = [llm.tokenizer.apply_chat_template([{"role": "user", "content": p}], tokenize=False,
                                                          add_generation_prompt=True) for p in prompts]
@@ -226,5 +230,5 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"    {len(c.token_ids)} tokens in {c.steps} steps ({c.tokens_per_step:.2f} tokens/step); "
                           f"drafted {c.drafted}, accepted {c.accepted} ({100 * c.acceptance_rate:.1f}%)")
                     if args.logprobs:
-                        print(f"{tag} Logprobs: {getattr(c, 'logprobs', None)}")
+                        print(f"{tag} Logprobs: {c.logprobs}")
     return 0

@@ -9,7 +9,6 @@ from typing import Any
 from ..errors import UserError
 from ..engine.config import check_end_id
 from ..fsutil import atomic_write_json, ensure_writable
-from ..threads import configure_threads
 from .args import (
     ArgumentParser,
     add_common_args,
@@ -105,7 +104,8 @@ def _run(args: Any, given: Any, begun: float) -> int:
         ensure_writable(args.output_json, "--output_json")
     if args.input_file:
         check_input_file(args.input_file)
-    num_threads = configure_threads(args.num_threads)
+    runtime = runtime_from_args(args)  # threads included: load_runner applies them
+    num_threads = runtime.num_threads
 
     from ..decoding import drafter_for, generate
     from ..engine.config import read_engine_config, weights_of
@@ -124,10 +124,9 @@ def _run(args: Any, given: Any, begun: float) -> int:
     sampling = sampling_with_run_flags(sampling, args, tokenizer)
     runner = load_runner(
         args.engine_dir,
-        runtime_from_args(args),
+        runtime,
         kv_cache_from_args(args),
         device_ids=device_ids,
-        kv_cache_free_gpu_memory_fraction=args.kv_cache_free_gpu_memory_fraction,
         enable_chunked_context=args.enable_chunked_context,
         hf_model_dir=args.hf_model_dir,
         backend=args.backend,
@@ -135,6 +134,9 @@ def _run(args: Any, given: Any, begun: float) -> int:
     where = runner.describe()  # device, dtype, CUDA graphs, compile set-up
     log.info("loaded %s (%s engine, %s, %s)", args.engine_dir, type(runner).__name__,
              "TensorRT-LLM" if where["dtype"] is None else where["device"], where["dtype"] or "engine dtype")
+    pool = getattr(runner, "pool", None)  # a PyTorch engine's KV pool, sized on load
+    if pool is not None:
+        log.info("KV cache: %d tokens, %.1f MiB", pool.tokens, pool.nbytes / 2**20)
     if where["dtype"] is not None:
         import torch
 
@@ -231,6 +233,8 @@ def _run(args: Any, given: Any, begun: float) -> int:
                     "backend": args.backend,
                     "end_id": end_id,
                     "kv_cache_enable_block_reuse": args.kv_cache_enable_block_reuse,
+                    "kv_cache_free_gpu_memory_fraction": args.kv_cache_free_gpu_memory_fraction,
+                    "kv_cache_tokens": pool.tokens if pool is not None else None,
                     "draft_length_policy": args.draft_length_policy,
                     "lookahead_config": list(lookahead.triple) if lookahead else None,
                     "step_cost_table": runner.step_cost_table,

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import argparse
 
-from ..defaults import DEFAULT_DRAFT_LENGTH_POLICY, DRAFT_LENGTH_POLICIES
+from ..defaults import (DEFAULT_DRAFT_LENGTH_POLICY, DEFAULT_DRAFTER_MODE, DEFAULT_MIN_MATCHING_NGRAM_SIZE,
+                        DRAFT_LENGTH_POLICIES)
 from ..drafting.base import DRAFT_MODES
 from ..errors import UserError
-from .args import (ArgumentParser, add_block_reuse_argument, add_num_threads_argument, add_pool_limit_options,
-                   add_pool_options, finite_float, parse_prompt_lookup_config)
+from .args import (ArgumentParser, add_block_reuse_argument, add_kv_fraction_argument, add_num_threads_argument,
+                   add_pool_limit_options, add_pool_options, finite_float, kv_cache_from_args,
+                   parse_prompt_lookup_config)
 
 API_KEY_ENV = "PROMPTLOOKUP_API_KEY"  # --api_key's default (as vLLM's VLLM_API_KEY)
 DEFAULT_SHUTDOWN_TIMEOUT = 5.0  # seconds in-flight requests may still run after SIGTERM / the first SIGINT
@@ -34,8 +36,10 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--prompt_lookup_config", default=None, help='"[k, n, [devices]]"; default: plain decoding')
     p.add_argument("--lookahead_config", default=None,
                    help='Lookahead decoding "[W,N,G]" for every request (instead of --prompt_lookup_config)')
-    p.add_argument("--prompt_lookup_min_ngram", type=int, default=1, help="shortest match that may draft")
-    p.add_argument("--drafter_mode", choices=list(DRAFT_MODES), default="pool", help="see run.py --drafter_mode")
+    p.add_argument("--prompt_lookup_min_ngram", type=int, default=DEFAULT_MIN_MATCHING_NGRAM_SIZE,
+                   help="shortest match that may draft")
+    p.add_argument("--drafter_mode", choices=list(DRAFT_MODES), default=DEFAULT_DRAFTER_MODE,
+                   help="see run.py --drafter_mode")
     add_pool_options(p)
     add_pool_limit_options(p)
     p.add_argument("--ngram_static_cache", "--lookup-cache-static", dest="ngram_static_cache", default=None,
@@ -50,6 +54,7 @@ def build_parser() -> ArgumentParser:
     add_block_reuse_argument(p, "requests")
     p.add_argument("--max_tokens_in_paged_kv_cache", type=int, default=None,
                    help="KV cache budget in tokens (default: 2 x max_batch_size x max_seq_len)")
+    add_kv_fraction_argument(p)
     p.add_argument("--device", default=None, help="auto (default), cpu, cuda or cuda:N")
     add_num_threads_argument(p)
     p.add_argument("--api_key", default=None,
@@ -72,7 +77,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def build_llm(args: argparse.Namespace):
-    from ..api import LLM, KvCacheConfig, LookaheadDecodingConfig, NGramDecodingConfig
+    from ..api import LLM, LookaheadDecodingConfig, NGramDecodingConfig
 
     spec = None
     if args.lookahead_config is not None:
@@ -96,9 +101,18 @@ def build_llm(args: argparse.Namespace):
         from ..checkpoint.bundled import smollm2_gguf_path
 
         model = str(smollm2_gguf_path())
-    return LLM(model, args.tokenizer_dir, speculative_config=spec, cache_dir=args.cache_dir, device=args.device,
-               kv_cache_config=KvCacheConfig(args.kv_cache_enable_block_reuse, args.max_tokens_in_paged_kv_cache),
+    return LLM(model, args.tokenizer_dir, speculative_config=spec, cache_dir=args.cache_dir,
+               runtime_config=runtime_config(args), kv_cache_config=kv_cache_from_args(args),
                draft_length_policy=args.draft_length_policy, draft_token_budget=args.draft_token_budget)
+
+
+def runtime_config(args: argparse.Namespace):
+    """``--device`` and ``--num_threads`` (its default resolved now) as the
+    :class:`~promptlookup.runtime.options.RuntimeConfig` the LLM loads with."""
+    from ..runtime.options import RuntimeConfig
+    from ..threads import resolve_num_threads
+
+    return RuntimeConfig(device=args.device, num_threads=resolve_num_threads(args.num_threads))
 
 
 def check_args(args: argparse.Namespace) -> None:
@@ -133,9 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     the dynamic n-gram cache and return 0."""
     args = parse_args(argv)
     check_args(args)
-    from ..threads import configure_threads
-
-    configure_threads(args.num_threads)
+    runtime_config(args)  # a bad --num_threads or --device is refused before the port is bound
     from ..serving.lifecycle import bind, serve
     from ..serving.openai_server import OpenAIServer
 

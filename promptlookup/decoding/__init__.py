@@ -75,6 +75,19 @@ def _orchestrator(runner: Any, prompts: Any, *, draft: Any, **kw: Any) -> list[S
     return run_orchestrator(runner, prompts, **kw)
 
 
+def _check_logprobs(logprobs: int, loop: Callable[..., Any]) -> None:
+    """Log-probabilities come from the live batch's verification step (runtime.logprobs):
+    refused, not ignored, on every other loop."""
+    from ..runtime.logprobs import MAX_TOP_LOGPROBS
+
+    if isinstance(logprobs, bool) or not isinstance(logprobs, int) or not 0 <= logprobs <= MAX_TOP_LOGPROBS:
+        raise UserError(f"logprobs must be an integer in [0, {MAX_TOP_LOGPROBS}] (top alternatives per token), "
+                        f"got {logprobs!r}")
+    if loop is not _single_call:
+        raise UserError("log-probabilities are computed by the PyTorch runtime's live batch only; "
+                        "use --workflow v2 on a PyTorch engine, or drop logprobs")
+
+
 Loop = Callable[..., list[SequenceResult]]
 # (workflow, the runner's kind, speculating) -> the loop. Kinds: "live" (opens live batches:
 # V2's single call runs here, and plain decoding always does), "own" (speculates by itself:
@@ -174,6 +187,8 @@ def generate(
                         "by the PyTorch runtime only; drop them or use a PyTorch engine")
     loop = LOOPS[(workflow, _kind(caps), speculating and (drafter is not None or lookahead is not None
                                                           or caps.own_speculation))]
+    if sampling.logprobs is not None:
+        _check_logprobs(sampling.logprobs, loop)
     return loop(runner, prompts, max_new_tokens=max_new_tokens, end_id=end_id, sampling=sampling, on_step=on_step,
                 drafter=drafter, draft=config, max_candidates=max_candidates, lookahead=lookahead,
                 trees=tree_mode, step_costs=step_costs)

@@ -55,6 +55,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Sequence
 
+from ..defaults import DEFAULT_LOOKAHEAD
 from ..errors import UserError
 from ..literals import parse_list_literal
 from ..runtime.tree import DraftTree, merge_chains
@@ -66,9 +67,9 @@ WINDOW, PROMPT, LOOKUP = "window", "prompt", "lookup"  # where a candidate came 
 class LookaheadConfig:
     """``[W, N, G]``, with TensorRT-LLM's ``LookaheadDecodingConfig`` field names."""
 
-    max_window_size: int = 4  # W
-    max_ngram_size: int = 3  # N
-    max_verification_set_size: int = 4  # G
+    max_window_size: int = DEFAULT_LOOKAHEAD[0]  # W
+    max_ngram_size: int = DEFAULT_LOOKAHEAD[1]  # N
+    max_verification_set_size: int = DEFAULT_LOOKAHEAD[2]  # G
 
     def __post_init__(self) -> None:
         w, n, g = self.max_window_size, self.max_ngram_size, self.max_verification_set_size

@@ -17,7 +17,7 @@ from ..drafting.base import Drafter
 from ..runtime.base import Runner, SamplingConfig, TreeRunner
 from ..runtime.results import SequenceResult, StepCallback
 from .lookahead import LookaheadConfig
-from .request import RequestState, make_proposer
+from .request import request_states
 
 
 def run_orchestrator(
@@ -37,14 +37,9 @@ def run_orchestrator(
     """``trees``: the runner verifies token trees in its ``generate`` call (a
     :class:`~promptlookup.runtime.base.TreeRunner`, ``capabilities.token_trees``), which
     several candidates and Lookahead need."""
-    limits = runner.limits
-    states = [
-        RequestState(i, p, make_proposer(p, drafter, limits.max_seq_len, step_costs=step_costs,
-                                          max_candidates=max_candidates, lookahead=lookahead, seed=i),
-                     max_new_tokens=max_new_tokens, end_id=end_id, max_seq_len=limits.max_seq_len,
-                     sampling=sampling, max_tree_nodes=limits.max_draft_len if trees else None)
-        for i, p in enumerate(prompts)
-    ]
+    states = request_states(prompts, drafter, runner.limits, max_new_tokens=max_new_tokens, end_id=end_id,
+                            sampling=sampling, step_costs=step_costs, max_candidates=max_candidates,
+                            lookahead=lookahead, trees=trees, live=False)
     sequences = [list(p) for p in prompts]
     live = states
     while live:

@@ -107,14 +107,11 @@ class ChainProposer:
         self.drafter.finish()
 
 
-class CandidateProposer(ChainProposer):
-    """Up to ``max_candidates`` continuations per step, merged into one prefix tree."""
+class WholeTree:
+    """What the tree proposers share: the tree is built whole when planned (within the
+    cost budget) and never cut to a batch budget's grant, so they report no ``rates``."""
 
-    def __init__(self, drafter: RequestDrafter, policy: DraftLengthPolicy | None, max_candidates: int) -> None:
-        super().__init__(drafter, policy)
-        self.max_candidates = max_candidates
-        self.candidates: list[list[int]] = []
-        self.planned = DraftTree([], [])
+    planned: DraftTree
 
     def plan(self, room: int, space: int) -> int:
         self.planned = self._build(room, space)
@@ -125,6 +122,19 @@ class CandidateProposer(ChainProposer):
 
     def rates(self) -> tuple[float, float] | None:
         return None
+
+    def _build(self, room: int, space: int) -> DraftTree:
+        raise NotImplementedError
+
+
+class CandidateProposer(WholeTree, ChainProposer):
+    """Up to ``max_candidates`` continuations per step, merged into one prefix tree."""
+
+    def __init__(self, drafter: RequestDrafter, policy: DraftLengthPolicy | None, max_candidates: int) -> None:
+        super().__init__(drafter, policy)
+        self.max_candidates = max_candidates
+        self.candidates: list[list[int]] = []
+        self.planned = DraftTree([], [])
 
     def _build(self, room: int, space: int) -> DraftTree:
         cut = max(0, min(room, space))
@@ -155,7 +165,7 @@ def _within(chains: list[list[int]], max_nodes: int) -> list[list[int]]:
     return kept
 
 
-class LookaheadProposer:
+class LookaheadProposer(WholeTree):
     """Lookahead decoding for one request (:mod:`.lookahead`), optionally with prompt lookup.
 
     With a cost table, the window runs only while the tokens its n-grams have brought per
@@ -175,16 +185,6 @@ class LookaheadProposer:
         self.proposal: list[int] = []
         self.planned = DraftTree([], [])
         self.accepted_by_source: dict[str, int] = {}
-
-    def plan(self, room: int, space: int) -> int:
-        self.planned = self._build(room, space)
-        return self.planned.num_walkable
-
-    def tree(self, cap: int | None = None) -> DraftTree:
-        return self.planned
-
-    def rates(self) -> tuple[float, float] | None:
-        return None
 
     def _window_pays(self, window_nodes: int, rest: int) -> bool:
         c = self.costs

@@ -13,8 +13,8 @@ from __future__ import annotations
 from typing import Sequence
 
 from ..drafting.base import Drafter
-from ..runtime.base import SamplingConfig
-from ..runtime.results import SequenceResult, StepEvent
+from ..runtime.base import EngineLimits, SamplingConfig
+from ..runtime.results import SequenceResult, StepEvent, TokenLogprob
 from ..runtime.tree import DraftTree
 from .draft_policy import DraftLengthPolicy
 from .lookahead import LookaheadConfig
@@ -101,6 +101,8 @@ class RequestState:
         self.slot = slot
         self.result = SequenceResult()
         self.result.accepted_by_source = proposer.accepted_by_source  # the proposer keeps it up to date
+        if sampling.logprobs is not None:
+            self.result.token_logprobs = []  # one entry per output id from here on
         self._tree: DraftTree | None = None
 
     @property
@@ -128,9 +130,11 @@ class RequestState:
         self._tree = self.proposer.tree(cap)
         return self._tree
 
-    def commit(self, tokens: Sequence[int], accepted: int, choices: Sequence[int] = ()) -> StepEvent:
+    def commit(self, tokens: Sequence[int], accepted: int, choices: Sequence[int] = (),
+               logprobs: Sequence[TokenLogprob] | None = None) -> StepEvent:
         """Append one step's tokens (``accepted`` draft tokens, then the target's own), cut
-        at ``max_new_tokens`` and after the first stop word; returns the step's event."""
+        at ``max_new_tokens`` and after the first stop word; returns the step's event.
+        ``logprobs`` (one per token, where the request asked) are cut with the tokens."""
         r = self.result
         tokens = list(tokens)[: self.max_new_tokens - len(r.output_ids)]
         stop = None
@@ -142,7 +146,12 @@ class RequestState:
             tokens = tokens[:stop]
         tree = self._tree if self._tree is not None else DraftTree([], [])
         self._tree = None
-        event = StepEvent(self.index, tokens, min(accepted, len(tokens)), tree.num_walkable)
+        lps = None
+        if self.sampling.logprobs is not None:
+            if logprobs is None:
+                raise RuntimeError("the step asked for log-probabilities and the runner returned none")
+            lps = list(logprobs)[: len(tokens)]
+        event = StepEvent(self.index, tokens, min(accepted, len(tokens)), tree.num_walkable, token_logprobs=lps)
         r.add(event)
         r.finished = stop is not None or (bool(tokens) and tokens[-1] == self.end_id)
         r.tree_tokens += len(tree)
@@ -152,3 +161,31 @@ class RequestState:
     def finish(self) -> None:
         """The request is over (done, cancelled or failed): its drafter state is released."""
         self.proposer.finish()
+
+
+def request_states(
+    prompts: Sequence[Sequence[int]],
+    drafter: Drafter | None,
+    limits: EngineLimits,
+    *,
+    max_new_tokens: int,
+    end_id: int,
+    sampling: SamplingConfig,
+    step_costs: Sequence[float] | None,
+    max_candidates: int,
+    lookahead: LookaheadConfig | None,
+    trees: bool,
+    live: bool,
+) -> list[RequestState]:
+    """One state per prompt, as a whole-batch loop (V1's orchestrator, V2's single call)
+    starts them: request ``i`` is prompt ``i`` (its proposer seeded with ``i``); ``trees``:
+    a step's tree is bounded by the engine's ``max_draft_len``; ``live``: request ``i``
+    holds slot ``i`` of a live batch opened on ``prompts``."""
+    return [
+        RequestState(i, p, make_proposer(p, drafter, limits.max_seq_len, step_costs=step_costs,
+                                          max_candidates=max_candidates, lookahead=lookahead, seed=i),
+                     max_new_tokens=max_new_tokens, end_id=end_id, max_seq_len=limits.max_seq_len,
+                     sampling=sampling, max_tree_nodes=limits.max_draft_len if trees else None,
+                     slot=i if live else None)
+        for i, p in enumerate(prompts)
+    ]

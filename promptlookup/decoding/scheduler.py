@@ -6,7 +6,16 @@ A :class:`Scheduler` owns a background thread and one
 1. admits waiting requests (FIFO) while the batch has room (``max_batch_size`` live
    sequences) and the KV cache can hold each one's worst case (prompt plus
    ``max_new_tokens`` plus a full draft, reserved at admission, so a step never runs out
-   of blocks); drops cancelled requests, releasing their blocks;
+   of blocks); drops cancelled requests, releasing their blocks. Prefix sharing: first the
+   full prompt blocks of every request live since an earlier round (so past a step: their
+   K/V are final) are registered in the prefix cache
+   (:meth:`~promptlookup.runtime.kv_cache.BlockManager.register_prefix`), so a request
+   admitted now maps them while their owner still decodes; and a request whose prompt
+   shares whole blocks with a prompt admitted in this same round, beyond what the cache
+   holds, waits for the next round (FIFO: so do those behind it), when the coming step will
+   have computed them. So the ``n`` choices of one prompt (the server's ``n``), or requests
+   with one system prompt, compute the shared prefix once; the cost is one step of latency
+   for a held-back request, at most once each;
 2. runs :func:`~.step.step` over the live requests (each a :class:`~.request.RequestState`):
    the same step as ``decoding.generate``'s V2 loop (drafting, draft-length policy,
    verification per (sampling, end_id) group, the commit rule), with the batch-aware
@@ -39,6 +48,7 @@ from .request import FINISH_LENGTH, FINISH_STOP, RequestState, make_proposer
 from .step import sampling_groups, step
 from ..runtime.results import SequenceResult, StepEvent
 from ..drafting.base import Drafter
+from ..drafting.tree import common_prefix_len
 from ..errors import UserError, one_line
 from ..runtime.batch_costs import BatchStepCosts
 from ..runtime.base import LiveBatchRunner, SamplingConfig
@@ -76,6 +86,8 @@ class SchedulerStats:
     accepted: int = 0  # draft tokens kept
     sequence_steps: int = 0  # one per live sequence per step
     batch_steps: int = 0  # forward passes
+    prefill_tokens_computed: int = 0  # prompt tokens admitted requests compute
+    prefix_tokens_reused: int = 0  # prompt tokens admitted requests map from cached KV blocks
     live: int = 0
     waiting: int = 0
 
@@ -339,20 +351,51 @@ class Scheduler:
         self.stats.waiting = len(self._waiting)
         self._lock.notify_all()
 
+    def _awaits_prefix(self, prompt: list[int], prefilling: list[list[int]]) -> bool:
+        """Whether ``prompt`` would share more whole KV blocks with a prompt admitted in this
+        round (computed by the coming step, shareable after it) than the prefix cache
+        holds now; then it is worth one step's wait. Cost: O(len(prompt)) per prompt
+        admitted this round."""
+        blocks = self.runner.blocks
+        if not prefilling or not blocks.enable_reuse:
+            return False
+        usable = prompt[: len(prompt) - 1]  # as match_prefix: the last token is always computed
+        shared = max(common_prefix_len(p, usable) for p in prefilling) // self.runner.pool.block_size
+        return shared > 0 and shared > blocks.cached_blocks(prompt)
+
+    def _share_prompts(self) -> None:
+        """Register the full prompt blocks of every live request in the prefix cache. Each
+        was admitted in an earlier round and has run a step since (a failed step removes its
+        requests), so its prompt's K/V are final. O(prompt) once per request, then O(1)."""
+        for h in self._live:
+            s = self._batch.seqs[h.index] if h.index is not None else None
+            if s is not None:
+                self.runner.blocks.register_prefix(s.blocks, s.tokens, s.prompt_len)
+
     def _admit(self) -> None:
         limits = self.runner.limits
+        if self._waiting:
+            self._share_prompts()
+        prefilling: list[list[int]] = []  # prompts admitted in this round
         while self._waiting and len(self._live) < limits.max_batch_size:
             h = self._waiting[0]
             if self._reserved + h.reserved_blocks > self._capacity:
                 break  # waits for a live request to finish
+            if self._awaits_prefix(h.request.prompt, prefilling):
+                break  # joins next round, mapping the blocks the coming step computes
             self._waiting.popleft()
             r = h.request
+            reused = self.runner.blocks.stats.matched_tokens
             try:
                 h.index = self._batch.add(r.prompt, r.request_id)
             except Exception as exc:  # fails this request only; the loop goes on
                 self.stats.requests_failed += 1
                 h._final(FINISH_ERROR, one_line(exc, None))
                 continue
+            reused = self.runner.blocks.stats.matched_tokens - reused
+            self.stats.prefix_tokens_reused += reused
+            self.stats.prefill_tokens_computed += len(r.prompt) - reused
+            prefilling.append(r.prompt)
             proposer = make_proposer(r.prompt, self.drafter, limits.max_seq_len, step_costs=self.step_costs,
                                      max_candidates=self.max_candidates, lookahead=self.lookahead,
                                      seed=r.request_id)

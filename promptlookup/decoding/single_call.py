@@ -14,7 +14,7 @@ from ..drafting.base import Drafter
 from ..runtime.base import LiveBatchRunner, SamplingConfig
 from ..runtime.results import SequenceResult, StepCallback
 from .lookahead import LookaheadConfig
-from .request import RequestState, make_proposer
+from .request import request_states
 from .step import step
 
 
@@ -31,14 +31,9 @@ def run_single_call(
     max_candidates: int = 1,
     lookahead: LookaheadConfig | None = None,
 ) -> list[SequenceResult]:
-    limits = runner.limits
-    states = [
-        RequestState(i, p, make_proposer(p, drafter, limits.max_seq_len, step_costs=step_costs,
-                                          max_candidates=max_candidates, lookahead=lookahead, seed=i),
-                     max_new_tokens=max_new_tokens, end_id=end_id, max_seq_len=limits.max_seq_len,
-                     sampling=sampling, max_tree_nodes=limits.max_draft_len, slot=i)
-        for i, p in enumerate(prompts)
-    ]
+    states = request_states(prompts, drafter, runner.limits, max_new_tokens=max_new_tokens, end_id=end_id,
+                            sampling=sampling, step_costs=step_costs, max_candidates=max_candidates,
+                            lookahead=lookahead, trees=True, live=True)
     batch = runner.open(prompts)
     try:
         live = states

@@ -18,6 +18,7 @@ V1's orchestrator (:mod:`.orchestrator`) runs the same plan/tree/commit around a
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Sequence
 
 from ..runtime.base import LiveBatch, SamplingConfig
@@ -27,10 +28,13 @@ from .request import RequestState
 
 
 def sampling_groups(states: Sequence[RequestState]) -> dict[tuple[SamplingConfig, int], list[int]]:
-    """Positions in ``states`` by (sampling, end_id), in order: one forward pass each."""
+    """Positions in ``states`` by (sampling, end_id), in order: one forward pass each. The
+    sampling's ``logprobs`` is not part of the key (it changes no token: a group's members
+    ask for theirs each)."""
     groups: dict[tuple[SamplingConfig, int], list[int]] = {}
     for j, s in enumerate(states):
-        groups.setdefault((s.sampling, s.end_id), []).append(j)
+        key = s.sampling if s.sampling.logprobs is None else replace(s.sampling, logprobs=None)
+        groups.setdefault((key, s.end_id), []).append(j)
     return groups
 
 
@@ -47,7 +51,12 @@ def step(batch: LiveBatch, states: Sequence[RequestState], budget: BatchBudget |
     events: list[StepEvent | None] = [None] * len(states)
     for (sampling, end_id), members in sampling_groups(states).items():
         slots = [states[j].slot for j in members]
-        results = batch.step_trees(slots, [trees[j] for j in members], end_id, sampling)  # type: ignore[arg-type]
+        group = [trees[j] for j in members]
+        wanted = [states[j].sampling.logprobs for j in members]
+        if any(w is not None for w in wanted):  # only then the keyword: a step without it is unchanged
+            results = batch.step_trees(slots, group, end_id, sampling, logprobs=wanted)  # type: ignore[arg-type]
+        else:
+            results = batch.step_trees(slots, group, end_id, sampling)  # type: ignore[arg-type]
         for j, r in zip(members, results):
-            events[j] = states[j].commit(r.tokens, r.accepted, r.choices)
+            events[j] = states[j].commit(r.tokens, r.accepted, r.choices, r.logprobs)
     return events  # type: ignore[return-value]

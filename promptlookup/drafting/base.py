@@ -24,25 +24,49 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol, Sequence, runtime_checkable
 
-from ..defaults import DEFAULT_NGRAM_POOL_MAX_PATTERNS, DEFAULT_PUBLIC_TEXT_MAX_TOKENS
+from ..defaults import (DEFAULT_DRAFTER_MODE, DEFAULT_IS_KEEP_ALL, DEFAULT_IS_PUBLIC_POOL, DEFAULT_IS_USE_OLDEST,
+                        DEFAULT_MAX_DRAFT_LEN, DEFAULT_MAX_MATCHING_NGRAM_SIZE, DEFAULT_MIN_MATCHING_NGRAM_SIZE,
+                        DEFAULT_NGRAM_POOL_MAX_PATTERNS, DEFAULT_PUBLIC_TEXT_MAX_TOKENS)
 
 DRAFT_MODES = ("pool", "longest", "llamacpp")
 POOL_RULES = ("auto", "v1", "v2")  # which TensorRT-LLM pool the pool mode reproduces
 MAX_CANDIDATES = 64  # upper bound on DraftConfig.max_candidates (the C drafters' stack arrays)
 
 
+class DraftRates:
+    """The rates of a count of verification steps, defined once for every such count (a
+    request's :class:`~promptlookup.runtime.results.SequenceResult`, the simulator's
+    ``SimStats``) from its ``steps``, ``drafted``, ``accepted`` and ``generated_tokens``."""
+
+    steps: int
+    drafted: int
+    accepted: int
+
+    @property
+    def generated_tokens(self) -> int:
+        raise NotImplementedError
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+    @property
+    def tokens_per_step(self) -> float:
+        return self.generated_tokens / self.steps if self.steps else 0.0
+
+
 @dataclass(frozen=True)
 class DraftConfig:
     """How drafts are made. Field names follow TensorRT-LLM's ``NGramDecodingConfig``."""
 
-    prompt_lookup_num_tokens: int = 10  # k: the largest draft
-    max_matching_ngram_size: int = 2  # n: longest pattern tried by the pool mode
+    prompt_lookup_num_tokens: int = DEFAULT_MAX_DRAFT_LEN  # k: the largest draft
+    max_matching_ngram_size: int = DEFAULT_MAX_MATCHING_NGRAM_SIZE  # n: longest pattern tried by the pool mode
     # "pool" (TensorRT-LLM semantics), "longest" (longest earlier match) or "llamacpp"
     # (llama.cpp's llama_ngram_cache_draft over context, dynamic and static caches)
-    mode: str = "pool"
-    is_keep_all: bool = True
-    is_use_oldest: bool = True
-    is_public_pool: bool = True
+    mode: str = DEFAULT_DRAFTER_MODE
+    is_keep_all: bool = DEFAULT_IS_KEEP_ALL
+    is_use_oldest: bool = DEFAULT_IS_USE_OLDEST
+    is_public_pool: bool = DEFAULT_IS_PUBLIC_POOL
     adaptive: bool = False  # size each draft from match length and recent acceptance
     max_match_len: int = 64  # cap on the suffix length searched by the longest mode
     static_cache: str | None = None  # persisted cache built offline from a corpus (read only)
@@ -57,7 +81,7 @@ class DraftConfig:
     # Minimum match length behind a draft (MLX's ngram_min, vLLM's prompt_lookup_min): a
     # draft whose match is shorter (pool: n-gram size; longest: match length; caches:
     # n-gram size) is dropped. 1 keeps every match.
-    min_matching_ngram_size: int = 1
+    min_matching_ngram_size: int = DEFAULT_MIN_MATCHING_NGRAM_SIZE
     # Speculation under load (TensorRT-LLM's DecodingBaseConfig names; see .concurrency):
     # off above max_concurrency live requests, or draft lengths by batch size from
     # draft_len_schedule ((batch_size, draft_len) pairs, sorted). None: always k.

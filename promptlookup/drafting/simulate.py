@@ -22,13 +22,13 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any, Iterable, Sequence
 
 from ..errors import UserError
-from .base import DraftConfig
+from .base import DraftConfig, DraftRates
 from .drafter import NgramDrafter, make_drafter
 from .tree import merge_candidates
 
 
 @dataclass
-class SimStats:
+class SimStats(DraftRates):
     """Counts from simulating one configuration over one or more sequences.
 
     Invariants: ``accepted <= drafted``; ``generated == sum of output lengths``;
@@ -45,12 +45,8 @@ class SimStats:
     draft_seconds: float = 0.0  # wall time spent in the drafter (informational)
 
     @property
-    def acceptance_rate(self) -> float:
-        return self.accepted / self.drafted if self.drafted else 0.0
-
-    @property
-    def tokens_per_step(self) -> float:
-        return self.generated / self.steps if self.steps else 0.0
+    def generated_tokens(self) -> int:
+        return self.generated
 
     @property
     def mean_draft_len(self) -> float:

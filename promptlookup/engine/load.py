@@ -8,7 +8,7 @@ from ..checkpoint.config import quant_spec_of
 from ..defaults import BACKENDS, DEFAULT_BACKEND, DEFAULT_COMPILE_MODE, DEFAULT_CPU_WEIGHT_COPIES
 from ..errors import UserError
 from ..runtime.base import Runner
-from ..runtime.options import KvCacheConfig, RuntimeConfig, with_options
+from ..runtime.options import KvCacheConfig, RuntimeConfig, require_fraction, with_options
 from .config import EngineConfig, read_engine_config
 
 if TYPE_CHECKING:
@@ -25,7 +25,6 @@ def load_runner(
     *,
     device_ids: Sequence[int] | None = None,
     backend: str = DEFAULT_BACKEND,
-    kv_cache_free_gpu_memory_fraction: float | None = None,
     enable_chunked_context: bool = False,
     hf_model_dir: str | os.PathLike[str] | None = None,
     **options: object,
@@ -36,7 +35,8 @@ def load_runner(
     (:class:`~promptlookup.runtime.options.KvCacheConfig`) come whole from the CLI and the
     LLM API; ``options`` may set single fields of them by ``run.py``'s names
     (:func:`with_options`: ``device``, ``cuda_graph_mode``, ``cpu_weight_copies``,
-    ``compile_mode``, ``kv_cache_enable_block_reuse``, ``max_tokens_in_paged_kv_cache``).
+    ``compile_mode``, ``kv_cache_enable_block_reuse``, ``max_tokens_in_paged_kv_cache``,
+    ``kv_cache_free_gpu_memory_fraction``).
 
     ``runtime.device`` places a PyTorch engine (``None``/``"auto"``: the GPU when one is
     visible, else the CPU; or ``cpu``, ``cuda``, ``cuda:N``). It computes in the
@@ -46,12 +46,16 @@ def load_runner(
     (PyTorch engines on a GPU; ``None``: on there) replays captured CUDA graphs for decoding
     steps.
 
-    ``kv_cache.max_tokens`` sizes the KV cache of either backend;
-    ``kv_cache_free_gpu_memory_fraction`` and ``enable_chunked_context`` exist on TensorRT-LLM
-    only (both of its paths get them) and are refused for a PyTorch engine.
+    ``kv_cache.max_tokens`` and ``kv_cache.free_gpu_memory_fraction`` size the KV cache of
+    either backend (a PyTorch engine: :func:`~promptlookup.runtime.kv_cache.pool_blocks`,
+    on the memory free once its weights are loaded); ``enable_chunked_context`` exists on
+    TensorRT-LLM only (both of its paths get it) and is refused for a PyTorch engine.
 
     ``hf_model_dir`` is used by the TensorRT-LLM backend's single-call (v2) workflow only,
     whose LLM API loads a Hugging Face checkpoint.
+
+    ``runtime.num_threads`` (``--num_threads``; ``None``: PyTorch's count as it is) is
+    applied first, for either backend.
 
     ``runtime.cpu_weight_copies`` (``--cpu_weight_copies``, PyTorch engines on a CPU): 1
     holds the weights once; 2 also keeps row-major copies for faster plain decoding steps.
@@ -70,6 +74,7 @@ def load_runner(
     the other one (an engine is built for one backend and cannot switch).
     """
     runtime, kv_cache = with_options(runtime, kv_cache, **options)  # type: ignore[arg-type]
+    runtime.apply_threads()  # before anything runs (compiled artifacts are specialised on it)
     cfg = read_engine_config(engine_dir)
     check_backend(backend, cfg.backend, engine_dir)
     if cfg.backend == "trtllm":
@@ -94,11 +99,11 @@ def load_runner(
             device_ids=list(device_ids) if device_ids is not None else list(range(cfg.world_size)),
             kv_cache_enable_block_reuse=kv_cache.enable_block_reuse,
             max_tokens_in_paged_kv_cache=kv_cache.max_tokens,
-            kv_cache_free_gpu_memory_fraction=kv_cache_free_gpu_memory_fraction,
+            kv_cache_free_gpu_memory_fraction=kv_cache.free_gpu_memory_fraction,
             enable_chunked_context=enable_chunked_context,
             hf_model_dir=hf_model_dir,
         )
-    check_trtllm_only_flags(cfg.backend, kv_cache_free_gpu_memory_fraction, enable_chunked_context)
+    check_trtllm_only_flags(cfg.backend, kv_cache.free_gpu_memory_fraction, enable_chunked_context)
     quant = quant_spec_of(cfg.pretrained)
     if quant is not None and runtime.compile_mode == "inductor":
         raise UserError(f"--torch_compile inductor cannot trace the int8/int4 products of this {quant.quant_algo} "
@@ -151,14 +156,14 @@ def torch_runner_for(
 
 def check_trtllm_only_flags(built_for: str, kv_cache_free_gpu_memory_fraction: float | None,
                             enable_chunked_context: bool) -> None:
-    """Refuse (one line) TensorRT-LLM's KV-cache flags for an engine of another backend."""
-    if built_for == "trtllm":
-        return
-    for flag, given in (("--kv_cache_free_gpu_memory_fraction", kv_cache_free_gpu_memory_fraction is not None),
-                        ("--enable_chunked_context", enable_chunked_context)):
-        if given:
-            raise UserError(f"{flag} applies to TensorRT-LLM engines; the PyTorch engine sizes its KV cache with "
-                            "--max_tokens_in_paged_kv_cache and runs whole prompts: drop it")
+    """Refuse (one line) a fraction outside (0, 1], and ``--enable_chunked_context`` for an
+    engine of another backend than TensorRT-LLM (the PyTorch engine runs whole prompts).
+    Both backends honour the fraction."""
+    if kv_cache_free_gpu_memory_fraction is not None:
+        require_fraction("--kv_cache_free_gpu_memory_fraction", kv_cache_free_gpu_memory_fraction)
+    if built_for != "trtllm" and enable_chunked_context:
+        raise UserError("--enable_chunked_context applies to TensorRT-LLM engines; the PyTorch engine runs whole "
+                        "prompts: drop it")
 
 
 def check_backend(requested: str, built_for: str, engine_dir: str | os.PathLike[str]) -> None:

@@ -54,7 +54,7 @@ class EvalSettings:
     device_ids: list[int] | None = None
     kv_cache_enable_block_reuse: bool = DEFAULT_KV_CACHE_ENABLE_BLOCK_REUSE
     max_tokens_in_paged_kv_cache: int | None = None
-    kv_cache_free_gpu_memory_fraction: float | None = None  # TensorRT-LLM engines only
+    kv_cache_free_gpu_memory_fraction: float | None = None  # of the memory free after the weights load
     enable_chunked_context: bool = False  # TensorRT-LLM engines only
     workflow: str = DEFAULT_WORKFLOW
     draft_length_policy: str = DEFAULT_DRAFT_LENGTH_POLICY

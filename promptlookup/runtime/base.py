@@ -20,8 +20,8 @@ from ..errors import UserError
 
 if TYPE_CHECKING:
     from .batch_costs import BatchStepCosts
-    from .kv_cache import KVPool
-    from .results import SequenceResult, StepCallback
+    from .kv_cache import BlockManager, KVPool, SequenceBlocks
+    from .results import SequenceResult, StepCallback, TokenLogprob
     from .tree import DraftTree
 
 
@@ -42,6 +42,10 @@ class SamplingConfig:
     stop_words: tuple[tuple[int, ...], ...] = ()  # a sequence ends once its text ends with one
     logit_bias: tuple[tuple[int, float], ...] = ()  # (token, bias) added to the raw logits (OpenAI's logit_bias)
     min_tokens: int = 0  # end_id is banned until the sequence has this many output tokens
+    # Log-probabilities of the emitted tokens (:mod:`.logprobs`: the raw logits', before every
+    # setting above): None for none, else this many top alternatives per token (0: the token's only).
+    # Changes no token; the step groups requests without it, so it never splits a forward pass.
+    logprobs: int | None = None
 
     @property
     def greedy(self) -> bool:
@@ -57,7 +61,10 @@ class SamplingConfig:
 
 @dataclass
 class GenerationOutput:
-    """One sequence's result from one ``Runner.generate`` call.
+    """One sequence's raw outcome of one ``Runner.generate`` call: the runner level, below
+    the two result types of :mod:`.results`. With drafts it is one verification step, whose
+    counters the V1 loop folds into a :class:`~.results.StepEvent` (``RequestState.commit``);
+    nothing sums these across calls.
 
     Invariant: ``accepted <= drafted``, and ``output_ids`` starts with the ``accepted``
     draft tokens kept.
@@ -184,15 +191,28 @@ class StepOutput(Protocol):
     accepted: int  # the first ``accepted`` of ``tokens`` came from the tree
     finished: bool  # ``tokens`` ends with end_id
     choices: list[int]  # the target's choice at the root, then at every node
+    logprobs: "list[TokenLogprob] | None"  # per token of ``tokens``, where the step asked for them
+
+
+class LiveSequenceView(Protocol):
+    """What a live batch shows of one sequence: its block table and tokens so far."""
+
+    blocks: "SequenceBlocks"
+    tokens: list[int]  # prompt, then output
+    prompt_len: int
 
 
 class LiveBatch(Protocol):
     """Sequences that keep their KV blocks between steps (the V2 loop and the scheduler)."""
 
+    seqs: "Sequence[LiveSequenceView | None]"  # by slot (None: a free slot)
+
     def step_trees(self, indices: Sequence[int], trees: Sequence["DraftTree"], end_id: int,
-                   sampling: SamplingConfig) -> Sequence[StepOutput]:
+                   sampling: SamplingConfig, logprobs: Sequence[int | None] | None = None) -> Sequence[StepOutput]:
         """Verify ``trees[j]`` for sequence ``indices[j]`` in one forward pass and commit
-        each sequence's accepted path."""
+        each sequence's accepted path; with ``logprobs[j]`` not None, sequence ``j``'s tokens
+        come with their log-probabilities and that many top alternatives (``sampling.logprobs``
+        is not read here: one pass serves requests that ask and requests that do not)."""
 
     def add(self, prompt: Sequence[int], request: int) -> int:
         """Join a sequence between steps; returns its slot."""
@@ -226,6 +246,7 @@ class LiveBatchRunner(TreeRunner, Protocol):
     """A runner that opens live batches (``capabilities.live_batch``) over a paged KV pool."""
 
     pool: "KVPool"  # num_blocks, block_size: what the scheduler reserves at admission
+    blocks: "BlockManager"  # the pool's prefix-reuse registry: the scheduler's admission reads it
     batch_step_costs: "BatchStepCosts | None"  # batched steps' costs (the server's draft budget)
 
     def open(self, prompts: Sequence[Sequence[int]], requests: Sequence[int] | None = None, *,

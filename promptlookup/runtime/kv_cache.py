@@ -19,14 +19,30 @@ Bookkeeping (:class:`BlockManager`)
     *partial* block of a released sequence is registered under its parent too, with its
     valid token ids, so that a V1 re-submission of the same sequence also finds the tail.
 
+    A live sequence's full *prompt* blocks can be registered once computed
+    (:meth:`BlockManager.register_prefix`; the scheduler does so right after a request's
+    first step), not only when the sequence leaves: a request admitted later (another
+    choice of the same prompt, another request with the same system prompt) shares them
+    while their first owner still decodes. A registered block is never written again by anyone: its owner writes only
+    at positions past its prompt, a sharer only in blocks it owns alone (below). It is
+    never evicted while a live sequence references it (only ``refcount == 0`` blocks are
+    in the LRU). The partial last prompt block is never shared live: each sequence
+    computes (or copies) its own.
+
     ``match_prefix`` maps the longest cached prefix of a new request onto the blocks:
     full blocks are shared (refcount + 1, never written again); the first diverging or
     partial block is copied (or taken over, when it is an unused partial block), since the
     new request will write into it. At least one token is always left uncovered, because
     its forward pass produces the logits for the next token.
 
+Size (:func:`pool_blocks`)
+    ``KvCacheConfig.max_tokens`` tokens, or ``free_gpu_memory_fraction`` of the memory free
+    once the weights are loaded (:func:`free_memory_bytes`), the smaller when both are
+    given; neither: 2 x max_batch_size x max_seq_len tokens.
+
 Costs: matching a prefix of L tokens is O(L) (hashing block tuples) plus the copy of at
-most one block; allocation and release are O(blocks); eviction is O(1) per block.
+most one block; registering a prompt's blocks is O(L), once per sequence (later calls
+are O(1)); allocation and release are O(blocks); eviction is O(1) per block.
 Reuse changes no output beyond floating-point reassociation: a reused block holds the
 very K/V that were computed for the same tokens at the same positions.
 """
@@ -36,12 +52,72 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Sequence
 
+import math
+
 import torch
 
 from ..drafting.tree import common_prefix_len
 from ..errors import UserError
+from .options import KvCacheConfig
 
 SCRATCH_BLOCK = 0
+FRACTION_FLAGS = "(--kv_cache_free_gpu_memory_fraction; quickstart_advanced.py: --kv_cache_fraction)"
+MEMINFO = "/proc/meminfo"
+
+
+def free_memory_bytes(device: torch.device) -> int:
+    """Bytes free on ``device`` now: ``torch.cuda.mem_get_info`` on a GPU (after PyTorch's
+    cached, unused blocks are handed back), ``MemAvailable`` of /proc/meminfo on the CPU
+    (what the kernel can give without swapping). Any other device, or a CPU without
+    /proc/meminfo, is a one-line :class:`UserError`. Cost: one driver call or one small read."""
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+        return int(torch.cuda.mem_get_info(device)[0])
+    if device.type == "cpu":
+        try:
+            with open(MEMINFO) as f:
+                for line in f:
+                    if line.startswith("MemAvailable:"):
+                        return int(line.split()[1]) * 1024  # kB
+        except (OSError, ValueError, IndexError):
+            pass
+        raise UserError(f"free_gpu_memory_fraction {FRACTION_FLAGS}: this system has no {MEMINFO} MemAvailable "
+                        "to size the KV cache by; give --max_tokens_in_paged_kv_cache instead")
+    raise UserError(f"free_gpu_memory_fraction {FRACTION_FLAGS}: the free memory of a {device.type} device cannot "
+                    "be read; give --max_tokens_in_paged_kv_cache instead")
+
+
+def pool_blocks(kv_cache: KvCacheConfig, max_batch_size: int, max_seq_len: int, tokens_per_block: int,
+                bytes_per_token: int, device: torch.device) -> int:
+    """The block count of a :class:`KVPool` (its scratch block included) for ``kv_cache``.
+
+    ``max_tokens`` alone (or neither: 2 x ``max_batch_size`` x ``max_seq_len``, room for a
+    full batch at full length and as much again for reuse): 1 + ceil(tokens / block).
+    ``free_gpu_memory_fraction`` F: floor(F x free bytes / bytes of one block) blocks,
+    scratch included, so the pool never holds more than F of what
+    :func:`free_memory_bytes` reports (read now: call it once the weights are loaded);
+    with ``max_tokens`` too, the smaller of the two pools. A fraction that leaves no room
+    for one ``max_seq_len`` sequence is a one-line :class:`UserError` naming the least
+    fraction that would. Cost: one free-memory read when a fraction is given."""
+    fraction, max_tokens = kv_cache.free_gpu_memory_fraction, kv_cache.max_tokens
+    if fraction is None and max_tokens is None:
+        max_tokens = 2 * max_batch_size * max_seq_len
+    by_tokens = None if max_tokens is None else 1 + -(-max_tokens // tokens_per_block)
+    if fraction is None:
+        assert by_tokens is not None
+        return by_tokens
+    free = free_memory_bytes(device)
+    block_bytes = bytes_per_token * tokens_per_block
+    blocks = int(fraction * free) // block_bytes
+    need = 1 + -(-max_seq_len // tokens_per_block)
+    if blocks < need:
+        least = math.ceil(need * block_bytes / max(free, 1) * 1e4) / 1e4
+        fix = (f"raise it to at least {least:g}" if least <= 1 else
+               "even 1 is too little: free memory, or give --max_tokens_in_paged_kv_cache instead")
+        raise UserError(f"free_gpu_memory_fraction {fraction:g} {FRACTION_FLAGS} of {free / 2**20:.1f} MiB free "
+                        f"leaves a KV cache of {max(blocks - 1, 0) * tokens_per_block} tokens, less than one "
+                        f"max_seq_len sequence ({max_seq_len} tokens, {need * block_bytes / 2**20:.1f} MiB); {fix}")
+    return blocks if by_tokens is None else min(blocks, by_tokens)
 
 
 class KVPool:
@@ -70,6 +146,11 @@ class KVPool:
         self.v = [new(num_kv_heads, slots, head_dim, dtype=dtype, device=device) for _ in range(num_layers)]
         for t in (*self.k, *self.v):  # padded reads land here, masked: they must be finite
             t[:, SCRATCH_BLOCK * block_size : (SCRATCH_BLOCK + 1) * block_size].zero_()
+
+    @property
+    def tokens(self) -> int:
+        """Tokens the pool can hold for sequences (the scratch block excluded)."""
+        return (self.num_blocks - 1) * self.block_size
 
     @property
     def nbytes(self) -> int:
@@ -125,6 +206,8 @@ class SequenceBlocks:
     """A live sequence's block table; ``blocks[i]`` holds slots ``[i*bs, (i+1)*bs)``."""
 
     blocks: list[int] = field(default_factory=list)
+    shared: int = 0  # leading blocks already registered (or with a registered twin)
+    shared_key: int = 0  # the registration key of block ``shared - 1`` (0: none)
 
 
 class BlockManager:
@@ -212,6 +295,53 @@ class BlockManager:
         return key
 
     # ----------------------------------------------------------------- reuse
+    def _cached_chain(self, tokens: Sequence[int], limit: int) -> list[int]:
+        """The registered full blocks that hold the longest prefix of ``tokens[:limit]``
+        in whole blocks, in order. Read-only; O(limit)."""
+        bs = self.block_size
+        chain: list[int] = []
+        parent = 0
+        while (len(chain) + 1) * bs <= limit:
+            block = self.full_index.get((parent, tuple(tokens[len(chain) * bs : (len(chain) + 1) * bs])))
+            if block is None:
+                break
+            chain.append(block)
+            parent = self.reg[block].key
+        return chain
+
+    def cached_blocks(self, tokens: Sequence[int]) -> int:
+        """How many full blocks :meth:`match_prefix` would share for a request of
+        ``tokens`` now (0 with reuse off). Read-only; O(len(tokens))."""
+        if not self.enable_reuse or len(tokens) < 2:
+            return 0
+        return len(self._cached_chain(tokens, len(tokens) - 1))
+
+    def register_prefix(self, seq: SequenceBlocks, tokens: Sequence[int], length: int) -> None:
+        """Make the full blocks of live ``seq`` that hold ``tokens[:length]`` shareable now.
+
+        The caller guarantees that those slots hold their final K/V: computed, and never
+        written again by ``seq`` (a prompt after its first step). Blocks already registered
+        (shared from the cache) keep their registration; a block whose twin (same tokens
+        under the same parent) is registered stays private. Registered blocks are
+        referenced by ``seq`` until it is released, so they cannot be evicted meanwhile.
+        No-op with reuse off. O(new blocks); O(1) when nothing is new.
+        """
+        bs = self.block_size
+        full = min(length, len(tokens), len(seq.blocks) * bs) // bs
+        if not self.enable_reuse or seq.shared >= full:
+            return
+        parent = seq.shared_key
+        for i in range(seq.shared, full):
+            block = seq.blocks[i]
+            chunk = tuple(tokens[i * bs : (i + 1) * bs])
+            r = self.reg.get(block)
+            if r is not None and r.full:  # shared from the cache
+                parent = r.key
+                continue
+            twin = self.full_index.get((parent, chunk))
+            parent = self.reg[twin].key if twin is not None else self._register(block, parent, chunk, True)
+        seq.shared, seq.shared_key = full, parent
+
     def match_prefix(self, tokens: Sequence[int]) -> tuple[SequenceBlocks, int]:
         """Start a sequence for ``tokens``; return it and how many leading tokens are cached.
 
@@ -224,17 +354,12 @@ class BlockManager:
             return seq, 0
         bs = self.block_size
         limit = len(tokens) - 1  # tokens that may come from the cache
-        parent = 0
-        matched = 0
-        while matched + bs <= limit:
-            chunk = tuple(tokens[matched : matched + bs])
-            block = self.full_index.get((parent, chunk))
-            if block is None:
-                break
+        for block in self._cached_chain(tokens, limit):
             self._acquire(block)
             seq.blocks.append(block)
-            parent = self.reg[block].key
-            matched += bs
+        parent = self.reg[seq.blocks[-1]].key if seq.blocks else 0
+        matched = len(seq.blocks) * bs
+        seq.shared, seq.shared_key = len(seq.blocks), parent
         self.stats.matched_blocks += len(seq.blocks)
         # The first block not matched in full: the longest common prefix among its siblings.
         best, best_len = -1, 0
@@ -299,3 +424,4 @@ class BlockManager:
         for block in reversed(seq.blocks):
             self._drop(block)
         seq.blocks.clear()
+        seq.shared = seq.shared_key = 0

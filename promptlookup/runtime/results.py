@@ -12,14 +12,28 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
+from ..drafting.base import DraftRates
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    """One emitted token's log-probability (:mod:`.logprobs`: the target's raw logits at its
+    position), and the ``top`` most likely tokens there as ``(token, logprob)`` pairs, most
+    likely first (as many as the request asked; the token itself may be among them or not)."""
+
+    token: int
+    logprob: float
+    top: tuple[tuple[int, float], ...] = ()
+
 
 @dataclass
-class SequenceResult:
+class SequenceResult(DraftRates):
     """One request's outcome.
 
     Invariants: ``len(draft_flags) == len(output_ids)``; ``accepted <= drafted``;
     ``sum(draft_flags) == accepted`` (a flag is True for a token that came from an
-    accepted draft, False for the target's own token).
+    accepted draft, False for the target's own token); where log-probabilities were asked
+    for, ``len(token_logprobs) == len(output_ids)`` (else ``token_logprobs`` is None).
     """
 
     output_ids: list[int] = field(default_factory=list)  # generated tokens only
@@ -30,6 +44,7 @@ class SequenceResult:
     finished: bool = False  # ended on end_id or a stop word (else on the length limit)
     tree_tokens: int = 0  # draft-tree nodes fed to the target (Lookahead's window included)
     accepted_by_source: dict[str, int] = field(default_factory=dict)  # Lookahead: "window", "prompt", "lookup"
+    token_logprobs: list[TokenLogprob] | None = None  # one per output id, where asked (runtime.logprobs)
 
     def add(self, event: StepEvent) -> None:
         """Fold one step in (the one place a request's counters grow)."""
@@ -38,25 +53,22 @@ class SequenceResult:
         self.accepted += event.accepted
         self.output_ids.extend(event.tokens)
         self.draft_flags.extend(event.draft_flags)
+        if event.token_logprobs is not None:
+            if self.token_logprobs is None:
+                self.token_logprobs = []
+            self.token_logprobs.extend(event.token_logprobs)
 
     @property
     def generated_tokens(self) -> int:
         return len(self.output_ids)
-
-    @property
-    def acceptance_rate(self) -> float:
-        return self.accepted / self.drafted if self.drafted else 0.0
-
-    @property
-    def tokens_per_step(self) -> float:
-        return self.generated_tokens / self.steps if self.steps else 0.0
 
 
 @dataclass(frozen=True)
 class StepEvent:
     """Tokens appended to sequence ``index`` by one verification step (the per-step outcome).
 
-    Invariant: ``accepted <= min(drafted, len(tokens))``. A request's last event on a
+    Invariant: ``accepted <= min(drafted, len(tokens))``; ``token_logprobs``, where the
+    request asked for them, has one entry per token. A request's last event on a
     stream (the scheduler's) has ``finish_reason`` set and may carry no tokens.
     """
 
@@ -66,6 +78,7 @@ class StepEvent:
     drafted: int = 0  # draft tokens offered in the step (the walkable nodes of its tree)
     finish_reason: str | None = None  # stop (end_id or a stop word), length, cancelled or error
     error: str | None = None  # with finish_reason "error": what failed, one line
+    token_logprobs: list[TokenLogprob] | None = None  # per token, where the request asked (runtime.logprobs)
 
     @property
     def draft_flags(self) -> list[bool]:

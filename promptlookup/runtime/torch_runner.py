@@ -29,13 +29,13 @@ import torch
 
 from ..defaults import DEFAULT_COMPILE_MODE, DEFAULT_CPU_WEIGHT_COPIES, DEFAULT_KV_CACHE_ENABLE_BLOCK_REUSE
 from ..errors import UserError, one_line
-from .acceptance import fetch_step
 from .base import EngineLimits, GenerationOutput, RunnerCapabilities, RunnerStats, SamplingConfig, validate_batch
 from .batch_costs import BatchStepCosts
 from .compiled import CompiledForward
 from .cuda_graphs import CudaGraphs, StepBuckets
-from .kv_cache import SCRATCH_BLOCK, BlockManager, KVPool, SequenceBlocks
+from .kv_cache import SCRATCH_BLOCK, BlockManager, KVPool, SequenceBlocks, pool_blocks
 from .logits_processors import apply_logits_processors, row_prefixes
+from .logprobs import TokenLogprob, along_path, fetch_step_with_logprobs
 from .options import KvCacheConfig, RuntimeConfig
 from .paged_llama import PagedLlama, Parents, build_layout
 from .sampling import select_tokens
@@ -49,16 +49,24 @@ class LiveSequence:
     cached: int
     blocks: SequenceBlocks
     prompt_len: int
-    stats: GenerationOutput = field(default_factory=lambda: GenerationOutput(output_ids=[]))
+
+    @property
+    def output_ids(self) -> list[int]:
+        """The tokens after the prompt (a new list; O(output))."""
+        return self.tokens[self.prompt_len :]
 
 
 @dataclass
 class StepResult:
+    """One sequence's raw outcome of one live-batch step (:class:`~.base.StepOutput`), not a
+    result: the loops fold it into a :class:`~.results.StepEvent` through
+    ``RequestState.commit``, which counts the drafted tokens from the tree."""
+
     tokens: list[int]  # accepted draft tokens, then the target's own token (cut at end_id)
     accepted: int  # draft tokens kept: the first ``accepted`` of ``tokens``
     finished: bool
     choices: list[int] = field(default_factory=list)  # the target's choice at the root, then at every node
-    path: list[int] = field(default_factory=list)  # accepted node indices of the tree
+    logprobs: list[TokenLogprob] | None = None  # per token of ``tokens``, where asked (:mod:`.logprobs`)
 
 
 PADDING_FREE_ROWS = 128  # a forward pass this small is kept whole, however much of it is padding
@@ -122,23 +130,24 @@ class DecodeBatch:
         indices: Sequence[int],
         trees: Sequence[DraftTree],
         end_id: int,
-        sampling: SamplingConfig,
+        sampling: SamplingConfig, logprobs: Sequence[int | None] | None = None,
     ) -> list[StepResult]:
         """Verify ``trees[j]`` for sequence ``indices[j]`` in one forward pass, then commit
         each sequence's accepted path (the path :func:`~.tree.accept_path` gives).
 
-        Invariant: **one device-to-host transfer per step.** Token selection
-        (:func:`~.sampling.select_tokens`) and acceptance
-        (:func:`~.acceptance.last_accepted_nodes`) run as tensor ops on the model's device,
-        and :func:`~.acceptance.fetch_step` brings back the chosen tokens at every row and
-        the last accepted node per sequence in a single copy (``rows + sequences`` int64).
+        Invariant: **one device-to-host transfer per step.** Token selection (:func:`~.sampling.select_tokens`)
+        and acceptance (:func:`~.acceptance.last_accepted_nodes`) run as tensor ops on the model's device,
+        and :func:`~.logprobs.fetch_step_with_logprobs` brings back the chosen tokens at every row and
+        the last accepted node per sequence in a single copy (``rows + sequences`` int64; float64 with
+        the rows' raw log-probabilities of the sequences that ask, ``logprobs[j]`` alternatives each).
         Committing then costs O(accepted path) host work per sequence plus, when a branch
         other than the first is accepted, one K/V slot move."""
-        choices, paths = fetch_step(trees, self._select(indices, trees, sampling, end_id), end_id)
+        chosen = self._select(indices, trees, sampling, end_id, keep_raw=logprobs is not None)
+        choices, paths, lps = fetch_step_with_logprobs(trees, chosen, end_id, self.raw_logits, logprobs)
         results = []
         moves: list[tuple[int, int]] = []  # (from, to) physical slots of accepted tree nodes
         bs = self.runner.pool.block_size
-        for i, tree, mine, path in zip(indices, trees, choices, paths):
+        for i, tree, mine, path, lp in zip(indices, trees, choices, paths, lps):
             s = self.seqs[i]
             out = [tree.tokens[j] for j in path] + [mine[path[-1] + 1 if path else 0]]
             for depth, node in enumerate(path):  # node j sits in slot len(tokens) + j; it belongs at + depth
@@ -149,33 +158,17 @@ class DecodeBatch:
             finished = out[-1] == end_id
             s.cached = len(s.tokens) + accepted
             s.tokens.extend(out)
-            s.stats.output_ids.extend(out)
-            s.stats.drafted += tree.num_walkable
-            s.stats.accepted += accepted
-            s.stats.finished = finished
-            results.append(StepResult(out, accepted, finished, mine, path))
+            results.append(StepResult(out, accepted, finished, mine, along_path(lp, path)))
         if moves:
             self.runner.pool.move_slots([m[0] for m in moves], [m[1] for m in moves])
         return results
 
-    def verify(self, indices: Sequence[int], trees: Sequence[DraftTree], sampling: SamplingConfig) -> list[list[int]]:
-        """One forward pass: feed each selected sequence its pending tokens plus its tree's
-        nodes (node ``j`` in slot ``len(tokens) + j``) and return, per sequence, the
-        target's choice at the root and at every node (one device-to-host transfer).
-        Commits nothing: call :meth:`step_trees` (or commit a path yourself) before the
-        next step."""
-        chosen = self._select(indices, trees, sampling).tolist()
-        out, row = [], 0
-        for tree in trees:
-            out.append(chosen[row : row + len(tree) + 1])
-            row += len(tree) + 1
-        return out
-
     def _select(self, indices: Sequence[int], trees: Sequence[DraftTree], sampling: SamplingConfig,
-                end_id: int | None = None) -> torch.Tensor:
-        """The forward pass of :meth:`verify` and the target's choices at every row, as an
-        int64 tensor on the model's device (per sequence: the root, then every node).
-        Nothing is read back to the host."""
+                end_id: int | None = None, keep_raw: bool = False) -> torch.Tensor:
+        """One forward pass: feed each selected sequence its pending tokens plus its tree's
+        nodes (node ``j`` in slot ``len(tokens) + j``) and return the target's choices at
+        every row, as an int64 tensor on the model's device (per sequence: the root, then
+        every node). Nothing is read back to the host and nothing is committed."""
         runner = self.runner
         seqs = [self.seqs[i] for i in indices]
         new_tokens, contexts, tables, n_logits, parents = [], [], [], [], []
@@ -209,6 +202,7 @@ class DecodeBatch:
         logits = per_seq[0] if len(seqs) == 1 else torch.cat(per_seq)
         runner.stats.forward_calls += len(groups)
         runner.stats.forward_tokens += sum(len(t) for t in new_tokens)
+        self.raw_logits = logits if keep_raw else None  # before any processor: what logprobs are read from
 
         requests, positions = [], []
         for s, tree in zip(seqs, trees):
@@ -311,11 +305,9 @@ class TorchRunner:
             model, cpu_weight_copies=runtime.cpu_weight_copies, dense_projections=compiled)
         self.limits = limits
         cfg = self.model.config
-        max_tokens_in_paged_kv_cache = kv_cache.max_tokens
-        if max_tokens_in_paged_kv_cache is None:
-            # Room for a full batch at max length, plus as much again for reuse.
-            max_tokens_in_paged_kv_cache = 2 * limits.max_batch_size * limits.max_seq_len
-        num_blocks = 1 + -(-max_tokens_in_paged_kv_cache // tokens_per_block)
+        num_blocks = pool_blocks(kv_cache, limits.max_batch_size, limits.max_seq_len, tokens_per_block,  # after weights
+                                 KVPool.bytes_per_token(cfg.num_hidden_layers, self.model.num_kv_heads,
+                                                        self.model.head_dim, self.model.dtype), self.model.device)
         self.pool = KVPool(
             cfg.num_hidden_layers,
             self.model.num_kv_heads,
@@ -430,18 +422,21 @@ class TorchRunner:
         batch = self.open(batch_input_ids, request_ids, max_new_tokens=1, resubmitted=True)
         try:
             live = list(range(len(batch_input_ids)))
-            if draft_trees is not None:
-                for s, step in zip(batch.seqs, batch.step_trees(live, draft_trees, end_id, sampling)):
-                    s.stats.choices = step.choices
-            elif draft_tokens_list is not None:
-                drafts = [list(d)[: max_new_tokens - 1] for d in draft_tokens_list]
-                batch.step(live, drafts, end_id, sampling)
-            else:
-                for _ in range(max_new_tokens):
-                    results = batch.step(live, [[] for _ in live], end_id, sampling)
-                    live = [i for i, r in zip(live, results) if not r.finished]
-                    if not live:
-                        break
-            return [s.stats for s in batch.seqs]
+            trees = draft_trees
+            if trees is None and draft_tokens_list is not None:
+                trees = [DraftTree.chain(list(d)[: max_new_tokens - 1]) for d in draft_tokens_list]
+            if trees is not None:  # one verification step: its raw outcome is the call's
+                return [GenerationOutput(r.tokens, tree.num_walkable, r.accepted, r.finished,
+                                         r.choices if draft_trees is not None else [])
+                        for tree, r in zip(trees, batch.step_trees(live, trees, end_id, sampling))]
+            finished = [False] * len(live)
+            for _ in range(max_new_tokens):
+                results = batch.step(live, [[] for _ in live], end_id, sampling)
+                for i, r in zip(live, results):
+                    finished[i] = r.finished
+                live = [i for i, r in zip(live, results) if not r.finished]
+                if not live:
+                    break
+            return [GenerationOutput(s.output_ids, finished=f) for s, f in zip(batch.seqs, finished)]
         finally:
             batch.close()

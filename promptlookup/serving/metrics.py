@@ -86,6 +86,8 @@ def prometheus_text(llm: LLM, weights: int | None = None) -> str:
         ("promptlookup_sequence_steps_total", "counter", "Verification steps, one per live sequence.",
          [("", s.sequence_steps)]),
         ("promptlookup_batch_steps_total", "counter", "Forward passes of the live batch.", [("", s.batch_steps)]),
+        ("promptlookup_prompt_tokens_total", "counter", "Prompt tokens admitted, by source (reused: cached KV blocks).",
+         [('{source="computed"}', s.prefill_tokens_computed), ('{source="reused"}', s.prefix_tokens_reused)]),
         ("promptlookup_live_requests", "gauge", "Requests in the live batch.", [("", s.live)]),
         ("promptlookup_waiting_requests", "gauge", "Requests waiting to join the batch.", [("", s.waiting)]),
         ("promptlookup_kv_blocks_in_use", "gauge", "KV cache blocks referenced by live requests.",

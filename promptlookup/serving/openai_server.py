@@ -26,7 +26,8 @@ engine's limits (``context_length_exceeded``); 404 ``model_not_found``; 401, 413
 as above. A :class:`~promptlookup.errors.UserError` from the library is a 400, anything
 else a 500: statuses follow the error's type, never its text. Extensions: ``top_k``,
 ``ignore_eos``, ``min_tokens``, ``repetition_penalty`` (vLLM's), and
-``usage.prompt_lookup`` (drafted/accepted/steps).
+``usage.prompt_lookup`` (drafted/accepted/steps). ``logprobs`` (and chat's ``top_logprobs``)
+are the raw model's, in OpenAI's two shapes (:mod:`.logprob_format`), streamed or not.
 """
 from __future__ import annotations
 
@@ -48,6 +49,7 @@ from ..api import LLM
 from ..api.llm import RequestOutput
 from ..errors import UserError
 from ..text import chat_ids, has_chat_template
+from .logprob_format import LogprobWriter, TokenTexts
 from .metrics import prometheus_text, weight_bytes
 from .request_fields import (ApiError, Sampling, _get, chat_messages, check_model, completion_prompt,  # noqa: F401
                              sampling_from_body)
@@ -120,6 +122,7 @@ class OpenAIServer:
         self.aborted = False  # in-flight requests were ended by abort_inflight
         self.created = int(time.time())
         self.weights_bytes = weight_bytes(llm.runner.model)
+        self.token_texts = TokenTexts(llm.tokenizer)  # tokens' strings for logprobs, each computed once
         # one worker: tokenizers are not all safe for concurrent calls, and a single
         # thread keeps a burst of large bodies from taking every core from the batch
         self._prepare_pool = ThreadPoolExecutor(1, thread_name_prefix="promptlookup-prepare")
@@ -288,7 +291,8 @@ class OpenAIServer:
         choices = []
         for i, final in enumerate(finals):
             c = final.outputs[0]
-            choice: dict[str, Any] = {"index": i, "finish_reason": _finish(c.finish_reason), "logprobs": None}
+            logprobs = self._writer(prepared, chat).take(c.token_logprobs, len(c.token_ids))
+            choice: dict[str, Any] = {"index": i, "finish_reason": _finish(c.finish_reason), "logprobs": logprobs}
             if chat:
                 choice["message"] = {"role": "assistant", "content": c.text}
             else:
@@ -298,33 +302,42 @@ class OpenAIServer:
             "id": rid, "object": "chat.completion" if chat else "text_completion", "created": int(time.time()),
             "model": self.model_name, "choices": choices, "usage": _usage(finals)})
 
+    def _writer(self, p: Prepared, chat: bool) -> LogprobWriter:
+        """A choice's log-probabilities in the endpoint's shape (:mod:`.logprob_format`)."""
+        return LogprobWriter(self.token_texts, chat, p.sampling.logprobs or 0, len(p.echo_text))
+
     async def _sse(self, outs: list[RequestOutput], p: Prepared, rid: str, chat: bool) -> AsyncIterator[str]:
         created = int(time.time())
         kind = "chat.completion.chunk" if chat else "text_completion"
+        writers = [self._writer(p, chat) for _ in outs]  # each chunk: the entries of the tokens since the last
 
-        def chunk(index: int, text: str | None, finish: str | None, first: bool = False) -> str:
+        def chunk(index: int, text: str | None, finish: str | None, first: bool = False,
+                  logprobs: dict[str, Any] | None = None) -> str:
             if chat:
                 delta: dict[str, Any] = {"role": "assistant", "content": ""} if first else {}
                 if text:
                     delta["content"] = text
-                choice: dict[str, Any] = {"index": index, "delta": delta, "finish_reason": finish, "logprobs": None}
+                choice: dict[str, Any] = {"index": index, "delta": delta, "finish_reason": finish,
+                                          "logprobs": logprobs}
             else:
-                choice = {"index": index, "text": text or "", "finish_reason": finish, "logprobs": None}
+                choice = {"index": index, "text": text or "", "finish_reason": finish, "logprobs": logprobs}
             payload = {"id": rid, "object": kind, "created": created, "model": self.model_name, "choices": [choice]}
             return f"data: {json.dumps(payload)}\n\n"
 
-        updates: asyncio.Queue[tuple[int, str, str | None, bool]] = asyncio.Queue()
+        updates: asyncio.Queue[tuple[int, str, str | None, bool, dict[str, Any] | None]] = asyncio.Queue()
 
         async def pump(index: int, out: RequestOutput) -> None:
             try:
                 async for o in out:
                     c = o.outputs[0]
                     if c.text_diff or o.finished:
-                        updates.put_nowait((index, c.text_diff, _finish(c.finish_reason) if o.finished else None, False))
+                        logprobs = writers[index].take(c.token_logprobs, len(c.token_ids))
+                        updates.put_nowait((index, c.text_diff, _finish(c.finish_reason) if o.finished else None, False,
+                                            logprobs))
             except RuntimeError:  # the request failed in the scheduler (out.error says why)
                 pass
             finally:
-                updates.put_nowait((index, "", None, True))
+                updates.put_nowait((index, "", None, True, None))
 
         tasks = [asyncio.ensure_future(pump(i, o)) for i, o in enumerate(outs)]
         try:
@@ -335,9 +348,9 @@ class OpenAIServer:
                     yield chunk(i, p.echo_text, None)
             done = 0
             while done < len(outs):
-                index, text, finish, ended = await updates.get()
+                index, text, finish, ended, logprobs = await updates.get()
                 if not ended:
-                    yield chunk(index, text, finish)
+                    yield chunk(index, text, finish, logprobs=logprobs)
                     continue
                 done += 1
                 error = outs[index].error

@@ -8,12 +8,14 @@ Honoured: ``max_tokens`` / ``max_completion_tokens``, ``temperature``, ``top_p``
 (vLLM's; -1 is "none"), ``seed``, ``stop``, ``ignore_eos`` (vLLM's), ``n`` (with
 ``best_of`` equal to it or absent), ``presence_penalty`` and ``frequency_penalty`` (in
 [-2, 2], OpenAI's range), ``repetition_penalty`` (> 0, vLLM's), ``logit_bias`` ({token id:
-bias in [-100, 100]}), ``min_tokens`` (vLLM's), ``echo`` (completions), ``stream``,
+bias in [-100, 100]}), ``min_tokens`` (vLLM's), ``echo`` (completions), ``logprobs`` (completions: an
+integer in [0, 20]; chat: a boolean, with ``top_logprobs`` in [0, 20]; the raw model's, see
+:mod:`.logprob_format`), ``stream``,
 ``stream_options.include_usage``, ``response_format`` ``{"type": "text"}`` (the default),
 ``tool_choice`` ``"none"``, and the metadata fields ``user``, ``metadata``, ``store``,
 ``service_tier``, ``parallel_tool_calls`` (meaningless without tools). Refused (400 naming the
-field): tools and function calling, structured output, log-probabilities (not yet),
-``suffix``, predicted outputs, audio, non-text modalities and vLLM's guided decoding.
+field): tools and function calling, structured output, ``echo`` with ``logprobs`` (the prompt's
+log-probabilities), ``suffix``, predicted outputs, audio, non-text modalities and vLLM's guided decoding.
 
 Seeds: with ``seed``, choice ``i`` samples with request id ``i`` (reproducible; choice 0
 is what ``run.py --random_seed`` gives). Without one (or ``null``), each choice gets a fresh
@@ -31,6 +33,7 @@ from typing import Any, Callable
 
 from ..api import SamplingParams
 from ..errors import UserError
+from ..runtime.logprobs import MAX_TOP_LOGPROBS
 
 MAX_N = 128  # choices per request
 
@@ -73,8 +76,6 @@ _UNSUPPORTED: dict[str, tuple[Callable[[Any], bool], str]] = {
     "function_call": (lambda v: v in (None, "none"), "function calling is not supported"),
     "response_format": (lambda v: v is None or v == {"type": "text"},
                         "only response_format {\"type\": \"text\"} is supported (no structured output)"),
-    "logprobs": (lambda v: v is None or v is False, "logprobs are not supported yet"),
-    "top_logprobs": (lambda v: v in (None, 0), "top_logprobs are not supported yet"),
     "suffix": (lambda v: v in (None, ""), "suffix (insertion) is not supported"),
     "prediction": (lambda v: v is None, "predicted outputs are not supported"),
     "audio": (lambda v: v is None, "audio output is not supported"),
@@ -131,6 +132,7 @@ class Sampling:
     params: SamplingParams
     request_ids: tuple[int, ...]
     echo: bool
+    logprobs: int | None = None  # top alternatives per token's log-probability (None: none asked)
 
     @property
     def n(self) -> int:
@@ -165,6 +167,31 @@ def _logit_bias(body: dict, vocab_size: int) -> dict[int, float] | None:
                            "logit_bias", "invalid_value")
         out[token] = float(value)
     return out
+
+
+def _logprobs(body: dict, chat: bool, echo: bool) -> int | None:
+    """How many top alternatives per token the request asks for (None: no log-probabilities).
+    Completions: ``logprobs`` an integer in [0, 20]; chat: ``logprobs`` a boolean and
+    ``top_logprobs`` in [0, 20], which needs ``logprobs: true`` (OpenAI's rules)."""
+    if chat:
+        wanted = _get(body, "logprobs", (bool,), False, "a boolean")
+        top = _get(body, "top_logprobs", (int,), None, "an integer")
+        if top is not None and not 0 <= top <= MAX_TOP_LOGPROBS:
+            raise ApiError(f"'top_logprobs' must be in [0, {MAX_TOP_LOGPROBS}], got {top}", "top_logprobs",
+                           "invalid_value")
+        if top is not None and not wanted:
+            raise ApiError("'top_logprobs' needs 'logprobs': true", "top_logprobs", "invalid_value")
+        return (top or 0) if wanted else None
+    if body.get("top_logprobs") is not None:
+        raise ApiError("'top_logprobs' is a chat field; completions take 'logprobs': <integer>", "top_logprobs",
+                       "unsupported_value")
+    n = _get(body, "logprobs", (int,), None, "an integer")
+    if n is not None and not 0 <= n <= MAX_TOP_LOGPROBS:
+        raise ApiError(f"'logprobs' must be in [0, {MAX_TOP_LOGPROBS}], got {n}", "logprobs", "invalid_value")
+    if n is not None and echo:
+        raise ApiError("'echo' with 'logprobs' would need the prompt's log-probabilities, which this server does "
+                       "not compute; drop one of them", "logprobs", "unsupported_value")
+    return n
 
 
 def sampling_from_body(body: dict, max_seq_len: int, vocab_size: int, chat: bool) -> Sampling:
@@ -210,17 +237,18 @@ def sampling_from_body(body: dict, max_seq_len: int, vocab_size: int, chat: bool
     if not 0 <= min_tokens <= max_tokens:
         raise ApiError(f"'min_tokens' must be in [0, max_tokens={max_tokens}], got {min_tokens}", "min_tokens",
                        "invalid_value")
+    logprobs = _logprobs(body, chat, echo)
     penalties = {name: _penalty(body, name, neutral) for name, neutral in
                  (("presence_penalty", 0.0), ("frequency_penalty", 0.0), ("repetition_penalty", 1.0))}
     try:
         params = SamplingParams(max_tokens=max_tokens, temperature=float(temperature), top_k=top_k, top_p=float(top_p),
                                 seed=seed if seed is not None else 0, stop=stops or None,
                                 ignore_eos=ignore_eos, logit_bias=_logit_bias(body, vocab_size),
-                                min_tokens=min_tokens, **penalties)
+                                min_tokens=min_tokens, logprobs=logprobs, **penalties)
     except UserError as exc:  # every field was checked above; this is a rule SamplingParams adds
         raise ApiError(str(exc), None, "invalid_value") from None
     ids = tuple(range(n)) if seed is not None else tuple(secrets.randbits(62) for _ in range(n))
-    return Sampling(params, ids, echo)
+    return Sampling(params, ids, echo, logprobs)
 
 
 def completion_prompt(body: dict) -> str | list[int]:

@@ -112,15 +112,22 @@ def test_unknown_keywords_say_where_they_go(llm):
         llm.chat([{"role": "user", "content": "hi"}], tools=[])
 
 
-def test_logprobs_is_refused_in_one_switchable_place(monkeypatch):
+def test_logprobs_in_range_are_honoured_and_out_of_range_refused(llm):
     assert SamplingParams(logprobs=None).logprobs is None
-    with pytest.raises(ValueError) as exc:
-        SamplingParams(logprobs=2)
-    assert "not supported yet" in one_line_naming(exc.value, "logprobs")
-    monkeypatch.setattr(validation, "LOGPROBS_SUPPORTED", True)  # the engine side switches it on here
-    assert SamplingParams(logprobs=2).logprobs == 2
-    with pytest.raises(ValueError, match="logprobs"):
-        SamplingParams(logprobs=-1)
+    assert SamplingParams(logprobs=0).logprobs == 0 and SamplingParams(logprobs=20).logprobs == 20
+    for bad in (-1, 21):
+        with pytest.raises(ValueError) as exc:
+            SamplingParams(logprobs=bad)
+        one_line_naming(exc.value, "logprobs")
+    with pytest.raises(TypeError):
+        SamplingParams(logprobs=True)
+    outs = [llm.generate("one two one two one", SamplingParams(max_tokens=6, logprobs=3)).outputs[0],
+            llm.chat([{"role": "user", "content": "hi"}], SamplingParams(max_tokens=4, logprobs=0))[0].outputs[0]]
+    for c, top in zip(outs, (3, 0)):
+        assert len(c.logprobs) == len(c.token_ids) == len(c.token_logprobs)  # vLLM's shape, one dict per token
+        for token, d in zip(c.token_ids, c.logprobs):
+            assert token in d and top <= len(d) <= top + 1 and all(v <= 0 for v in d.values())
+    assert llm.generate("one two", SamplingParams(max_tokens=2)).outputs[0].logprobs is None
 
 
 # --------------------------------------------------------------------- finish reasons

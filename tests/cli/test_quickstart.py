@@ -51,6 +51,24 @@ def test_disable_kv_cache_reuse(tiny_engine_dir, spy):
         run(tiny_engine_dir, "--disable_kv_cache_reuse", "--kv_cache_enable_block_reuse")
 
 
+def test_kv_cache_fraction_sizes_the_kv_cache(tiny_engine_dir, spy, monkeypatch, capsys):
+    """TensorRT-LLM's --kv_cache_fraction reaches the runner: the KV pool takes that fraction
+    of the memory free after the weights load (the reader patched to 10 MB); same text."""
+    from promptlookup.runtime import kv_cache
+
+    run(tiny_engine_dir, "--prompt", "a b a b a b")
+    default = capsys.readouterr().out
+    assert spy["kwargs"]["kv_cache_config"].free_gpu_memory_fraction is None
+    monkeypatch.setattr(kv_cache, "free_memory_bytes", lambda device: 10_000_000)
+    run(tiny_engine_dir, "--prompt", "a b a b a b", "--kv_cache_fraction", "0.5")
+    assert spy["kwargs"]["kv_cache_config"].free_gpu_memory_fraction == 0.5
+    pool = spy["llm"].runner.pool
+    assert pool.nbytes <= 5_000_000 < pool.nbytes + pool.nbytes // pool.num_blocks  # whole blocks, rounded down
+    assert capsys.readouterr().out == default
+    help_text = {a.dest: a.help for a in qs.build_parser()._actions}["kv_cache_fraction"]
+    assert "TensorRT-LLM's 0.9" in help_text and "CPU" in help_text
+
+
 @pytest.mark.parametrize("flag", ["--spec_decode_max_draft_len", "--spec_decode_nextn"])
 def test_draft_len_and_its_old_name(tiny_engine_dir, spy, flag):
     run(tiny_engine_dir, "--prompt", "a b", flag, "3", "--max_matching_ngram_size", "4")
@@ -117,7 +135,8 @@ def test_num_threads_is_applied(tiny_engine_dir, spy):
 
 @pytest.mark.parametrize("flags, match", [
     (["--max_beam_width", "2"], "beam search is not supported"),
-    (["--kv_cache_fraction", "0.5"], "--kv_cache_fraction 0.5"),
+    (["--kv_cache_fraction", "1.5"], r"--kv_cache_fraction must be a number in \(0, 1\], got 1.5"),
+    (["--kv_cache_fraction", "0"], r"--kv_cache_fraction must be a number in \(0, 1\], got 0"),
     (["--max_seq_len", "0"], "--max_seq_len must be at least 1"),
     (["--max_num_tokens", "0"], "--max_num_tokens must be at least 1"),
 ])
@@ -127,17 +146,15 @@ def test_refused_flags(flags, match, spy):
     assert "kwargs" not in spy  # refused before any model is loaded
 
 
-def test_logprobs_is_honoured_or_refused(tiny_engine_dir, spy, capsys):
-    from promptlookup.api import validation
+def test_logprobs_are_printed_one_per_token(tiny_engine_dir, spy, capsys):
+    import ast
 
-    fields = {f.name for f in dataclasses.fields(api.SamplingParams)}
-    if "logprobs" not in fields or not validation.LOGPROBS_SUPPORTED:
-        with pytest.raises(UserError, match="--logprobs: .*cannot return log-probabilities"):
-            run(tiny_engine_dir, "--prompt", "a b", "--logprobs")
-        assert "kwargs" not in spy
-    else:
-        run(tiny_engine_dir, "--prompt", "a b", "--logprobs")
-        assert "Logprobs: " in capsys.readouterr().out
+    run(tiny_engine_dir, "--prompt", "a b", "--logprobs", "--max_tokens", "5")
+    out = capsys.readouterr().out
+    line = next(ln for ln in out.splitlines() if "Logprobs: " in ln)
+    logprobs = ast.literal_eval(line.split("Logprobs: ", 1)[1])
+    tokens = int(next(ln for ln in out.splitlines() if " tokens in " in ln).split()[0])
+    assert len(logprobs) == tokens and all(1 <= len(d) <= 2 and all(v <= 0 for v in d.values()) for d in logprobs)
 
 
 def test_n_is_honoured_or_refused(tiny_engine_dir, spy, capsys):
@@ -161,7 +178,7 @@ def test_help_says_why_defaults_differ_from_tensorrt_llm():
     assert (args.max_num_tokens, args.max_beam_width, args.max_seq_len) == (8192, 1, None)  # TensorRT-LLM's
 
 
-@pytest.mark.parametrize("flags", [["--max_beam_width", "4"], ["--kv_cache_fraction", "0.9"], ["--n", "0"]])
+@pytest.mark.parametrize("flags", [["--max_beam_width", "4"], ["--kv_cache_fraction", "1.9"], ["--n", "0"]])
 def test_refusals_are_one_line_exit_2(flags, capsys):
     from promptlookup.errors import run_cli
 

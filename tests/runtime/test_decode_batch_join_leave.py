@@ -96,7 +96,7 @@ def test_a_long_prompt_joining_runs_apart_and_changes_no_token():
         assert runner.stats.forward_calls == calls + 2  # the prompt's 150 rows, then the two decoding rows
         for _ in range(5):
             batch.step(live + [j], [[], [], []], 10**6, SamplingConfig())
-        got = [batch.seqs[i].stats.output_ids[:6] for i in (0, 1, 2)]
+        got = [batch.seqs[i].output_ids[:6] for i in (0, 1, 2)]
     finally:
         batch.close()
     solo = generate(runner, [long_prompt], max_new_tokens=6, end_id=10**6)[0].output_ids

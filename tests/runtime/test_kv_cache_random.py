@@ -12,7 +12,11 @@ The model is what the manager's docstring promises, kept independently of its in
 - a registered block holds the tokens it is registered under.
 
 Operations: open a request (``match_prefix`` + ``ensure_capacity``), extend a live sequence
-(``ensure_capacity``), release one (``release``), with eviction forced by small pools.
+(``ensure_capacity``), share a live sequence's computed prefix (``register_prefix``, as
+after its prompt's step: later requests may then map it while it lives), release one
+(``release``), with eviction forced by small pools. Every live sequence's slots are
+checked after every operation, so a shared block written by another sequence, or
+evicted while held, fails the check.
 Requests are drawn from a few shared "documents" so that prefixes recur.
 """
 from __future__ import annotations
@@ -33,6 +37,8 @@ class Model:
         self.rng = rng
         self.live: list[tuple[object, list[int]]] = []  # (SequenceBlocks, tokens held)
         self.released: list[list[int]] = []
+        self.shared: list[list[int]] = []  # prefixes registered while their sequence lived
+        self.live_hits = 0  # matches longer than any released sequence gives: from a live one
         docs = [[rng.randint(1, 4) for _ in range(40)] for _ in range(3)]
         self.docs = docs
 
@@ -65,7 +71,8 @@ class Model:
         except UserError:
             return  # a full cache, reported as such; the invariants still hold (checked next)
         assert 0 <= cached <= max(len(tokens) - 1, 0)
-        assert cached <= max((self.lcp(tokens, r) for r in self.released), default=0)
+        assert cached <= max((self.lcp(tokens, r) for r in self.released + self.shared), default=0)
+        self.live_hits += cached > max((self.lcp(tokens, r) for r in self.released), default=0)
         assert all(self.slot_value(seq, p) == tokens[p] for p in range(cached))
         try:
             self.m.ensure_capacity(seq, len(tokens))
@@ -87,6 +94,14 @@ class Model:
             return
         self.write(seq, more, len(tokens))
         self.live[i] = (seq, more)
+
+    def share(self) -> None:
+        if not self.live:
+            return
+        seq, tokens = self.live[self.rng.randrange(len(self.live))]
+        length = self.rng.randint(0, len(tokens))
+        self.m.register_prefix(seq, tokens, length)
+        self.shared.append(tokens[:length])  # now a source of cached prefixes, as a released one
 
     def release(self) -> None:
         if not self.live:
@@ -130,7 +145,7 @@ def test_random_operations_keep_the_block_manager_consistent(seed):
     rng = random.Random(seed)
     model = Model(rng, num_blocks=rng.choice([4, 7, 12, 40]), block_size=rng.choice([1, 2, 4]),
                   reuse=seed % 6 != 5)
-    ops = [model.open, model.open, model.extend, model.release]
+    ops = [model.open, model.open, model.extend, model.share, model.release]
     for _ in range(250):
         rng.choice(ops)()
         model.check()
@@ -143,12 +158,15 @@ def test_random_operations_keep_the_block_manager_consistent(seed):
 def test_the_random_runs_exercise_reuse_and_eviction():
     """A guard against a model so gentle that the checks above test nothing."""
     stats = []
+    live_hits = 0
     for seed in range(12):
         rng = random.Random(seed)
         model = Model(rng, num_blocks=rng.choice([4, 7, 12, 40]), block_size=rng.choice([1, 2, 4]), reuse=True)
         for _ in range(250):
-            rng.choice([model.open, model.open, model.extend, model.release])()
+            rng.choice([model.open, model.open, model.extend, model.share, model.release])()
         stats.append(model.m.stats)
+        live_hits += model.live_hits
     assert sum(s.matched_tokens for s in stats) > 0
     assert sum(s.copied_blocks for s in stats) > 0
     assert sum(s.evicted_blocks for s in stats) > 0
+    assert live_hits > 0

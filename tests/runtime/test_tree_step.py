@@ -97,13 +97,13 @@ def test_tree_logits_equal_each_paths_chain_logits(seed):
     tree = random_tree(rng, rng.randint(2, 12))
     runner = TorchRunner(model, LIMITS, tokens_per_block=8)
     batch = runner.open([prompt])
-    tree_choices = batch.verify([0], [tree], SamplingConfig())[0]
+    tree_choices = batch.step_trees([0], [tree], -1, SamplingConfig())[0].choices
     batch.close()
     for j in range(len(tree)):
         path = tree.path_to(j)
         runner = TorchRunner(model, LIMITS, tokens_per_block=8)
         batch = runner.open([prompt])
-        chain = batch.verify([0], [DraftTree.chain([tree.tokens[a] for a in path])], SamplingConfig())[0]
+        chain = batch.step_trees([0], [DraftTree.chain([tree.tokens[a] for a in path])], -1, SamplingConfig())[0].choices
         batch.close()
         assert chain[0] == tree_choices[0]
         assert chain[-1] == tree_choices[1 + j]
@@ -138,7 +138,8 @@ def test_commit_moves_an_accepted_branch_into_consecutive_slots():
     # a decoy first branch, then the true continuation as the second branch
     tree = merge_chains([[want[0] + 1, 7, 7], want[:3]])
     res = b.step_trees([0], [tree], end_id=2, sampling=SamplingConfig())[0]
-    assert res.tokens == want[:4] and res.accepted == 3 and res.path == [3, 4, 5]
+    path, _ = accept_path(tree, res.choices, end_id=2)  # the accepted nodes, from the target's choices
+    assert res.tokens == want[:4] and res.accepted == 3 and path == [3, 4, 5]
     got = list(res.tokens)
     while len(got) < len(want):
         got += b.step([0], [[]], end_id=2, sampling=SamplingConfig())[0].tokens

@@ -18,7 +18,7 @@ openai = pytest.importorskip("openai")
 pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
 
-from promptlookup import LLM, NGramDecodingConfig, SamplingParams  # noqa: E402
+from promptlookup import SamplingParams  # noqa: E402
 from promptlookup.decoding import generate  # noqa: E402
 from promptlookup.engine.load import load_runner  # noqa: E402
 from promptlookup.runtime.base import SamplingConfig  # noqa: E402
@@ -27,24 +27,7 @@ from tests.serving.server_thread import ServerThread  # noqa: E402
 
 MODEL = "tiny"
 PROMPT = "1, 2, 3, 4, 5, 1, 2, 3, 4, 5, 1, 2, 3"
-
-
-@pytest.fixture(scope="module")
-def llm(tiny_engine_dir):
-    with LLM(str(tiny_engine_dir), speculative_config=NGramDecodingConfig(max_draft_len=6)) as model:
-        yield model
-
-
-@pytest.fixture(scope="module")
-def server(llm):
-    srv = ServerThread(OpenAIServer(llm, [MODEL, "tiny-alias"]).app)
-    yield srv
-    srv.stop()
-
-
-@pytest.fixture(scope="module")
-def client(server):
-    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=120)
+SERVED_NAMES = [MODEL, "tiny-alias"]
 
 
 @pytest.fixture(scope="module")
@@ -123,8 +106,10 @@ def test_logit_bias_forces_and_bans(client, llm, runner):
     (dict(logit_bias={"5": 101}), "logit_bias"),
     (dict(logit_bias={"99999999": 1}), "logit_bias"),
     (dict(extra_body={"min_tokens": 99}), "min_tokens"),
-    (dict(logprobs=2), "logprobs"),
-    (dict(logprobs=0), "logprobs"),
+    (dict(logprobs=21), "logprobs"),
+    (dict(logprobs=-1), "logprobs"),
+    (dict(logprobs=2, echo=True), "logprobs"),
+    (dict(extra_body={"top_logprobs": 2}), "top_logprobs"),
     (dict(suffix="x"), "suffix"),
     (dict(best_of=3), "best_of"),
     (dict(n=1000), "n"),
@@ -144,8 +129,10 @@ def test_out_of_range_and_unsupported_fields_are_400(client, llm, kwargs, param)
 @pytest.mark.parametrize("kwargs,param", [
     (dict(tools=[{"type": "function", "function": {"name": "f", "parameters": {}}}]), "tools"),
     (dict(response_format={"type": "json_object"}), "response_format"),
-    (dict(logprobs=True), "logprobs"),
+    (dict(logprobs=True, top_logprobs=21), "top_logprobs"),
+    (dict(logprobs=True, top_logprobs=-1), "top_logprobs"),
     (dict(top_logprobs=3), "top_logprobs"),
+    (dict(extra_body={"logprobs": 3}), "logprobs"),
     (dict(extra_body={"echo": True}), "echo"),
 ])
 def test_unsupported_chat_fields_are_400(client, kwargs, param):

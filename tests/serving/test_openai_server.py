@@ -15,33 +15,12 @@ openai = pytest.importorskip("openai")
 pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
 
-from promptlookup import LLM, NGramDecodingConfig  # noqa: E402
 from promptlookup.decoding import generate  # noqa: E402
 from promptlookup.engine.load import load_runner  # noqa: E402
-from promptlookup.serving.openai_server import OpenAIServer  # noqa: E402
-from tests.serving.server_thread import ServerThread  # noqa: E402
 
 PROMPTS = ["one two three four one two three four one two three", "a b a b a b a b", "hello world",
            "the cat sat on the mat. the cat sat on", "1 2 3 1 2 3 1 2", "x"]
 MODEL = "tiny"
-
-
-@pytest.fixture(scope="module")
-def llm(tiny_engine_dir):
-    with LLM(str(tiny_engine_dir), speculative_config=NGramDecodingConfig(max_draft_len=6)) as model:
-        yield model
-
-
-@pytest.fixture(scope="module")
-def server(llm):
-    srv = ServerThread(OpenAIServer(llm, MODEL).app)
-    yield srv
-    srv.stop()
-
-
-@pytest.fixture(scope="module")
-def client(server):
-    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=120)
 
 
 @pytest.fixture(scope="module")

@@ -246,13 +246,10 @@ class TrtllmLookupGenerator:
             seen = len(output.token_ids)
             if not chunk:
                 continue
-            accepted = len(chunk) - 1
-            result.steps += 1
-            result.accepted += accepted
-            result.output_ids.extend(chunk)
-            result.draft_flags.extend([True] * accepted + [False])
+            event = StepEvent(index, chunk, len(chunk) - 1)  # drafted: the backend's total, below
+            result.add(event)
             if on_step is not None:
-                on_step(StepEvent(index, chunk, accepted))
+                on_step(event)
         if output is None:
             raise RuntimeError(f"TensorRT-LLM returned no response for request {index}")
         stopped = getattr(output, "finish_reason", None) == "stop"
