@@ -145,3 +145,10 @@ class WorkflowDrafter(Drafter, Protocol):
     (``pool_rules="auto"``) are that workflow's (``make_drafter``'s drafters)."""
 
     workflow: str
+
+
+def check_max_patterns(max_patterns: int | None) -> None:
+    """A pool's pattern limit: a positive integer, or None for no limit."""
+    if max_patterns is not None and (isinstance(max_patterns, bool) or not isinstance(max_patterns, int)
+                                     or max_patterns < 1):
+        raise ValueError(f"max_patterns must be a positive integer or None, got {max_patterns!r}")

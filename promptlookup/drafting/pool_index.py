@@ -39,7 +39,7 @@ import sys
 from collections import OrderedDict
 from typing import Sequence
 
-from .base import MAX_CANDIDATES
+from .base import MAX_CANDIDATES, check_max_patterns
 from .match_set import Match, Matches, first, insert, preferred
 
 Insertion = tuple[Sequence[int], int, int]  # (text, q, r): the match tuple(text[q:r]), deferred
@@ -98,9 +98,7 @@ class NGramPool:
                  max_patterns: int | None = None) -> None:
         if not 1 <= max_candidates <= MAX_CANDIDATES:
             raise ValueError(f"max_candidates must be in 1..{MAX_CANDIDATES}, got {max_candidates}")
-        if max_patterns is not None and (isinstance(max_patterns, bool) or not isinstance(max_patterns, int)
-                                         or max_patterns < 1):
-            raise ValueError(f"max_patterns must be a positive integer or None, got {max_patterns!r}")
+        check_max_patterns(max_patterns)
         self.k = k
         self.n = n
         self.is_keep_all = is_keep_all

@@ -33,6 +33,8 @@ import sys
 from collections import OrderedDict
 from typing import Sequence
 
+from .base import check_max_patterns
+
 
 class PLDPool:
     """Pattern -> matches maps for sizes 1..n (``maps[s]``; size-1 keys are bare tokens)."""
@@ -42,9 +44,7 @@ class PLDPool:
         # max_candidates: accepted for the same signature as NGramPool; V1 offers one draft (no candidates())
         if k < 1 or n < 1:
             raise ValueError(f"k and n must be >= 1, got k={k} n={n}")
-        if max_patterns is not None and (isinstance(max_patterns, bool) or not isinstance(max_patterns, int)
-                                         or max_patterns < 1):
-            raise ValueError(f"max_patterns must be a positive integer or None, got {max_patterns!r}")
+        check_max_patterns(max_patterns)
         self.k = k
         self.n = n
         self.is_keep_all = is_keep_all
