@@ -14,7 +14,8 @@ round make the rounds repeat one another.
 
 Requests: greedy (temperature 0), streaming, ``--max_tokens`` each, input-grounded prompts
 (a standard-library function to rewrite, or a CNN/DailyMail article to summarise), every
-request of a server's lifetime its own prompt. A cell sends ``max(--min_requests,
+request of a server's lifetime its own prompt; the completions endpoint gets them in the
+model's chat template unless ``--completions_prompt raw``. A cell sends ``max(--min_requests,
 --requests_per_client x concurrency)`` requests.
 
 Reported per (endpoint, concurrency, mode, round): output tokens/s over the cell's duration,
@@ -22,6 +23,8 @@ TTFT and inter-token latency (mean and median, from aiperf, token counts from th
 usage), failed requests and the draft acceptance (from ``/metrics``); then per (endpoint,
 concurrency) the ratio lookup/plain of output tokens/s in each round, with its median and
 range, against the targets (>= 1.5 at concurrency 1; never below plain beyond noise).
+Checked: every request answered, and each prompt's greedy text identical from both servers
+(aiperf's ``--export-outputs-json``); the exit code is 1 otherwise.
 
 Cost: about ``rounds x 2 x cells`` aiperf runs of a few seconds of start-up each plus the
 requests themselves; two servers of ~1 GB resident each.
@@ -106,6 +109,9 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--max_tokens", type=positive_int, default=48, help="max_tokens of every request (greedy)")
     p.add_argument("--prompt_lookup_config", default="[10,2]", help="the lookup server's prompt lookup")
     p.add_argument("--server_args", default="", help="extra serve.py flags for both servers, one shell-quoted string")
+    p.add_argument("--completions_prompt", choices=["templated", "raw"], default="templated",
+                   help="templated: the completions endpoint gets each prompt in the model's chat template (so it "
+                        "answers the instruction, as chat does); raw: the bare text, which the model merely continues")
     p.add_argument("--prompts", choices=["code", "summary"], default="code",
                    help="code: rewrite a standard-library function; summary: CNN/DailyMail articles")
     p.add_argument("--dataset_path", default=str(ROOT.parent / "shared/data/cnn_dailymail/train_sample.jsonl"),
@@ -159,6 +165,18 @@ def code_prompts(count: int) -> list[str]:
         task = CODE_TASKS[(i + i // len(funcs)) % len(CODE_TASKS)]
         out.append(f"{task}\n\n```python\n{src}\n```")
     return out
+
+
+def templated(prompts: list[str], tokenizer_dir: str) -> list[str]:
+    """Each prompt as the text of one user turn in the tokenizer's chat template, ready for
+    the assistant's answer (what the chat endpoint feeds the model)."""
+    from promptlookup.runtime import load_tokenizer
+
+    tok = load_tokenizer(tokenizer_dir)
+    if not getattr(tok, "chat_template", None):
+        raise UserError(f"the tokenizer in {tokenizer_dir} has no chat template; pass --completions_prompt raw")
+    return [tok.apply_chat_template([{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True)
+            for p in prompts]
 
 
 def load_prompts(kind: str, count: int, dataset_path: str) -> list[str]:
@@ -225,7 +243,7 @@ def aiperf_command(exe: Path, url: str, endpoint: str, concurrency: int, request
             "--extra-inputs", f"max_tokens:{max_tokens}", "--extra-inputs", "temperature:0",
             "--use-server-token-count", "--output-artifact-dir", str(out_dir), "--ui-type", "none",
             "--workers-max", "1", "--record-processor-service-count", "1",
-            "--no-server-metrics", "--no-gpu-telemetry"]
+            "--no-server-metrics", "--no-gpu-telemetry", "--export-outputs-json"]
 
 
 def parse_aiperf_export(data: dict[str, Any]) -> dict[str, Any]:
@@ -267,6 +285,34 @@ def run_cell(exe: Path, url: str, endpoint: str, concurrency: int, prompts: list
     if not export.is_file():
         return {"error": "aiperf wrote no results: " + aiperf_failure((out_dir / "aiperf.log").read_text(errors="replace"))}
     return parse_aiperf_export(json.loads(export.read_text()))
+
+
+def read_outputs(inputs: dict[str, Any], outputs: dict[str, Any]) -> dict[str, str]:
+    """Prompt -> generated text, from aiperf's ``inputs.json`` (each session's request body)
+    and ``outputs.json`` (each request's ``response_text``, keyed by its conversation)."""
+    prompts = {}
+    for session in inputs.get("data", []):
+        body = (session.get("payloads") or [{}])[0]
+        prompt = body["messages"][-1]["content"] if "messages" in body else body.get("prompt")
+        prompts[session["session_id"]] = prompt if isinstance(prompt, str) else json.dumps(prompt)
+    return {prompts[o["conversation_id"]]: o.get("response_text") or ""
+            for o in outputs.get("data", []) if o.get("conversation_id") in prompts}
+
+
+def compare_outputs(plain: dict[str, str], lookup: dict[str, str]) -> tuple[int, int]:
+    """(prompts both modes answered, how many of those answers are identical): greedy
+    prompt lookup must reproduce plain decoding's text exactly."""
+    both = [p for p in plain if p in lookup]
+    return len(both), sum(plain[p] == lookup[p] for p in both)
+
+
+def cell_outputs(out_dir: Path) -> dict[str, str]:
+    """:func:`read_outputs` of one aiperf run's folder ({} when it wrote none)."""
+    try:
+        return read_outputs(json.loads((out_dir / "inputs.json").read_text()),
+                            json.loads((out_dir / "outputs.json").read_text()))
+    except (OSError, ValueError, KeyError):
+        return {}
 
 
 def aiperf_failure(log: str) -> str:
@@ -484,13 +530,18 @@ def main(argv: list[str] | None = None) -> int:
         atomic_write_json(args.output_json, {"status": "skipped", "reason": version,
                                               **header(args, thread_flag, None), "config": config})
         return 0
+    texts_for = {"chat": prompts, "completions": prompts}
+    if "completions" in args.endpoints and args.completions_prompt == "templated":
+        texts_for["completions"] = templated(prompts, tokenizer)
     head = header(args, thread_flag, version)
     print(f"{head['machine']}, {head['cpu']} ({' '.join(head['cpu_flags'])}); server threads {args.num_threads} via "
           f"{head['threads_via']}; load average {' '.join(f'{x:.1f}' for x in head['load_average'] or [])}; "
           + ", ".join(f"{k} {v}" for k, v in head["versions"].items()), flush=True)
     print(f"{per_server} prompts ({args.prompts}) per server, max_tokens {args.max_tokens}, lookup "
           f"{args.prompt_lookup_config}, rounds {args.rounds}", flush=True)
+    started = time.monotonic()
     runs: list[dict[str, Any]] = []
+    checks: list[dict[str, Any]] = []  # per cell: plain's and lookup's greedy texts compared
     with ExitStack() as stack:
         work = Path(args.work_dir) if args.work_dir else Path(stack.enter_context(tempfile.TemporaryDirectory()))
         work.mkdir(parents=True, exist_ok=True)
@@ -504,15 +555,18 @@ def main(argv: list[str] | None = None) -> int:
                 for endpoint in args.endpoints:
                     for conc in args.concurrency:
                         n = cell_requests(conc, args.requests_per_client, args.min_requests)
-                        chunk = prompts[offset:offset + n]  # both modes: the same prompts, unseen by either
+                        chunk = texts_for[endpoint][offset:offset + n]  # both modes: the same, unseen by either
                         offset += n
                         order = MODES if cell % 2 == 0 else MODES[::-1]
                         cell += 1
+                        answers = {}
                         for mode in order:
                             url = servers[mode].url
                             before = metrics(url)
-                            result = run_cell(exe, url, endpoint, conc, chunk, tokenizer, args.max_tokens,
-                                              work / f"r{rnd}_{endpoint}_c{conc}_{mode}", args.run_timeout)
+                            out_dir = work / f"r{rnd}_{endpoint}_c{conc}_{mode}"
+                            result = run_cell(exe, url, endpoint, conc, chunk, tokenizer, args.max_tokens, out_dir,
+                                              args.run_timeout)
+                            answers[mode] = cell_outputs(out_dir)
                             after = metrics(url)
                             drafted = after["promptlookup_draft_tokens_total"] - before["promptlookup_draft_tokens_total"]
                             accepted = (after["promptlookup_accepted_draft_tokens_total"]
@@ -521,15 +575,27 @@ def main(argv: list[str] | None = None) -> int:
                                           acceptance=accepted / drafted if drafted else None)
                             runs.append(result)
                             print(format_run(result), flush=True)
+                        compared, identical = compare_outputs(answers["plain"], answers["lookup"])
+                        checks.append({"endpoint": endpoint, "concurrency": conc, "round": rnd,
+                                       "compared": compared, "identical": identical})
+                        if identical < compared:
+                            print(f"  greedy outputs: {compared - identical} of {compared} differ between plain and "
+                                  "lookup", flush=True)
             finally:
                 for server in servers.values():
                     server.stop()
     table = ratio_table(runs)
     print("\nlookup/plain, output tokens/s (median over rounds, range, each round):")
     print(format_ratio_table(table))
-    failed = sum(1 for r in runs if "error" in r) + sum(r.get("errors", 0) for r in runs)
+    compared, identical = sum(c["compared"] for c in checks), sum(c["identical"] for c in checks)
+    print(f"greedy outputs identical between plain and lookup: {identical} of {compared} requests")
+    head["load_average_end"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
+    head["wall_s"] = time.monotonic() - started
+    print(f"{head['wall_s']:.0f} s; load average at the end "
+          f"{' '.join(f'{x:.1f}' for x in head['load_average_end'] or [])}")
+    failed = sum(1 for r in runs if "error" in r) + sum(r.get("errors", 0) for r in runs) + compared - identical
     atomic_write_json(args.output_json, {"status": "ok", **head, "config": config, "runs": runs,
-                                          "lookup_over_plain": table,
+                                          "lookup_over_plain": table, "greedy_checks": checks,
                                           "targets": {"ratio_at_concurrency_1": TARGET_AT_ONE,
                                                       "never_below_plain_beyond_noise": True}})
     print(f"wrote {args.output_json}")

@@ -173,3 +173,38 @@ def test_skipped_when_the_generator_cannot_install(bench, tmp_path, monkeypatch,
     data = json.loads(out.read_text())
     assert data["status"] == "skipped" and "offline" in data["reason"]
     assert data["num_threads"] == 1 and "versions" in data and "cpu_flags" in data
+
+
+# aiperf 0.13.0's inputs.json and outputs.json (--export-outputs-json) of one chat run,
+# captured against serve.py (max_tokens 8) and trimmed: the prompts shortened, metrics cut.
+INPUTS = {"data": [
+    {"session_id": "ca5fca16-fc65-4155-960d-16ab2d16986c", "payloads": [
+        {"messages": [{"role": "user", "content": "Add type hints ... def wrap(text, width=70, **kwargs):"}],
+         "model": "bench", "stream": True, "max_tokens": 8, "temperature": 0}]},
+    {"session_id": "588532ec-b12f-480d-9100-27179ea0c553", "payloads": [
+        {"messages": [{"role": "user", "content": "Add a docstring ... def rgb_to_yiq(r, g, b):"}],
+         "model": "bench", "stream": True, "max_tokens": 8, "temperature": 0}]},
+    {"session_id": "5783c44d-0000-0000-0000-000000000000", "payloads": [
+        {"prompt": "never sent", "model": "bench"}]},
+]}
+OUTPUTS = {"schema_version": "1.0", "data": [
+    {"session_num": 0, "conversation_id": "ca5fca16-fc65-4155-960d-16ab2d16986c", "turn_index": 0,
+     "metrics": {"output_token_count": 8}, "response_text": "```python\ndef wrap(text,"},
+    {"session_num": 1, "conversation_id": "588532ec-b12f-480d-9100-27179ea0c553", "turn_index": 0,
+     "metrics": {"output_token_count": 8}, "response_text": "```python\ndef rgb_to_"},
+]}
+
+
+def test_outputs_are_matched_by_prompt(bench, tmp_path):
+    texts = bench.read_outputs(INPUTS, OUTPUTS)
+    assert texts == {"Add type hints ... def wrap(text, width=70, **kwargs):": "```python\ndef wrap(text,",
+                     "Add a docstring ... def rgb_to_yiq(r, g, b):": "```python\ndef rgb_to_"}
+    other = dict(texts)
+    other["Add a docstring ... def rgb_to_yiq(r, g, b):"] = "```python\ndef rgb"
+    assert bench.compare_outputs(texts, texts) == (2, 2)
+    assert bench.compare_outputs(texts, other) == (2, 1)
+    assert bench.compare_outputs(texts, {}) == (0, 0)
+    (tmp_path / "inputs.json").write_text(json.dumps(INPUTS))
+    (tmp_path / "outputs.json").write_text(json.dumps(OUTPUTS))
+    assert bench.cell_outputs(tmp_path) == texts
+    assert bench.cell_outputs(tmp_path / "missing") == {}
