@@ -265,6 +265,7 @@ def parse_aiperf_export(data: dict[str, Any]) -> dict[str, Any]:
         "itl_ms_avg": stat("inter_token_latency", "avg"), "itl_ms_p50": stat("inter_token_latency", "p50"),
         "latency_ms_avg": stat("request_latency", "avg"), "output_tokens": stat("total_output_tokens", "avg"),
         "duration_s": stat("benchmark_duration", "avg"), "aiperf_version": data.get("aiperf_version"),
+        "effective_concurrency": stat("effective_concurrency", "avg"),
     }
 
 
@@ -342,9 +343,12 @@ def serve_supports(flag: str) -> bool:
 
 
 def metrics(url: str) -> dict[str, float]:
-    """The server's Prometheus counters, ``name{labels}`` -> value."""
-    with urllib.request.urlopen(url + "/metrics", timeout=30) as resp:
-        text = resp.read().decode()
+    """The server's Prometheus counters, ``name{labels}`` -> value ({} when it does not answer)."""
+    try:
+        with urllib.request.urlopen(url + "/metrics", timeout=30) as resp:
+            text = resp.read().decode()
+    except OSError:
+        return {}
     out = {}
     for line in text.splitlines():
         if line and not line.startswith("#"):
@@ -568,9 +572,9 @@ def main(argv: list[str] | None = None) -> int:
                                               args.run_timeout)
                             answers[mode] = cell_outputs(out_dir)
                             after = metrics(url)
-                            drafted = after["promptlookup_draft_tokens_total"] - before["promptlookup_draft_tokens_total"]
-                            accepted = (after["promptlookup_accepted_draft_tokens_total"]
-                                        - before["promptlookup_accepted_draft_tokens_total"])
+                            drafted, accepted = (after.get(k, 0.0) - before.get(k, 0.0) for k in
+                                                 ("promptlookup_draft_tokens_total",
+                                                  "promptlookup_accepted_draft_tokens_total"))
                             result.update(endpoint=endpoint, concurrency=conc, mode=mode, round=rnd,
                                           acceptance=accepted / drafted if drafted else None)
                             runs.append(result)
