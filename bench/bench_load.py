@@ -520,9 +520,10 @@ def main(argv: list[str] | None = None) -> int:
     from promptlookup.threads import default_num_threads
 
     args.num_threads = args.num_threads or default_num_threads()
-    tokenizer = args.tokenizer_dir or args.engine_dir
     if not Path(args.engine_dir).exists():
         raise UserError(f"--engine_dir {args.engine_dir} does not exist; build it first (make build)")
+    args.engine_dir = str(Path(args.engine_dir).resolve())  # the servers and aiperf run in other folders
+    tokenizer = str(Path(args.tokenizer_dir or args.engine_dir).resolve())
     per_server = len(args.endpoints) * sum(cell_requests(c, args.requests_per_client, args.min_requests)
                                            for c in args.concurrency)
     prompts = load_prompts(args.prompts, per_server, args.dataset_path)
