@@ -586,6 +586,8 @@ def main(argv: list[str] | None = None) -> int:
                         if identical < compared:
                             print(f"  greedy outputs: {compared - identical} of {compared} differ between plain and "
                                   "lookup", flush=True)
+                        atomic_write_json(args.output_json, {"status": "partial", **head, "config": config,
+                                                              "runs": runs, "greedy_checks": checks})
             finally:
                 for server in servers.values():
                     server.stop()
