@@ -184,6 +184,12 @@ SLOW_TESTS = (
     "tests/evaluation/test_summarize_trtllm_flags.py::test_kv_cache_free_gpu_memory_fraction_reaches_the_pytorch_runner",
     "tests/evaluation/test_summarize_trtllm_flags.py::test_tensorrt_llm_kv_flags_refused_for_a_pytorch_engine",
     "tests/api/test_llm_params.py::test_penalties_equal_run_py",
+    # statistical exactness runs and whole-pipeline runs (about 1 s each here)
+    "tests/sampling/test_exact_trees.py",
+    "tests/sampling/test_exact_penalties.py",
+    "tests/runtime_trtllm/test_trtllm_releases.py::test_llm_api_backend_trtllm",
+    "tests/evaluation/test_summarize_cli.py::test_shared_cnn_dailymail_sample_with_chat_template",
+    "tests/api/test_model_cache.py::test_hf_dir_is_built_once_and_reused",
 )
 
 
