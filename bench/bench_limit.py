@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import statistics
 import sys
 import time
@@ -49,6 +48,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from bench.machine import cpu_model_and_flags  # noqa: E402
 from promptlookup.cli.args import ArgumentParser  # noqa: E402  (before torch: OpenMP policy)
 
 import torch  # noqa: E402
@@ -61,18 +61,8 @@ DRAFT_ROWS = 10  # the verification step feeds 1 + DRAFT_ROWS tokens
 
 def cpu_header() -> dict[str, Any]:
     """CPU model, the vector flags that matter for these kernels, cores and torch version."""
-    model, flags = platform.processor() or platform.machine(), set()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "model name":
-                model = value.strip()
-            elif key.strip() == "flags":
-                flags = set(value.split())
-    except OSError:
-        pass
-    return {"cpu": model, "flags": [f for f in CPU_FLAGS if f in flags], "cpus": os.cpu_count(),
-            "torch": torch.__version__}
+    model, flags = cpu_model_and_flags(CPU_FLAGS)
+    return {"cpu": model, "flags": flags, "cpus": os.cpu_count(), "torch": torch.__version__}
 
 
 def read_bandwidth(matrix_mib: int, repeats: int) -> float:

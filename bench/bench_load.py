@@ -55,6 +55,7 @@ from typing import Any, Iterator
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.machine import cpu_model_and_flags  # noqa: E402
 from promptlookup.cli.args import ArgumentParser  # noqa: E402  (one-line errors, no abbreviations)
 from promptlookup.errors import UserError  # noqa: E402
 
@@ -479,18 +480,8 @@ def format_run(r: dict[str, Any]) -> str:
 
 
 def cpu_info() -> tuple[str, list[str]]:
-    """CPU model and which of :data:`CPU_FLAGS` it has (Linux; else the platform's name)."""
-    model, flags = platform.processor() or platform.machine(), set()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "model name":
-                model = value.strip()
-            elif key.strip() == "flags":
-                flags = set(value.split())
-    except OSError:
-        pass
-    return model, [f for f in CPU_FLAGS if f in flags]
+    """CPU model and which of :data:`CPU_FLAGS` it has."""
+    return cpu_model_and_flags(CPU_FLAGS)
 
 
 def header(args: argparse.Namespace, thread_flag: bool, aiperf_version: str | None) -> dict[str, Any]:

@@ -39,6 +39,9 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.machine import cpu_model_and_flags  # noqa: E402
 
 WORDS = ("alpha beta gamma delta river stone cloud paper light north south value index table "
          "green orange window market garden signal bridge number letter winter summer engine").split()
@@ -47,19 +50,9 @@ CPU_FLAGS = ("avx", "avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "amx
 
 def machine() -> dict:
     """The machine, its CPU model and the CPU flags that matter to the kernels."""
-    model, flags = platform.processor(), set()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name") and not model:
-                model = line.split(":", 1)[1].strip()
-            elif line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-            elif line.startswith("flags"):
-                flags = set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
+    model, flags = cpu_model_and_flags(CPU_FLAGS)
     return {"machine": platform.machine(), "system": platform.system(), "cpu": model, "cpus": os.cpu_count(),
-            "cpu_flags": [f for f in CPU_FLAGS if f in flags], "python": platform.python_version()}
+            "cpu_flags": flags, "python": platform.python_version()}
 
 
 def make_request(rng: random.Random, most_tokens: int) -> tuple[str, dict, bool]:
