@@ -42,6 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.machine import cpu_model_and_flags  # noqa: E402
+from promptlookup.fsutil import atomic_write_json  # noqa: E402
 
 WORDS = ("alpha beta gamma delta river stone cloud paper light north south value index table "
          "green orange window market garden signal bridge number letter winter summer engine").split()
@@ -228,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps(result))
     if args.output_json:
         Path(args.output_json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.output_json).write_text(json.dumps(result, indent=1))
+        atomic_write_json(args.output_json, result)
     return 0
 
 
