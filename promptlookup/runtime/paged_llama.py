@@ -1,7 +1,10 @@
 """A Llama forward pass over a paged KV cache.
 
 The weights come as a state dict with Hugging Face's names (from an engine, or from a
-``transformers.LlamaForCausalLM`` in memory). The arithmetic around the products is
+``transformers.LlamaForCausalLM`` in memory). On the CPU in float32 the work around the
+products runs in C (:mod:`.kernels.step_ops`: Hugging Face's formulas, each row computed
+alone, attention over the keys a row sees; values equal PyTorch's up to rounding). Elsewhere
+(GPU, bf16/fp16, the compiled route) the arithmetic around the products is
 Hugging Face's, element for element: RMSNorm is ``torch.rms_norm`` (whose CPU kernel
 composes the very ops of ``LlamaRMSNorm``: pow, mean, add, rsqrt, two products), the MLP
 activation is their ``ACT2FN``, and the rotary embedding is their table, applied to Q and
@@ -57,6 +60,7 @@ from ..errors import UserError
 from .batch_layout import BatchLayout, Parents, SequenceRows, build_layout, row_tree, sequence_rows  # noqa: F401
 from .cpu_linear import CpuLinear
 from .quant_linear import QuantLinear
+from .kernels import step_ops
 from .kv_cache import KVPool
 from .paged_attention import pool_attention
 from .rotary import RotaryTable, apply_rotary
@@ -179,6 +183,9 @@ class PagedLlama(nn.Module):
         self.q_size = self.num_heads * self.head_dim
         self.kv_size = self.num_kv_heads * self.head_dim
         self.intermediate = config.intermediate_size
+        # CPU float32: the work around the products in C (:meth:`_step_ops_forward`)
+        self.uses_step_ops = (on_cpu and not dense_projections and self.dtype == torch.float32
+                              and step_ops.available() and self.rotary.tabled and config.hidden_act == "silu")
 
     @classmethod
     def from_hf(
@@ -239,11 +246,45 @@ class PagedLlama(nn.Module):
         """:meth:`forward` without its ``inference_mode``; :mod:`.compiled` runs the same parts
         (:meth:`embed`, :meth:`decoder_layer` compiled, :meth:`logits`) under ``no_grad``, as
         dynamo cannot trace into ``inference_mode``."""
+        if self.uses_step_ops and layout.block_mask is None:
+            return self._step_ops_forward(layout, pool)
         h, cos, sin = self.embed(layout)
         write = layout.write_slots.reshape(-1)
         for i, layer in enumerate(self.layers):
             h = self.decoder_layer(layer, h, cos, sin, write, layout, pool.k[i], pool.v[i])
         return self.logits(h, layout)
+
+    def _step_ops_forward(self, layout: BatchLayout, pool: KVPool) -> torch.Tensor:
+        """:meth:`paged_forward` on the CPU in float32 with the work around the products in C
+        (:mod:`.kernels.step_ops`): per layer one call each for the norm (with the residual add
+        before it), the rotary embedding and K/V write, attention over the pool (steps of at
+        most ``MAX_ATTENTION_ROWS`` rows a sequence; PyTorch's SDPA beyond, for prefill) and
+        the gated activation, instead of some 130 PyTorch operators. Every row is computed
+        alone and an attention row from the ordered keys it sees, so a row of a verification
+        step (chain or tree) equals the same row of a plain decoding step bitwise."""
+        B, Q = layout.input_ids.shape
+        H, D, rows = self.num_heads, self.head_dim, B * Q
+        ids = layout.input_ids.reshape(-1)
+        h = self.embed_table.rows(ids) if self.embed_table is not None else F.embedding(ids, self.embed_weight)
+        positions, write = layout.positions.reshape(-1), layout.write_slots.reshape(-1)
+        mask = None if layout.mask is None else layout.mask.view(B, Q, layout.kv_len)
+        x = step_ops.rms_norm(h, self.layers[0].input_norm, self.eps)
+        last = len(self.layers) - 1
+        for i, layer in enumerate(self.layers):
+            pk, pv = pool.k[i], pool.v[i]
+            q = step_ops.rotary_write(layer.qkv(x), self.rotary.cos, self.rotary.sin, positions, write, pk, pv, H)
+            if Q <= step_ops.MAX_ATTENTION_ROWS:
+                o = step_ops.attention(q, pk, pv, B, layout.kv_len, self.scaling, layout.read_slots,
+                                       layout.contiguous_start, mask)
+            else:
+                o = self._attend(q.view(B, Q, H, D).transpose(1, 2), pk, pv, layout).transpose(1, 2).reshape(rows, H * D)
+            x = step_ops.rms_norm(h, layer.post_norm, self.eps, delta=layer.o_proj(o))
+            y = layer.down_proj(step_ops.silu_mul(layer.gate_up(x)))
+            if i < last:
+                x = step_ops.rms_norm(h, self.layers[i + 1].input_norm, self.eps, delta=y)
+            else:
+                h.add_(y)
+        return self.lm_head(step_ops.rms_norm(h.index_select(0, layout.logit_rows), self.norm, self.eps))
 
     def embed(self, layout: BatchLayout) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The step's input rows ``[B*Q, hidden]`` and their rotary ``cos``, ``sin_signed``

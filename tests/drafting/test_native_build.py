@@ -19,7 +19,7 @@ def test_no_compiler_is_a_note_and_exit_0(capsys):
 
 def test_every_source_has_a_module_name():
     names = {build.module_path(s).name.split(".")[0] for s in build.sources()}
-    assert names == {"_pool", "_suffix_automaton", "_gemv"}
+    assert names == {"_pool", "_suffix_automaton", "_gemv", "_step_ops"}
     assert {s.name for s in build.sources((build.HERE,))} == {"pool.c", "suffix_automaton.c"}  # what --sanitize builds
 
 

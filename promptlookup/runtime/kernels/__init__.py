@@ -40,6 +40,7 @@ from typing import Callable
 import torch
 
 from ...errors import UserError
+from . import step_ops
 
 ENV = "PLD_KERNEL_ISA"
 ISAS = ("generic", "avx2", "avx512")  # the C paths, narrowest first (the C module's levels)
@@ -84,12 +85,14 @@ def set_isa(name: str | None) -> None:
                         "(or `python -m promptlookup.drafting.native.build`)")
     if name is None:
         _C.set_isa(_C.best_isa())
+        step_ops.set_level(_C.best_isa())
         return
     if name not in ISAS:
         raise UserError(f"{ENV}={name!r} is not a kernel path; use one of {', '.join(ISAS)}")
     if name not in available_isas():
         raise UserError(f"{ENV}={name}: this CPU cannot run that path (it runs {', '.join(available_isas())})")
     _C.set_isa(ISAS.index(name))
+    step_ops.set_level(ISAS.index(name))  # same results on every path; the speed follows the choice
 
 
 def isa() -> str:

@@ -1,0 +1,572 @@
+/* The per-row work of a decoder layer around its products, on the CPU, in fp32: RMSNorm
+ * (with the residual add before it), the rotary embedding of Q and K with the K/V write into
+ * the paged pool, attention of a few query rows over the pool, and the SiLU-gated product of
+ * the MLP. Python wrappers and the contract: promptlookup/runtime/kernels/step_ops.py.
+ *
+ * Determinism, the hard requirement (as for the products in gemv.c): each output row is
+ * computed from that row's inputs alone by a fixed sequence of IEEE operations, so it is
+ * bitwise the same whatever the number of rows in the call and the row's place among them.
+ * Reductions (a norm's sum of squares, a dot product, a softmax's sum) keep LANES partial
+ * sums, lane l taking the terms with index % LANES == l in increasing order, reduced by a
+ * fixed tree; the file is built with -ffp-contract=off, so no multiply and add are fused.
+ * The same C is compiled three times (AVX-512, AVX2+FMA, the baseline; chosen at run time,
+ * set_isa() as in gemv.c): the paths differ in speed, never in results.
+ *
+ * Attention: a query row's result depends only on the ordered list of keys it sees (its
+ * context, then its ancestors among the step's rows) and their values, not on where the
+ * keys sit among the step's columns or how many other keys are masked: the visible keys are
+ * first gathered into a compact list, and every sum runs over that list. So a token tree's
+ * row gives bitwise the values the same row gets in a plain decoding step, where the same
+ * keys sit at consecutive positions.
+ *
+ * exp is computed here (exp_ps): a range reduction by ln 2 and a degree-6 polynomial
+ * (Cephes' expf coefficients), within 2 ulp of expf over the inputs a softmax or SiLU meets,
+ * the same on every path.
+ *
+ * Threads: attention splits its (sequence, KV head) pairs over OpenMP threads, the other
+ * functions their rows; a split decides which thread computes a row, never how.
+ *
+ * Cost per call: rms_norm and silu_mul O(rows * width); rotary_write O(rows * (H + 2 KVH) * D);
+ * attention, per query row and head, two passes over its visible keys' K and V rows
+ * (2 * D multiply-adds per key each).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+#ifdef _OPENMP
+#include <omp.h>
+#else
+static int omp_get_thread_num(void) { return 0; }
+static int omp_get_num_threads(void) { return 1; }
+#endif
+
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+#define PLD_X86 1
+#define T_AVX2 __attribute__((target("avx2,fma")))
+#define T_512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma")))
+#else
+#define PLD_X86 0
+#endif
+
+#define LANES 16
+#define ALWAYS_INLINE static inline __attribute__((always_inline))
+#define PARALLEL_MIN_WORK (1 << 16) /* less work than this many multiply-adds runs on one thread */
+
+enum { ISA_GENERIC = 0, ISA_AVX2 = 1, ISA_AVX512 = 2 };
+static int current_isa = ISA_GENERIC;
+
+/* ------------------------------------------------------------------ the shared arithmetic */
+
+ALWAYS_INLINE float reduce_lanes(float *acc) {
+    for (int w = LANES / 2; w > 0; w /= 2)
+        for (int l = 0; l < w; l++) acc[l] += acc[l + w];
+    return acc[0];
+}
+
+ALWAYS_INLINE float dot(const float *a, const float *b, Py_ssize_t n) {
+    float acc[LANES] = {0};
+    Py_ssize_t i = 0;
+    for (; i + LANES <= n; i += LANES)
+        for (int l = 0; l < LANES; l++) acc[l] += a[i + l] * b[i + l];
+    for (int l = 0; i + l < n; l++) acc[l] += a[i + l] * b[i + l];
+    return reduce_lanes(acc);
+}
+
+/* The largest of a[0..n) (n >= 1; exact, so any order gives it). */
+ALWAYS_INLINE float max_of(const float *a, Py_ssize_t n) {
+    float m[LANES];
+    for (int l = 0; l < LANES; l++) m[l] = a[0];
+    Py_ssize_t i = 0;
+    for (; i + LANES <= n; i += LANES)
+        for (int l = 0; l < LANES; l++) m[l] = a[i + l] > m[l] ? a[i + l] : m[l];
+    for (int l = 0; i + l < n; l++) m[l] = a[i + l] > m[l] ? a[i + l] : m[l];
+    for (int w = LANES / 2; w > 0; w /= 2)
+        for (int l = 0; l < w; l++) m[l] = m[l + w] > m[l] ? m[l + w] : m[l];
+    return m[0];
+}
+
+ALWAYS_INLINE float sum_squares(const float *a, Py_ssize_t n) { return dot(a, a, n); }
+
+ALWAYS_INLINE float sum(const float *a, Py_ssize_t n) {
+    float acc[LANES] = {0};
+    Py_ssize_t i = 0;
+    for (; i + LANES <= n; i += LANES)
+        for (int l = 0; l < LANES; l++) acc[l] += a[i + l];
+    for (int l = 0; i + l < n; l++) acc[l] += a[i + l];
+    return reduce_lanes(acc);
+}
+
+/* e^x: x = n ln2 + r, |r| <= ln2 / 2, e^r by a polynomial, 2^n into the exponent bits. */
+ALWAYS_INLINE float exp_one(float x) {
+    x = x < -87.33654f ? -87.33654f : x;  /* e^x then 2^-126 (normal); the true value is smaller still */
+    x = x > 88.0f ? 88.0f : x;            /* n <= 127: finite (e^88 = 1.65e38) */
+    float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round to nearest */
+    float r = x - n * 0.693359375f;
+    r = r - n * -2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * (r * r) + r + 1.0f;
+    int32_t bits = ((int32_t)n + 127) << 23;
+    float scale;
+    memcpy(&scale, &bits, sizeof scale);
+    return p * scale;
+}
+
+/* ------------------------------------------------------------------ the kernels' bodies */
+
+ALWAYS_INLINE void rms_rows(float *h, const float *delta, const float *w, float *y, Py_ssize_t r0, Py_ssize_t r1,
+                            Py_ssize_t n, float eps) {
+    for (Py_ssize_t r = r0; r < r1; r++) {
+        float *x = h + r * n;
+        if (delta) {
+            const float *d = delta + r * n;
+            for (Py_ssize_t i = 0; i < n; i++) x[i] = x[i] + d[i];
+        }
+        float mean = sum_squares(x, n) / (float)n;
+        float inv = 1.0f / sqrtf(mean + eps);
+        float *out = y + r * n;
+        for (Py_ssize_t i = 0; i < n; i++) out[i] = w[i] * (x[i] * inv);
+    }
+}
+
+ALWAYS_INLINE void silu_rows(const float *gu, float *out, Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t n) {
+    for (Py_ssize_t r = r0; r < r1; r++) {
+        const float *g = gu + r * 2 * n, *u = g + n;
+        float *o = out + r * n;
+        for (Py_ssize_t i = 0; i < n; i++) o[i] = g[i] / (1.0f + exp_one(-g[i]));
+        for (Py_ssize_t i = 0; i < n; i++) o[i] = o[i] * u[i];
+    }
+}
+
+/* x * cos + [x2, x1] * sin_signed (the sign of rotate_half folded into the table). */
+ALWAYS_INLINE void rotate(const float *x, const float *c, const float *s, float *out, Py_ssize_t d) {
+    Py_ssize_t half = d / 2;
+    for (Py_ssize_t i = 0; i < half; i++) out[i] = x[i] * c[i] + x[i + half] * s[i];
+    for (Py_ssize_t i = half; i < d; i++) out[i] = x[i] * c[i] + x[i - half] * s[i];
+}
+
+typedef struct {
+    const float *qkv;        /* [rows, stride]: Q heads, K heads, V heads, each D wide */
+    const float *cos, *sin;  /* tables [positions, D] */
+    const int64_t *pos;      /* [rows] */
+    const int64_t *slot;     /* [rows] write slots */
+    float *q, *k, *v;        /* q [rows, H, D]; pool k/v [KVH, S, D] */
+    Py_ssize_t rows, stride, H, KVH, D, S;
+} Rotary;
+
+ALWAYS_INLINE void rotary_rows(const Rotary *a, Py_ssize_t r0, Py_ssize_t r1) {
+    Py_ssize_t D = a->D;
+    for (Py_ssize_t r = r0; r < r1; r++) {
+        const float *x = a->qkv + r * a->stride, *c = a->cos + a->pos[r] * D, *s = a->sin + a->pos[r] * D;
+        for (Py_ssize_t h = 0; h < a->H; h++) rotate(x + h * D, c, s, a->q + (r * a->H + h) * D, D);
+        for (Py_ssize_t h = 0; h < a->KVH; h++) {
+            Py_ssize_t at = (h * a->S + a->slot[r]) * D;
+            rotate(x + (a->H + h) * D, c, s, a->k + at, D);
+            memcpy(a->v + at, x + (a->H + a->KVH + h) * D, (size_t)D * sizeof(float));
+        }
+    }
+}
+
+typedef struct {
+    const float *q;          /* [B * Q, H, D] */
+    const float *k, *v;      /* pool [KVH, S, D] */
+    const int64_t *read;     /* [B, K] slot of each key, or NULL: slot = start + j */
+    const uint8_t *mask;     /* [B, Q, K] (nonzero = visible), or NULL: every key visible */
+    float *o;                /* [B * Q, H, D] */
+    Py_ssize_t B, Q, H, KVH, D, K, S, start;
+    float scale;
+} Attention;
+
+/* p[g * K + c] = scale * (q0[g] . key c) for the n keys at `slots`, the G heads of one KV head. */
+typedef void (*ScoresFn)(const float *q0, Py_ssize_t G, Py_ssize_t D, const float *kh, const int64_t *slots,
+                         Py_ssize_t n, float *p, Py_ssize_t K, float scale);
+
+ALWAYS_INLINE void scores_generic(const float *q0, Py_ssize_t G, Py_ssize_t D, const float *kh, const int64_t *slots,
+                                  Py_ssize_t n, float *p, Py_ssize_t K, float scale) {
+    for (Py_ssize_t c = 0; c < n; c++) {
+        const float *kc = kh + slots[c] * D;
+        for (Py_ssize_t g = 0; g < G; g++) p[g * K + c] = dot(q0 + g * D, kc, D) * scale;
+    }
+}
+
+#if PLD_X86
+/* The 16 lanes held as two 8-lane halves (lanes 0-7, 8-15), reduced by reduce_lanes' tree:
+ * l + (l + 8), then l + (l + 4), l + (l + 2), l + (l + 1). */
+T_AVX2 static inline float tree16_avx(__m256 lo, __m256 hi) {
+    __m256 v = _mm256_add_ps(lo, hi);
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+    return _mm_cvtss_f32(s);
+}
+
+/* dot() for D a multiple of 16: the same lanes, products and tree, in AVX2 registers. */
+T_AVX2 static void scores_avx2(const float *q0, Py_ssize_t G, Py_ssize_t D, const float *kh, const int64_t *slots,
+                               Py_ssize_t n, float *p, Py_ssize_t K, float scale) {
+    if (D % LANES) {
+        scores_generic(q0, G, D, kh, slots, n, p, K, scale);
+        return;
+    }
+    for (Py_ssize_t c = 0; c < n; c++) {
+        const float *kc = kh + slots[c] * D;
+        for (Py_ssize_t g = 0; g < G; g++) {
+            const float *qg = q0 + g * D;
+            __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
+            for (Py_ssize_t i = 0; i < D; i += LANES) {
+                lo = _mm256_add_ps(lo, _mm256_mul_ps(_mm256_loadu_ps(qg + i), _mm256_loadu_ps(kc + i)));
+                hi = _mm256_add_ps(hi, _mm256_mul_ps(_mm256_loadu_ps(qg + i + 8), _mm256_loadu_ps(kc + i + 8)));
+            }
+            p[g * K + c] = tree16_avx(lo, hi) * scale;
+        }
+    }
+}
+
+T_512 static void scores_avx512(const float *q0, Py_ssize_t G, Py_ssize_t D, const float *kh, const int64_t *slots,
+                                 Py_ssize_t n, float *p, Py_ssize_t K, float scale) {
+    if (D % LANES) {
+        scores_generic(q0, G, D, kh, slots, n, p, K, scale);
+        return;
+    }
+    for (Py_ssize_t c = 0; c < n; c++) {
+        const float *kc = kh + slots[c] * D;
+        if (c + 2 < n) _mm_prefetch((const char *)(kh + slots[c + 2] * D), _MM_HINT_T0);
+        for (Py_ssize_t g = 0; g < G; g++) {
+            const float *qg = q0 + g * D;
+            __m512 acc = _mm512_setzero_ps();
+            for (Py_ssize_t i = 0; i < D; i += LANES)
+                acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_loadu_ps(qg + i), _mm512_loadu_ps(kc + i)));
+            __m256 lo = _mm512_castps512_ps256(acc);
+            __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc), 1));
+            p[g * K + c] = tree16_avx(lo, hi) * scale;
+        }
+    }
+}
+#endif
+
+typedef void (*ValuesFn)(const float *p, Py_ssize_t G, Py_ssize_t D, const float *vh, const int64_t *slots,
+                         Py_ssize_t n, Py_ssize_t K, float *acc);
+
+/* acc[g * D + d] = sum over c in order of p[g * K + c] * v_c[d] (one running sum per element). */
+ALWAYS_INLINE void values_generic(const float *p, Py_ssize_t G, Py_ssize_t D, const float *vh, const int64_t *slots,
+                                  Py_ssize_t n, Py_ssize_t K, float *acc) {
+    memset(acc, 0, (size_t)(G * D) * sizeof(float));
+    for (Py_ssize_t c = 0; c < n; c++) {
+        const float *vc = vh + slots[c] * D;
+        for (Py_ssize_t g = 0; g < G; g++) {
+            float w = p[g * K + c], *ag = acc + g * D;
+            for (Py_ssize_t d = 0; d < D; d++) ag[d] = ag[d] + w * vc[d];
+        }
+    }
+}
+
+#if PLD_X86
+/* values_generic with each head's 64 sums in registers (D == 64), the same operations. */
+T_512 static void values_avx512(const float *p, Py_ssize_t G, Py_ssize_t D, const float *vh, const int64_t *slots,
+                                Py_ssize_t n, Py_ssize_t K, float *acc) {
+    if (D != 64) {
+        values_generic(p, G, D, vh, slots, n, K, acc);
+        return;
+    }
+    for (Py_ssize_t g = 0; g < G; g++) {
+        const float *pg = p + g * K;
+        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        for (Py_ssize_t c = 0; c < n; c++) {
+            const float *vc = vh + slots[c] * D;
+            __m512 w = _mm512_set1_ps(pg[c]);
+            a0 = _mm512_add_ps(a0, _mm512_mul_ps(w, _mm512_loadu_ps(vc)));
+            a1 = _mm512_add_ps(a1, _mm512_mul_ps(w, _mm512_loadu_ps(vc + 16)));
+            a2 = _mm512_add_ps(a2, _mm512_mul_ps(w, _mm512_loadu_ps(vc + 32)));
+            a3 = _mm512_add_ps(a3, _mm512_mul_ps(w, _mm512_loadu_ps(vc + 48)));
+        }
+        float *ag = acc + g * D;
+        _mm512_storeu_ps(ag, a0);
+        _mm512_storeu_ps(ag + 16, a1);
+        _mm512_storeu_ps(ag + 32, a2);
+        _mm512_storeu_ps(ag + 48, a3);
+    }
+}
+
+T_AVX2 static void values_avx2(const float *p, Py_ssize_t G, Py_ssize_t D, const float *vh, const int64_t *slots,
+                               Py_ssize_t n, Py_ssize_t K, float *acc) {
+    if (D != 64) {
+        values_generic(p, G, D, vh, slots, n, K, acc);
+        return;
+    }
+    for (Py_ssize_t g = 0; g < G; g++) {
+        const float *pg = p + g * K;
+        __m256 a[8];
+        for (int i = 0; i < 8; i++) a[i] = _mm256_setzero_ps();
+        for (Py_ssize_t c = 0; c < n; c++) {
+            const float *vc = vh + slots[c] * D;
+            __m256 w = _mm256_set1_ps(pg[c]);
+            for (int i = 0; i < 8; i++) a[i] = _mm256_add_ps(a[i], _mm256_mul_ps(w, _mm256_loadu_ps(vc + 8 * i)));
+        }
+        for (int i = 0; i < 8; i++) _mm256_storeu_ps(acc + g * D + 8 * i, a[i]);
+    }
+}
+#endif
+
+/* Query rows of sequence b, the heads of KV head kvh; scratch: K slots, G * K scores, G * D sums. */
+ALWAYS_INLINE void attend_pair(const Attention *a, Py_ssize_t b, Py_ssize_t kvh, int64_t *slots, float *p,
+                               float *acc, ScoresFn scores, ValuesFn values) {
+    Py_ssize_t D = a->D, K = a->K, G = a->H / a->KVH;
+    const float *kh = a->k + kvh * a->S * D, *vh = a->v + kvh * a->S * D;
+    for (Py_ssize_t qi = 0; qi < a->Q; qi++) {
+        Py_ssize_t row = b * a->Q + qi, n = 0;
+        const uint8_t *m = a->mask ? a->mask + (b * a->Q + qi) * K : NULL;
+        for (Py_ssize_t j = 0; j < K; j++)
+            if (!m || m[j]) slots[n++] = a->read ? a->read[b * K + j] : a->start + j;
+        scores(a->q + (row * a->H + kvh * G) * D, G, D, kh, slots, n, p, K, a->scale);
+        for (Py_ssize_t g = 0; g < G; g++) {
+            float *pg = p + g * K, top = max_of(pg, n);
+            for (Py_ssize_t c = 0; c < n; c++) pg[c] = exp_one(pg[c] - top);
+        }
+        values(p, G, D, vh, slots, n, K, acc);
+        for (Py_ssize_t g = 0; g < G; g++) {
+            float total = n ? sum(p + g * K, n) : 1.0f;
+            float *out = a->o + (row * a->H + kvh * G + g) * D;
+            for (Py_ssize_t d = 0; d < D; d++) out[d] = acc[g * D + d] / total;
+        }
+    }
+}
+
+ALWAYS_INLINE int attention_pairs(const Attention *a, Py_ssize_t t0, Py_ssize_t t1, ScoresFn scores,
+                                  ValuesFn values) {
+    Py_ssize_t G = a->H / a->KVH;
+    int64_t *slots = malloc((size_t)a->K * sizeof(int64_t));
+    float *p = malloc((size_t)(G * a->K + G * a->D) * sizeof(float));
+    if (!slots || !p) {
+        free(slots);
+        free(p);
+        return -1;
+    }
+    for (Py_ssize_t t = t0; t < t1; t++) attend_pair(a, t / a->KVH, t % a->KVH, slots, p, p + G * a->K, scores, values);
+    free(slots);
+    free(p);
+    return 0;
+}
+
+/* ------------------------------------------------------------------ one copy per path */
+
+#define PATHS(SUFFIX, TARGET)                                                                              \
+    TARGET static void rms_##SUFFIX(float *h, const float *delta, const float *w, float *y, Py_ssize_t r0, \
+                                    Py_ssize_t r1, Py_ssize_t n, float eps) {                              \
+        rms_rows(h, delta, w, y, r0, r1, n, eps);                                                          \
+    }                                                                                                      \
+    TARGET static void silu_##SUFFIX(const float *gu, float *out, Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t n) { \
+        silu_rows(gu, out, r0, r1, n);                                                                     \
+    }                                                                                                      \
+    TARGET static void rotary_##SUFFIX(const Rotary *a, Py_ssize_t r0, Py_ssize_t r1) { rotary_rows(a, r0, r1); } \
+    TARGET static int attention_##SUFFIX(const Attention *a, Py_ssize_t t0, Py_ssize_t t1) {              \
+        return attention_pairs(a, t0, t1, scores_##SUFFIX, values_##SUFFIX);                              \
+    }
+
+static void scores_generic_fn(const float *q0, Py_ssize_t G, Py_ssize_t D, const float *kh, const int64_t *slots,
+                              Py_ssize_t n, float *p, Py_ssize_t K, float scale) {
+    scores_generic(q0, G, D, kh, slots, n, p, K, scale);
+}
+static void values_generic_fn(const float *p, Py_ssize_t G, Py_ssize_t D, const float *vh, const int64_t *slots,
+                              Py_ssize_t n, Py_ssize_t K, float *acc) {
+    values_generic(p, G, D, vh, slots, n, K, acc);
+}
+#define scores_generic scores_generic_fn
+#define values_generic values_generic_fn
+PATHS(generic, )
+#undef scores_generic
+#undef values_generic
+#if PLD_X86
+PATHS(avx2, T_AVX2)
+PATHS(avx512, T_512)
+#endif
+
+typedef void (*RmsFn)(float *, const float *, const float *, float *, Py_ssize_t, Py_ssize_t, Py_ssize_t, float);
+typedef void (*SiluFn)(const float *, float *, Py_ssize_t, Py_ssize_t, Py_ssize_t);
+typedef void (*RotaryFn)(const Rotary *, Py_ssize_t, Py_ssize_t);
+typedef int (*AttentionFn)(const Attention *, Py_ssize_t, Py_ssize_t);
+
+#if PLD_X86
+static const RmsFn RMS[] = {rms_generic, rms_avx2, rms_avx512};
+static const SiluFn SILU[] = {silu_generic, silu_avx2, silu_avx512};
+static const RotaryFn ROTARY[] = {rotary_generic, rotary_avx2, rotary_avx512};
+static const AttentionFn ATTENTION[] = {attention_generic, attention_avx2, attention_avx512};
+#else
+static const RmsFn RMS[] = {rms_generic};
+static const SiluFn SILU[] = {silu_generic};
+static const RotaryFn ROTARY[] = {rotary_generic};
+static const AttentionFn ATTENTION[] = {attention_generic};
+#endif
+
+static int best_isa(void) {
+#if PLD_X86
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl"))
+        return ISA_AVX512;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return ISA_AVX2;
+#endif
+    return ISA_GENERIC;
+}
+
+/* Threads for `items` independent items of `work` multiply-adds in all. */
+static int threads_for(Py_ssize_t items, double work) {
+    int threads = 1;
+#ifdef _OPENMP
+    if (work >= PARALLEL_MIN_WORK) threads = omp_get_max_threads();
+#endif
+    return items < threads ? (int)items : threads;
+}
+
+/* ------------------------------------------------------------------ Python bindings */
+
+/* Addresses (Python ints from Tensor.data_ptr(), 0 for an absent optional one) then sizes,
+ * already checked by the Python wrapper (step_ops.py). */
+static int parse(PyObject *const *args, Py_ssize_t nargs, Py_ssize_t want, void **ptrs, int nptrs, Py_ssize_t *sizes) {
+    if (nargs != want) {
+        PyErr_Format(PyExc_TypeError, "expected %zd arguments, got %zd", want, nargs);
+        return -1;
+    }
+    for (int i = 0; i < nptrs; i++) {
+        ptrs[i] = PyLong_AsVoidPtr(args[i]);
+        if (ptrs[i] == NULL && PyErr_Occurred()) return -1;
+    }
+    for (Py_ssize_t i = nptrs; i < want; i++) {
+        sizes[i - nptrs] = PyLong_AsSsize_t(args[i]);
+        if (sizes[i - nptrs] < 0) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "negative size");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static float as_float(PyObject *o, int *err) {
+    double d = PyFloat_AsDouble(o);
+    *err = d == -1.0 && PyErr_Occurred();
+    return (float)d;
+}
+
+/* Split rows [0, rows) over threads; fn(r0, r1) per thread. */
+#define OVER_ROWS(rows, work, CALL)                                                \
+    do {                                                                           \
+        int nt_ = threads_for((rows), (work));                                     \
+        if (nt_ <= 1) {                                                            \
+            Py_ssize_t r0 = 0, r1 = (rows);                                        \
+            CALL;                                                                  \
+        } else {                                                                   \
+            _Pragma("omp parallel num_threads(nt_)") {                             \
+                int t_ = omp_get_thread_num(), n_ = omp_get_num_threads();         \
+                Py_ssize_t r0 = (rows) * t_ / n_, r1 = (rows) * (t_ + 1) / n_;     \
+                CALL;                                                              \
+            }                                                                      \
+        }                                                                          \
+    } while (0)
+
+/* rms_norm(h, delta, w, y, rows, n, eps): h += delta (when delta is not 0), y = RMSNorm(h) * w. */
+static PyObject *py_rms_norm(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    void *ptr[4];
+    Py_ssize_t s[2];
+    int err;
+    if (nargs != 7) return PyErr_Format(PyExc_TypeError, "expected 7 arguments, got %zd", nargs);
+    float eps = as_float(args[6], &err);
+    if (err || parse(args, 6, 6, ptr, 4, s) < 0) return NULL;
+    RmsFn fn = RMS[current_isa];
+    Py_BEGIN_ALLOW_THREADS
+    OVER_ROWS(s[0], (double)s[0] * s[1] * 4, fn(ptr[0], ptr[1], ptr[2], ptr[3], r0, r1, s[1], eps));
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
+/* silu_mul(gate_up, out, rows, n): out = silu(gate_up[:, :n]) * gate_up[:, n:]. */
+static PyObject *py_silu_mul(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    void *ptr[2];
+    Py_ssize_t s[2];
+    if (parse(args, nargs, 4, ptr, 2, s) < 0) return NULL;
+    SiluFn fn = SILU[current_isa];
+    Py_BEGIN_ALLOW_THREADS
+    OVER_ROWS(s[0], (double)s[0] * s[1] * 16, fn(ptr[0], ptr[1], r0, r1, s[1]));
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
+/* rotary_write(qkv, cos, sin, pos, slot, q, k, v, rows, stride, H, KVH, D, S) */
+static PyObject *py_rotary_write(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    void *p[8];
+    Py_ssize_t s[6];
+    if (parse(args, nargs, 14, p, 8, s) < 0) return NULL;
+    Rotary a = {p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], s[0], s[1], s[2], s[3], s[4], s[5]};
+    RotaryFn fn = ROTARY[current_isa];
+    Py_BEGIN_ALLOW_THREADS
+    OVER_ROWS(a.rows, (double)a.rows * (a.H + 2 * a.KVH) * a.D * 2, fn(&a, r0, r1));
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
+/* attention(q, k, v, read, mask, o, B, Q, H, KVH, D, K, S, start, scale) */
+static PyObject *py_attention(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    void *p[6];
+    Py_ssize_t s[8];
+    int err;
+    if (nargs != 15) return PyErr_Format(PyExc_TypeError, "expected 15 arguments, got %zd", nargs);
+    float scale = as_float(args[14], &err);
+    if (err || parse(args, 14, 14, p, 6, s) < 0) return NULL;
+    Attention a = {p[0], p[1], p[2], p[3], p[4], p[5], s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7], scale};
+    if (a.KVH == 0 || a.H % a.KVH) return PyErr_Format(PyExc_ValueError, "heads (%zd) must be a multiple of KV heads", a.H);
+    AttentionFn fn = ATTENTION[current_isa];
+    Py_ssize_t pairs = a.B * a.KVH;
+    int failed = 0;
+    Py_BEGIN_ALLOW_THREADS
+    OVER_ROWS(pairs, (double)a.B * a.Q * a.H * a.K * a.D * 2, if (fn(&a, r0, r1)) {
+        _Pragma("omp atomic write") failed = 1;
+    });
+    Py_END_ALLOW_THREADS
+    if (failed) return PyErr_NoMemory();
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_set_isa(PyObject *self, PyObject *arg) {
+    long level = PyLong_AsLong(arg);
+    if (level == -1 && PyErr_Occurred()) return NULL;
+    if (level < ISA_GENERIC || level > best_isa()) return PyErr_Format(PyExc_ValueError, "this CPU cannot run level %ld", level);
+    current_isa = (int)level;
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_get_isa(PyObject *self, PyObject *unused) { return PyLong_FromLong(current_isa); }
+
+static PyObject *py_exp(PyObject *self, PyObject *arg) {
+    double x = PyFloat_AsDouble(arg);
+    if (x == -1.0 && PyErr_Occurred()) return NULL;
+    return PyFloat_FromDouble(exp_one((float)x));
+}
+
+static PyMethodDef methods[] = {
+    {"rms_norm", (PyCFunction)(void (*)(void))py_rms_norm, METH_FASTCALL, "rms_norm(h, delta, w, y, rows, n, eps)"},
+    {"silu_mul", (PyCFunction)(void (*)(void))py_silu_mul, METH_FASTCALL, "silu_mul(gate_up, out, rows, n)"},
+    {"rotary_write", (PyCFunction)(void (*)(void))py_rotary_write, METH_FASTCALL,
+     "rotary_write(qkv, cos, sin, pos, slot, q, k, v, rows, stride, H, KVH, D, S)"},
+    {"attention", (PyCFunction)(void (*)(void))py_attention, METH_FASTCALL,
+     "attention(q, k, v, read, mask, o, B, Q, H, KVH, D, K, S, start, scale)"},
+    {"set_isa", py_set_isa, METH_O, "set_isa(level): 0 generic, 1 avx2, 2 avx512"},
+    {"get_isa", py_get_isa, METH_NOARGS, "the path in use (0, 1 or 2)"},
+    {"exp", py_exp, METH_O, "exp(x): the kernels' e^x of one float (tests)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef step_ops_module = {
+    PyModuleDef_HEAD_INIT, "_step_ops", "per-row layer work around the products (see step_ops.c)", -1, methods,
+    NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__step_ops(void) {
+    current_isa = best_isa();
+    return PyModule_Create(&step_ops_module);
+}

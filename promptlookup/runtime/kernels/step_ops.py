@@ -1,0 +1,146 @@
+"""The per-row work of a decoder layer around its products, in C, on the CPU, in float32.
+
+:class:`~promptlookup.runtime.paged_llama.PagedLlama` runs a CPU float32 step through these
+(where the C module ``_step_ops``, built from ``step_ops.c`` by ``make native``, is present):
+
+- :func:`rms_norm`: ``h += delta`` (optional, the residual add) then ``y = w * (h * rsqrt(mean(h²) + eps))``,
+  Hugging Face's ``LlamaRMSNorm`` arithmetic;
+- :func:`rotary_write`: Q and K rotated by the rotary table rows of their positions (bitwise
+  :func:`~promptlookup.runtime.rotary.apply_rotary`), Q returned as ``[rows, H, D]``, K and V
+  written into the layer's pool at the write slots;
+- :func:`attention`: the rows' attention over the pool (the keys each row sees, from the
+  layout's read slots and mask), ``[rows, H * D]``;
+- :func:`silu_mul`: ``silu(gate) * up`` of a fused gate/up product.
+
+Invariant (step_ops.c): every output row is bitwise the same for any number of rows in the
+call and on every instruction-set path, and an attention row depends only on the ordered
+list of keys it sees, so a row of a verification step (a chain or a token tree) equals the
+same row of a plain decoding step bitwise. The values differ from PyTorch's kernels by
+rounding only (another summation order; exp within 2 ulp).
+
+Cost: see step_ops.c; one call replaces 5-30 PyTorch operators. The arguments are checked
+here (dtype, device, contiguity, shapes), as the C code trusts them.
+"""
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+import torch
+
+MAX_ATTENTION_ROWS = 64  # query rows per sequence up to which attention runs here (prefill: PyTorch's SDPA)
+
+
+def _load() -> ModuleType | None:
+    try:
+        return importlib.import_module(f"{__package__}._step_ops")
+    except ImportError:
+        return None
+
+
+_C: ModuleType | None = _load()
+
+
+def available() -> bool:
+    """Whether the C module is built (else the model runs these steps through PyTorch)."""
+    return _C is not None
+
+
+def set_level(level: int) -> None:
+    """Run on instruction-set level ``level`` (0 generic, 1 AVX2, 2 AVX-512): the results are
+    the same on each; :func:`promptlookup.runtime.kernels.set_isa` calls this."""
+    if _C is not None:
+        _C.set_isa(level)
+
+
+def _dense(t: torch.Tensor, name: str, dtype: torch.dtype = torch.float32) -> None:
+    if t.dtype is not dtype or not t.is_contiguous() or not t.is_cpu:  # the cheap tests: ~120 calls a step
+        raise ValueError(f"{name} must be a contiguous {dtype} tensor on the CPU, got {t.dtype} "
+                         f"(contiguous: {t.is_contiguous()}) on {t.device}")
+
+
+def rms_norm(h: torch.Tensor, weight: torch.Tensor, eps: float, delta: torch.Tensor | None = None) -> torch.Tensor:
+    """RMSNorm of the rows of ``h`` ``[rows, n]`` times ``weight`` ``[n]``, as a new tensor;
+    with ``delta`` (same shape), ``h += delta`` first, in place (the residual add)."""
+    _dense(h, "h")
+    _dense(weight, "weight")
+    if h.dim() != 2 or weight.shape != (h.shape[1],) or (delta is not None and delta.shape != h.shape):
+        raise ValueError(f"rms_norm: h {tuple(h.shape)}, weight {tuple(weight.shape)}"
+                         f"{'' if delta is None else f', delta {tuple(delta.shape)}'}")
+    if delta is not None:
+        _dense(delta, "delta")
+    y = torch.empty_like(h)
+    _C.rms_norm(h.data_ptr(), 0 if delta is None else delta.data_ptr(), weight.data_ptr(), y.data_ptr(),
+                h.shape[0], h.shape[1], eps)
+    return y
+
+
+def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
+    """``silu(gate_up[:, :n]) * gate_up[:, n:]`` ``[rows, n]`` for ``gate_up`` ``[rows, 2n]``."""
+    _dense(gate_up, "gate_up")
+    if gate_up.dim() != 2 or gate_up.shape[1] % 2:
+        raise ValueError(f"silu_mul: gate_up must be [rows, 2n], got {tuple(gate_up.shape)}")
+    n = gate_up.shape[1] // 2
+    out = gate_up.new_empty(gate_up.shape[0], n)
+    _C.silu_mul(gate_up.data_ptr(), out.data_ptr(), gate_up.shape[0], n)
+    return out
+
+
+def rotary_write(qkv: torch.Tensor, cos: torch.Tensor, sin_signed: torch.Tensor, positions: torch.Tensor,
+                 slots: torch.Tensor, pool_k: torch.Tensor, pool_v: torch.Tensor, heads: int) -> torch.Tensor:
+    """Q ``[rows, heads, D]`` rotated, from a fused ``qkv`` ``[rows, (heads + 2 KVH) * D]``;
+    K (rotated) and V written into ``pool_k``/``pool_v`` ``[KVH, S, D]`` at ``slots`` ``[rows]``.
+    ``cos``/``sin_signed``: the rotary table ``[positions, D]`` (:class:`~promptlookup.runtime.rotary.RotaryTable`)."""
+    for t, name in ((qkv, "qkv"), (cos, "cos"), (sin_signed, "sin"), (pool_k, "pool_k"), (pool_v, "pool_v")):
+        _dense(t, name)
+    _dense(positions, "positions", torch.long)
+    _dense(slots, "slots", torch.long)
+    kvh, s, d = pool_k.shape
+    rows = qkv.shape[0]
+    if (qkv.dim() != 2 or qkv.shape[1] != (heads + 2 * kvh) * d or pool_v.shape != pool_k.shape
+            or cos.shape[1:] != (d,) or sin_signed.shape != cos.shape or positions.shape != (rows,)
+            or slots.shape != (rows,)):
+        raise ValueError(f"rotary_write: qkv {tuple(qkv.shape)}, pool {tuple(pool_k.shape)}, heads {heads}, "
+                         f"table {tuple(cos.shape)}, positions {tuple(positions.shape)}, slots {tuple(slots.shape)}")
+    q = qkv.new_empty(rows, heads, d)
+    _C.rotary_write(qkv.data_ptr(), cos.data_ptr(), sin_signed.data_ptr(), positions.data_ptr(), slots.data_ptr(),
+                    q.data_ptr(), pool_k.data_ptr(), pool_v.data_ptr(), rows, qkv.shape[1], heads, kvh, d, s)
+    return q
+
+
+def attention(q: torch.Tensor, pool_k: torch.Tensor, pool_v: torch.Tensor, batch: int, kv_len: int,
+              scale: float, read_slots: torch.Tensor | None = None, start: int = 0,
+              mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Attention of ``q`` ``[batch * Q, H, D]`` over the pool ``[KVH, S, D]``, as ``[batch * Q, H * D]``.
+
+    Sequence ``b``'s keys ``j < kv_len`` sit at slots ``read_slots[b, j]`` (``[batch, kv_len]``),
+    or at ``start + j`` when ``read_slots`` is ``None`` (one sequence, contiguous blocks);
+    ``mask`` ``[batch, Q, kv_len]`` bool says which keys each row sees (``None``: all)."""
+    _dense(q, "q")
+    _dense(pool_k, "pool_k")
+    _dense(pool_v, "pool_v")
+    rows, h, d = q.shape
+    kvh, s, _ = pool_k.shape
+    if rows % batch or pool_v.shape != pool_k.shape or pool_k.shape[2] != d or h % kvh:
+        raise ValueError(f"attention: q {tuple(q.shape)}, pool {tuple(pool_k.shape)}, batch {batch}")
+    per_seq = rows // batch
+    if read_slots is not None:
+        _dense(read_slots, "read_slots", torch.long)
+        if read_slots.shape != (batch, kv_len):
+            raise ValueError(f"attention: read_slots {tuple(read_slots.shape)}, want {(batch, kv_len)}")
+    elif batch != 1 or start + kv_len > s:
+        raise ValueError(f"attention: contiguous keys need one sequence inside the pool ({start}+{kv_len} > {s})")
+    if mask is not None:
+        _dense(mask, "mask", torch.bool)
+        if mask.shape != (batch, per_seq, kv_len):
+            raise ValueError(f"attention: mask {tuple(mask.shape)}, want {(batch, per_seq, kv_len)}")
+    o = q.new_empty(rows, h * d)
+    _C.attention(q.data_ptr(), pool_k.data_ptr(), pool_v.data_ptr(),
+                 0 if read_slots is None else read_slots.data_ptr(), 0 if mask is None else mask.data_ptr(),
+                 o.data_ptr(), batch, per_seq, h, kvh, d, kv_len, s, start, scale)
+    return o
+
+
+def exp(x: float) -> float:
+    """The kernels' ``e^x`` of one float32 (for tests of its accuracy)."""
+    return _C.exp(x)

@@ -1,0 +1,193 @@
+"""The C step ops (norm, rotary + K/V write, attention, gated activation): close to PyTorch's
+formulas, bitwise row-invariant, bitwise the same on every instruction-set path, and a
+token tree's row bitwise the chain row over the same keys; the model's CPU float32 route
+through them gives the logits of the PyTorch route."""
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from promptlookup.runtime import kernels
+from promptlookup.runtime.kernels import step_ops
+from promptlookup.runtime.rotary import apply_rotary
+
+if not step_ops.available():
+    if os.environ.get("PLD_REQUIRE_NATIVE") == "1":
+        pytest.fail("the C step ops are not built; PLD_REQUIRE_NATIVE=1 requires them", pytrace=False)
+    pytest.skip("the C step ops are not built (make native)", allow_module_level=True)
+
+H, KVH, D, S = 6, 2, 32, 256
+
+
+@pytest.fixture(autouse=True)
+def widest_path():
+    yield
+    kernels.set_isa(None)
+
+
+def levels() -> list[str]:
+    return list(kernels.available_isas())
+
+
+def pools(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(KVH, S, D, generator=g), torch.randn(KVH, S, D, generator=g)
+
+
+def sdpa(q: torch.Tensor, pk: torch.Tensor, pv: torch.Tensor, slots: torch.Tensor, mask: torch.Tensor | None,
+         scale: float) -> torch.Tensor:
+    """Reference: q [rows, H, D] of one sequence over the keys at ``slots``."""
+    keys, values = pk[:, slots].unsqueeze(0), pv[:, slots].unsqueeze(0)
+    out = F.scaled_dot_product_attention(q.transpose(0, 1).unsqueeze(0), keys, values,
+                                         attn_mask=None if mask is None else mask.unsqueeze(0).unsqueeze(0),
+                                         scale=scale, enable_gqa=True)
+    return out[0].transpose(0, 1).reshape(q.shape[0], -1)
+
+
+def test_exp_is_within_two_ulp_of_exp():
+    xs = torch.linspace(-87.0, 88.0, 20001, dtype=torch.float64)
+    got = torch.tensor([step_ops.exp(float(x)) for x in xs], dtype=torch.float64)
+    want = torch.exp(xs.float().double())
+    assert ((got - want).abs() / want).max() < 2.5e-7
+    assert step_ops.exp(-1000.0) < 1e-37 and step_ops.exp(1000.0) < float("inf")
+
+
+@pytest.mark.parametrize("level", levels())
+def test_norm_and_activation_equal_the_formulas_and_are_row_invariant(level):
+    kernels.set_isa(level)
+    g = torch.Generator().manual_seed(1)
+    h, delta, w = torch.randn(7, 200, generator=g), torch.randn(7, 200, generator=g), torch.randn(200, generator=g)
+    summed = h + delta
+    y = step_ops.rms_norm(h, w, 1e-5, delta=delta)
+    assert torch.equal(h, summed)  # the residual add, in place, exactly
+    want = w * (summed * torch.rsqrt(summed.pow(2).mean(-1, keepdim=True) + 1e-5))
+    torch.testing.assert_close(y, want, rtol=1e-5, atol=1e-5)
+    for r in range(7):
+        assert torch.equal(step_ops.rms_norm(summed[r : r + 1].clone(), w, 1e-5), y[r : r + 1])
+    gu = torch.randn(5, 2 * 300, generator=g) * 6
+    act = step_ops.silu_mul(gu)
+    torch.testing.assert_close(act, F.silu(gu[:, :300]) * gu[:, 300:], rtol=1e-5, atol=1e-6)
+    assert torch.equal(step_ops.silu_mul(gu[3:4].clone()), act[3:4])
+
+
+def test_rotary_write_is_apply_rotary_bitwise_and_writes_the_pool():
+    g = torch.Generator().manual_seed(2)
+    rows = 5
+    qkv = torch.randn(rows, (H + 2 * KVH) * D, generator=g)
+    cos, sin = torch.randn(64, D, generator=g), torch.randn(64, D, generator=g)
+    positions = torch.tensor([3, 9, 10, 11, 40])
+    slots = torch.tensor([100, 7, 8, 200, 31])
+    pk, pv = torch.zeros(KVH, S, D), torch.zeros(KVH, S, D)
+    q = step_ops.rotary_write(qkv, cos, sin, positions, slots, pk, pv, H)
+    c, s = cos[positions].unsqueeze(1), sin[positions].unsqueeze(1)
+    heads = qkv.view(rows, H + 2 * KVH, D)
+    assert torch.equal(q, apply_rotary(heads[:, :H], c, s))
+    assert torch.equal(pk[:, slots].transpose(0, 1), apply_rotary(heads[:, H : H + KVH], c, s))
+    assert torch.equal(pv[:, slots].transpose(0, 1), heads[:, H + KVH :])
+    assert pk.abs().sum(-1).ne(0).sum() == rows * KVH  # nothing else written
+
+
+@pytest.mark.parametrize("level", levels())
+def test_attention_equals_sdpa_for_one_row_chains_and_batches(level):
+    kernels.set_isa(level)
+    pk, pv = pools()
+    g = torch.Generator().manual_seed(3)
+    scale = D**-0.5
+    # one row over a contiguous run of keys
+    q = torch.randn(1, H, D, generator=g)
+    got = step_ops.attention(q, pk, pv, 1, 70, scale, start=20)
+    torch.testing.assert_close(got, sdpa(q, pk, pv, torch.arange(20, 90), None, scale), rtol=1e-5, atol=1e-5)
+    # a chain of 4 rows ending at key 50, read through slots
+    q4 = torch.randn(4, H, D, generator=g)
+    slots = torch.randperm(S, generator=g)[:50]
+    mask = torch.ones(4, 50, dtype=torch.bool).tril_(diagonal=46)
+    got = step_ops.attention(q4, pk, pv, 1, 50, scale, slots.view(1, 50), mask=mask.view(1, 4, 50))
+    torch.testing.assert_close(got, sdpa(q4, pk, pv, slots, mask, scale), rtol=1e-5, atol=1e-5)
+    # two sequences, one padded: each as if alone
+    read = torch.stack([slots, torch.randperm(S, generator=g)[:50]])
+    masks = torch.stack([mask, torch.zeros(4, 50, dtype=torch.bool)])
+    masks[1, :2, :30] = True
+    masks[1, 2:, 0] = True  # padded rows see one key
+    qq = torch.randn(8, H, D, generator=g)
+    got = step_ops.attention(qq, pk, pv, 2, 50, scale, read, mask=masks)
+    torch.testing.assert_close(got[:4], sdpa(qq[:4], pk, pv, read[0], masks[0], scale), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(got[4:6], sdpa(qq[4:6], pk, pv, read[1, :30], None, scale), rtol=1e-5, atol=1e-5)
+
+
+def test_attention_rows_are_bitwise_invariant_and_a_tree_row_is_its_chain_row():
+    pk, pv = pools(4)
+    g = torch.Generator().manual_seed(5)
+    scale = D**-0.5
+    q = torch.randn(3, H, D, generator=g)
+    # a tree of 3 rows at keys 40, 41, 42: rows 1 and 2 both follow row 0
+    mask = torch.zeros(3, 43, dtype=torch.bool)
+    mask[:, :40] = True
+    mask[0, 40] = mask[1, 40] = mask[1, 41] = mask[2, 40] = mask[2, 42] = True
+    tree = step_ops.attention(q, pk, pv, 1, 43, scale, start=0, mask=mask.view(1, 3, 43))
+    # row 2 of the tree sees keys 0..40 and 42: as a chain row, the same keys at consecutive slots
+    chain_slots = torch.cat([torch.arange(41), torch.tensor([42])]).view(1, 42)
+    alone = step_ops.attention(q[2:3].clone(), pk, pv, 1, 42, scale, chain_slots)
+    assert torch.equal(alone[0], tree[2])
+    # row 0 alone over its 41 keys, contiguous
+    assert torch.equal(step_ops.attention(q[0:1].clone(), pk, pv, 1, 41, scale, start=0)[0], tree[0])
+
+
+def test_every_path_gives_bitwise_the_same_values():
+    pk, pv = pools(6)
+    g = torch.Generator().manual_seed(7)
+    q = torch.randn(5, H, D, generator=g)
+    mask = torch.ones(5, 90, dtype=torch.bool).tril_(diagonal=85).view(1, 5, 90)
+    h, w, gu = torch.randn(5, 96, generator=g), torch.randn(96, generator=g), torch.randn(5, 160, generator=g)
+    results = []
+    for level in levels():
+        kernels.set_isa(level)
+        results.append((step_ops.attention(q, pk, pv, 1, 90, 0.2, start=3, mask=mask),
+                        step_ops.rms_norm(h.clone(), w, 1e-6), step_ops.silu_mul(gu)))
+    for other in results[1:]:
+        for a, b in zip(results[0], other):
+            assert torch.equal(a, b)
+
+
+def test_bad_arguments_are_refused():
+    pk, pv = pools()
+    with pytest.raises(ValueError, match="contiguous"):
+        step_ops.rms_norm(torch.randn(4, 8).t(), torch.ones(4), 1e-5)
+    with pytest.raises(ValueError, match="rms_norm"):
+        step_ops.rms_norm(torch.randn(4, 8), torch.ones(7), 1e-5)
+    with pytest.raises(ValueError, match="one sequence"):
+        step_ops.attention(torch.randn(2, H, D), pk, pv, 2, 10, 1.0)
+    with pytest.raises(ValueError, match="mask"):
+        step_ops.attention(torch.randn(2, H, D), pk, pv, 1, 10, 1.0, mask=torch.ones(1, 2, 9, dtype=torch.bool))
+
+
+def test_the_model_route_equals_the_pytorch_route():
+    """A tiny random Llama: logits of a prefill (over MAX_ATTENTION_ROWS rows, SDPA inside),
+    then a plain step and a tree step, through the C route and through PyTorch's."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from promptlookup.runtime.kv_cache import KVPool
+    from promptlookup.runtime.paged_llama import PagedLlama, build_layout
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=97, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
+    hf = LlamaForCausalLM(config).eval()
+    prompt = [int(t) for t in torch.randint(0, 97, (step_ops.MAX_ATTENTION_ROWS + 6,))]
+    outs = []
+    for c_route in (True, False):
+        model = PagedLlama.from_hf(hf)
+        assert model.uses_step_ops
+        model.uses_step_ops = c_route
+        pool = KVPool(config.num_hidden_layers, config.num_key_value_heads, 16, 16, 16, dtype=torch.float32, device="cpu")
+        table = list(range(1, 12))
+        n = len(prompt)
+        steps = [model(build_layout([prompt], [n], [table], [1], 16, torch.device("cpu")), pool)]
+        steps.append(model(build_layout([[5]], [n + 1], [table], [1], 16, torch.device("cpu")), pool))
+        steps.append(model(build_layout([[7, 8, 9]], [n + 4], [table], [3], 16, torch.device("cpu"),
+                                        parents=[[-1, 0, 0]]), pool))
+        outs.append(steps)
+    for c, t in zip(*outs):
+        torch.testing.assert_close(c, t, rtol=1e-4, atol=1e-4)
