@@ -137,6 +137,15 @@ class CpuLinear:
         y = _mkl(self.plain if self.plain is not None else self.small_rows_weight, x)
         return y if self.bias is None else y + self.bias
 
+    def kernel_operands(self) -> tuple[int, int, int, int, int] | None:
+        """``(weight address, 0, 0, 0, 0)``: the C kernels' fp32 product on the row-major weight, as
+        :func:`~promptlookup.runtime.kernels.step_ops.layer_records` takes it (products of up to
+        :data:`GEMV_MAX_ROWS` rows); ``None`` where this layer does not run it (no C kernels, a bias)."""
+        if self.gemv is None or self.bias is not None:
+            return None
+        weight = self.plain if self.plain is not None else self.small_rows_weight
+        return (weight.data_ptr(), 0, 0, 0, 0)
+
     def resident_bytes(self) -> int:
         """Bytes of weight this layer alone keeps alive (the shared ``small_rows_weight`` excluded)."""
         held = self.packed if self.packed is not None else self.plain

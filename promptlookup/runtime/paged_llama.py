@@ -58,7 +58,7 @@ from ..defaults import CPU_WEIGHT_COPIES, DEFAULT_CPU_WEIGHT_COPIES
 from ..errors import UserError
 # the step's layout lives in .batch_layout; its names are re-exported here for callers
 from .batch_layout import BatchLayout, Parents, SequenceRows, build_layout, row_tree, sequence_rows  # noqa: F401
-from .cpu_linear import CpuLinear
+from .cpu_linear import GEMV_MAX_ROWS, CpuLinear
 from .quant_linear import QuantLinear
 from .kernels import step_ops
 from .kv_cache import KVPool
@@ -186,6 +186,21 @@ class PagedLlama(nn.Module):
         # CPU float32: the work around the products in C (:meth:`_step_ops_forward`)
         self.uses_step_ops = (on_cpu and not dense_projections and self.dtype == torch.float32
                               and step_ops.available() and self.rotary.tabled and config.hidden_act == "silu")
+        # and every layer of a decoding step in one C call, where each projection runs a C kernel
+        self.layer_records = self._layer_records() if self.uses_step_ops and step_ops.runs_layers() else None
+
+    def _layer_records(self) -> torch.Tensor | None:
+        """The layers' table for :func:`.kernels.step_ops.layers`, or ``None`` when a projection
+        does not run a C kernel (a bias, no kernels)."""
+        ops = [tuple(getattr(b, n).kernel_operands() for n in ("qkv", "o_proj", "gate_up", "down_proj"))
+               for b in self.layers]
+        if any(op is None for layer in ops for op in layer):
+            return None
+        return step_ops.layer_records(ops, [(b.input_norm, b.post_norm) for b in self.layers])
+
+    def _apply(self, fn, *args, **kwargs):  # noqa: ANN001, ANN202  (nn.Module.to and friends)
+        self.layer_records = None  # it holds the addresses of the tensors being replaced
+        return super()._apply(fn, *args, **kwargs)
 
     @classmethod
     def from_hf(
@@ -268,6 +283,12 @@ class PagedLlama(nn.Module):
         h = self.embed_table.rows(ids) if self.embed_table is not None else F.embedding(ids, self.embed_weight)
         positions, write = layout.positions.reshape(-1), layout.write_slots.reshape(-1)
         mask = None if layout.mask is None else layout.mask.view(B, Q, layout.kv_len)
+        if self.layer_records is not None and rows <= GEMV_MAX_ROWS and Q <= step_ops.MAX_ATTENTION_ROWS:
+            step_ops.layers(h, self.layer_records, pool.k, pool.v, self.rotary.cos, self.rotary.sin, positions, write,
+                            heads=H, intermediate=self.intermediate, eps=self.eps, scale=self.scaling, batch=B,
+                            kv_len=layout.kv_len, read_slots=layout.read_slots, start=layout.contiguous_start,
+                            mask=mask)
+            return self.lm_head(step_ops.rms_norm(h.index_select(0, layout.logit_rows), self.norm, self.eps))
         x = step_ops.rms_norm(h, self.layers[0].input_norm, self.eps)
         last = len(self.layers) - 1
         for i, layer in enumerate(self.layers):

@@ -100,6 +100,17 @@ class QuantLinear:
             y = y + self.bias.float()
         return y if dtype == torch.float32 else y.to(dtype)
 
+    def kernel_operands(self) -> tuple[int, int, int, int, int] | None:
+        """``(codes, scale, offset, kind, group size)`` (addresses, then sizes; 0 where absent;
+        kind 1 int8, 2 int4) of the C kernel's product, as
+        :func:`~promptlookup.runtime.kernels.step_ops.layer_records` takes it; ``None`` where this
+        layer does not run it (not on the CPU, no C kernels, a bias)."""
+        if self.bias is not None or self.qweight.device.type != "cpu" or kernels.isa() == "reference":
+            return None
+        if self.offset is None:
+            return (self.qweight.data_ptr(), self.scale.data_ptr(), 0, 1, 0)
+        return (self.qweight.data_ptr(), self.scale.data_ptr(), self.offset.data_ptr(), 2, self.group_size)
+
     def to(self, device: torch.device | str) -> "QuantLinear":
         """This layer's tensors on ``device`` (a new layer; self when already there)."""
         if self.qweight.device == torch.device(device):

@@ -191,3 +191,54 @@ def test_the_model_route_equals_the_pytorch_route():
         outs.append(steps)
     for c, t in zip(*outs):
         torch.testing.assert_close(c, t, rtol=1e-4, atol=1e-4)
+
+
+def test_one_call_for_all_layers_equals_the_calls_one_by_one_bitwise():
+    """``step_ops.layers`` (a decoding step's layers in one C call) against the same step run
+    op by op from Python: chains, a tree, a padded batch of two; and every fp32/int8/int4 projection."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from promptlookup.runtime.kv_cache import KVPool
+    from promptlookup.runtime.paged_llama import PagedLlama, build_layout
+    from promptlookup.runtime.quant_linear import QuantLinear
+
+    if not step_ops.runs_layers():
+        pytest.skip("the products' C module is not built")
+    torch.manual_seed(1)
+    config = LlamaConfig(vocab_size=97, hidden_size=64, intermediate_size=96, num_hidden_layers=3,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
+    hf = LlamaForCausalLM(config).eval()
+    prompt = [int(t) for t in torch.randint(0, 97, (40,))]
+    cpu = torch.device("cpu")
+
+    def quantize(model: PagedLlama) -> None:  # layer 1 int8, layer 2 int4 (groups of 16)
+        torch.manual_seed(2)
+        for name in ("qkv", "o_proj", "gate_up", "down_proj"):
+            w = getattr(model.layers[1], name).small_rows_weight
+            w = w if w is not None else getattr(model.layers[1], name).plain
+            scale = w.abs().amax(1) / 127
+            setattr(model.layers[1], name, QuantLinear(torch.round(w / scale[:, None]).to(torch.int8), scale))
+            w2 = getattr(model.layers[2], name).plain
+            codes = torch.randint(0, 16, (w2.shape[0], w2.shape[1]), dtype=torch.uint8)
+            groups = w2.shape[1] // 16
+            setattr(model.layers[2], name, QuantLinear(codes[:, 0::2] | (codes[:, 1::2] << 4),
+                                                       torch.rand(w2.shape[0], groups) / 50,
+                                                       -torch.rand(w2.shape[0], groups) / 10, 16))
+        model.layer_records = model._layer_records()
+
+    outs = []
+    for fused in (True, False):
+        model = PagedLlama.from_hf(hf)
+        quantize(model)
+        assert model.layer_records is not None
+        if not fused:
+            model.layer_records = None
+        pool = KVPool(3, 2, 16, 16, 16, zeroed=True)
+        table, n = [1, 2, 3, 5, 6, 7], len(prompt)
+        steps = [model(build_layout([prompt], [n], [table], [1], 16, cpu), pool)]
+        steps.append(model(build_layout([[5]], [n + 1], [table], [1], 16, cpu), pool))
+        steps.append(model(build_layout([[7, 8, 9, 10]], [n + 5], [table], [4], 16, cpu, parents=[[-1, 0, 0, 2]]), pool))
+        steps.append(model(build_layout([[7], [8, 9]], [n + 2, 20], [table, [9, 10]], [1, 2], 16, cpu), pool))
+        outs.append(steps)
+    for fused, one_by_one in zip(*outs):
+        assert torch.equal(fused, one_by_one)

@@ -55,6 +55,8 @@ def _load() -> ModuleType | None:
 
 _C: ModuleType | None = _load()
 _env_applied = False
+if _C is not None:
+    step_ops.set_product(_C.product)  # step_ops.layers() runs these products
 
 
 def _native() -> ModuleType | None:

@@ -850,7 +850,24 @@ static struct PyModuleDef gemv_module = {
     NULL, NULL, NULL, NULL,
 };
 
+/* The product for other C code (step_ops.c runs a whole decoding step's layers in one call):
+ * the capsule "product" in this module holds this function's address. kind: 0 fp32, 1 int8,
+ * 2 int4 (the KIND_ values); the path is this module's current one. */
+static void api_product(const float *x, const void *w, const float *scale, const float *offset, float *y,
+                        Py_ssize_t M, Py_ssize_t K, Py_ssize_t N, Py_ssize_t gs, int kind) {
+    Product p = {x, w, scale, offset, y, M, K, N, gs};
+    if (M > 0 && N > 0) run_product(&p, kind);
+}
+
 PyMODINIT_FUNC PyInit__gemv(void) {
     current_isa = best_isa();
-    return PyModule_Create(&gemv_module);
+    PyObject *m = PyModule_Create(&gemv_module);
+    if (m == NULL) return NULL;
+    PyObject *api = PyCapsule_New((void *)api_product, "promptlookup._gemv.product", NULL);
+    if (api == NULL || PyModule_AddObject(m, "product", api) < 0) {
+        Py_XDECREF(api);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }

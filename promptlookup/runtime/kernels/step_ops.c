@@ -55,6 +55,9 @@ static int omp_get_num_threads(void) { return 1; }
 #endif
 
 #define LANES 16
+#ifndef PF_KEYS
+#define PF_KEYS 16 /* attention prefetches the K/V rows this many keys ahead */
+#endif
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 #define PARALLEL_MIN_WORK (1 << 16) /* less work than this many multiply-adds runs on one thread */
 
@@ -210,6 +213,12 @@ T_AVX2 static inline float tree16_avx(__m256 lo, __m256 hi) {
     return _mm_cvtss_f32(s);
 }
 
+/* The cache lines of one K or V row, fetched PF_KEYS keys ahead (the pool is read from
+ * memory: the products between two layers' attention evict it from the caches). */
+static inline void prefetch_row(const float *row, Py_ssize_t d) {
+    for (Py_ssize_t i = 0; i < d; i += 16) _mm_prefetch((const char *)(row + i), _MM_HINT_T0);
+}
+
 /* dot() for D a multiple of 16: the same lanes, products and tree, in AVX2 registers. */
 T_AVX2 static void scores_avx2(const float *q0, Py_ssize_t G, Py_ssize_t D, const float *kh, const int64_t *slots,
                                Py_ssize_t n, float *p, Py_ssize_t K, float scale) {
@@ -219,6 +228,7 @@ T_AVX2 static void scores_avx2(const float *q0, Py_ssize_t G, Py_ssize_t D, cons
     }
     for (Py_ssize_t c = 0; c < n; c++) {
         const float *kc = kh + slots[c] * D;
+        if (c + PF_KEYS < n) prefetch_row(kh + slots[c + PF_KEYS] * D, D);
         for (Py_ssize_t g = 0; g < G; g++) {
             const float *qg = q0 + g * D;
             __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
@@ -239,7 +249,7 @@ T_512 static void scores_avx512(const float *q0, Py_ssize_t G, Py_ssize_t D, con
     }
     for (Py_ssize_t c = 0; c < n; c++) {
         const float *kc = kh + slots[c] * D;
-        if (c + 2 < n) _mm_prefetch((const char *)(kh + slots[c + 2] * D), _MM_HINT_T0);
+        if (c + PF_KEYS < n) prefetch_row(kh + slots[c + PF_KEYS] * D, D);
         for (Py_ssize_t g = 0; g < G; g++) {
             const float *qg = q0 + g * D;
             __m512 acc = _mm512_setzero_ps();
@@ -282,6 +292,7 @@ T_512 static void values_avx512(const float *p, Py_ssize_t G, Py_ssize_t D, cons
         __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
         for (Py_ssize_t c = 0; c < n; c++) {
             const float *vc = vh + slots[c] * D;
+            if (g == 0 && c + PF_KEYS < n) prefetch_row(vh + slots[c + PF_KEYS] * D, D);
             __m512 w = _mm512_set1_ps(pg[c]);
             a0 = _mm512_add_ps(a0, _mm512_mul_ps(w, _mm512_loadu_ps(vc)));
             a1 = _mm512_add_ps(a1, _mm512_mul_ps(w, _mm512_loadu_ps(vc + 16)));
@@ -308,6 +319,7 @@ T_AVX2 static void values_avx2(const float *p, Py_ssize_t G, Py_ssize_t D, const
         for (int i = 0; i < 8; i++) a[i] = _mm256_setzero_ps();
         for (Py_ssize_t c = 0; c < n; c++) {
             const float *vc = vh + slots[c] * D;
+            if (g == 0 && c + PF_KEYS < n) prefetch_row(vh + slots[c + PF_KEYS] * D, D);
             __m256 w = _mm256_set1_ps(pg[c]);
             for (int i = 0; i < 8; i++) a[i] = _mm256_add_ps(a[i], _mm256_mul_ps(w, _mm256_loadu_ps(vc + 8 * i)));
         }
@@ -532,6 +544,89 @@ static PyObject *py_attention(PyObject *self, PyObject *const *args, Py_ssize_t 
     Py_RETURN_NONE;
 }
 
+/* ------------------------------------------------------------------ a whole step's layers */
+
+/* The products, from gemv.c (its module's capsule "product"; set_product() installs it). */
+typedef void (*ProductFn)(const float *x, const void *w, const float *scale, const float *offset, float *y,
+                          Py_ssize_t M, Py_ssize_t K, Py_ssize_t N, Py_ssize_t gs, int kind);
+static ProductFn product = NULL;
+
+/* One layer's record (int64 each): for qkv, o, gate_up, down in turn the weight, scale,
+ * offset (0 when absent), kind (0 fp32, 1 int8, 2 int4) and group size; then the layer's input
+ * norm, its post-attention norm, and the next layer's input norm (0 for the last layer). */
+enum { PROJ_FIELDS = 5, REC_IN_NORM = 4 * PROJ_FIELDS, REC_POST_NORM, REC_NEXT_NORM, RECORD };
+
+static void run_proj(const int64_t *r, const float *x, float *y, Py_ssize_t M, Py_ssize_t K, Py_ssize_t N) {
+    product(x, (const void *)(intptr_t)r[0], (const float *)(intptr_t)r[1], (const float *)(intptr_t)r[2], y, M, K, N,
+            (Py_ssize_t)r[4], (int)r[3]);
+}
+
+/* layers(h, cos, sin, pos, slot, read, mask, records, pools, rows, hidden, H, KVH, D, inter, S, B, Q, K,
+ *        start, L, eps, scale): the L decoder layers over the residual rows h [rows, hidden], in place:
+ * per layer norm, QKV product, rotary + K/V write, attention, O product, residual add + norm,
+ * gate/up product, SiLU gate, down product, residual add (+ the next layer's norm): the very
+ * operations, in the same order, that PagedLlama._step_ops_forward calls one by one, so the
+ * same values bitwise. pools: int64 [L, 2], each layer's K and V pool address. */
+static PyObject *py_layers(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    void *p[9];
+    Py_ssize_t s[12];
+    int err1, err2;
+    if (nargs != 23) return PyErr_Format(PyExc_TypeError, "expected 23 arguments, got %zd", nargs);
+    if (product == NULL) return PyErr_Format(PyExc_RuntimeError, "set_product() was not called");
+    float eps = as_float(args[21], &err1), scale = as_float(args[22], &err2);
+    if (err1 || err2 || parse(args, 21, 21, p, 9, s) < 0) return NULL;
+    float *h = p[0];
+    const int64_t *records = p[7], *pools = p[8];
+    Py_ssize_t rows = s[0], hidden = s[1], H = s[2], KVH = s[3], D = s[4], inter = s[5], S = s[6];
+    Py_ssize_t B = s[7], Q = s[8], K = s[9], start = s[10], L = s[11], width = (H + 2 * KVH) * D;
+    if (KVH == 0 || H % KVH || B * Q != rows) return PyErr_Format(PyExc_ValueError, "layers: bad shape");
+    size_t floats = (size_t)rows * (size_t)(2 * hidden + width + 2 * H * D + 3 * inter);
+    float *x = malloc(floats * sizeof(float));
+    if (x == NULL) return PyErr_NoMemory();
+    float *qkv = x + rows * hidden, *q = qkv + rows * width, *o = q + rows * H * D, *tmp = o + rows * H * D;
+    float *gu = tmp + rows * hidden, *act = gu + rows * 2 * inter;
+    int failed = 0;
+    Py_BEGIN_ALLOW_THREADS
+    RmsFn rms = RMS[current_isa];
+    SiluFn silu = SILU[current_isa];
+    RotaryFn rotary = ROTARY[current_isa];
+    AttentionFn attention = ATTENTION[current_isa];
+    double norm_work = (double)rows * hidden * 4;
+    OVER_ROWS(rows, norm_work, rms(h, NULL, (const float *)(intptr_t)records[REC_IN_NORM], x, r0, r1, hidden, eps));
+    for (Py_ssize_t l = 0; l < L && !failed; l++) {
+        const int64_t *r = records + l * RECORD;
+        float *pk = (float *)(intptr_t)pools[2 * l], *pv = (float *)(intptr_t)pools[2 * l + 1];
+        run_proj(r, x, qkv, rows, hidden, width);
+        Rotary ra = {qkv, p[1], p[2], p[3], p[4], q, pk, pv, rows, width, H, KVH, D, S};
+        OVER_ROWS(rows, (double)rows * width * 2, rotary(&ra, r0, r1));
+        Attention aa = {q, pk, pv, p[5], p[6], o, B, Q, H, KVH, D, K, S, start, scale};
+        OVER_ROWS(B * KVH, (double)rows * H * K * D * 2, if (attention(&aa, r0, r1)) {
+            _Pragma("omp atomic write") failed = 1;
+        });
+        run_proj(r + PROJ_FIELDS, o, tmp, rows, H * D, hidden);
+        OVER_ROWS(rows, norm_work, rms(h, tmp, (const float *)(intptr_t)r[REC_POST_NORM], x, r0, r1, hidden, eps));
+        run_proj(r + 2 * PROJ_FIELDS, x, gu, rows, hidden, 2 * inter);
+        OVER_ROWS(rows, (double)rows * inter * 16, silu(gu, act, r0, r1, inter));
+        run_proj(r + 3 * PROJ_FIELDS, act, tmp, rows, inter, hidden);
+        if (r[REC_NEXT_NORM]) {
+            OVER_ROWS(rows, norm_work, rms(h, tmp, (const float *)(intptr_t)r[REC_NEXT_NORM], x, r0, r1, hidden, eps));
+        } else {
+            for (Py_ssize_t i = 0; i < rows * hidden; i++) h[i] = h[i] + tmp[i];
+        }
+    }
+    Py_END_ALLOW_THREADS
+    free(x);
+    if (failed) return PyErr_NoMemory();
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_set_product(PyObject *self, PyObject *capsule) {
+    void *fn = PyCapsule_GetPointer(capsule, "promptlookup._gemv.product");
+    if (fn == NULL) return NULL;
+    product = (ProductFn)fn;
+    Py_RETURN_NONE;
+}
+
 static PyObject *py_set_isa(PyObject *self, PyObject *arg) {
     long level = PyLong_AsLong(arg);
     if (level == -1 && PyErr_Occurred()) return NULL;
@@ -555,6 +650,10 @@ static PyMethodDef methods[] = {
      "rotary_write(qkv, cos, sin, pos, slot, q, k, v, rows, stride, H, KVH, D, S)"},
     {"attention", (PyCFunction)(void (*)(void))py_attention, METH_FASTCALL,
      "attention(q, k, v, read, mask, o, B, Q, H, KVH, D, K, S, start, scale)"},
+    {"layers", (PyCFunction)(void (*)(void))py_layers, METH_FASTCALL,
+     "layers(h, cos, sin, pos, slot, read, mask, records, pools, rows, hidden, H, KVH, D, inter, S, B, Q, K, start, L, eps, "
+     "scale)"},
+    {"set_product", py_set_product, METH_O, "set_product(capsule): the products of gemv.c, for layers()"},
     {"set_isa", py_set_isa, METH_O, "set_isa(level): 0 generic, 1 avx2, 2 avx512"},
     {"get_isa", py_get_isa, METH_NOARGS, "the path in use (0, 1 or 2)"},
     {"exp", py_exp, METH_O, "exp(x): the kernels' e^x of one float (tests)"},

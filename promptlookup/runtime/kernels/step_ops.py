@@ -46,6 +46,22 @@ def available() -> bool:
     return _C is not None
 
 
+_HAS_PRODUCT = False
+
+
+def set_product(capsule: object) -> None:
+    """Install gemv.c's product (its module's ``product`` capsule) for :func:`layers`."""
+    global _HAS_PRODUCT
+    if _C is not None:
+        _C.set_product(capsule)
+        _HAS_PRODUCT = True
+
+
+def runs_layers() -> bool:
+    """Whether :func:`layers` can run (both C modules built)."""
+    return _HAS_PRODUCT
+
+
 def set_level(level: int) -> None:
     """Run on instruction-set level ``level`` (0 generic, 1 AVX2, 2 AVX-512): the results are
     the same on each; :func:`promptlookup.runtime.kernels.set_isa` calls this."""
@@ -139,6 +155,71 @@ def attention(q: torch.Tensor, pool_k: torch.Tensor, pool_v: torch.Tensor, batch
                  0 if read_slots is None else read_slots.data_ptr(), 0 if mask is None else mask.data_ptr(),
                  o.data_ptr(), batch, per_seq, h, kvh, d, kv_len, s, start, scale)
     return o
+
+
+RECORD = 23  # int64 fields of one layer's record (step_ops.c: 4 projections x 5, then 3 norms)
+KINDS = {"fp32": 0, "int8": 1, "int4": 2}
+
+
+def layer_records(layers: list[tuple[tuple[int, ...], ...]], norms: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+    """The ``[L, RECORD]`` int64 table :func:`layers` reads: for each layer its four projections'
+    kernel operands (``(weight, scale, offset, kind, group_size)`` addresses and sizes, 0 where
+    absent: :meth:`~promptlookup.runtime.cpu_linear.CpuLinear.kernel_operands`) in the order qkv, o,
+    gate/up, down, then the addresses of its input norm, its post-attention norm and the next
+    layer's input norm (0 for the last). The caller keeps every tensor alive as long as the table."""
+    rows = []
+    for i, (projections, (input_norm, post_norm)) in enumerate(zip(layers, norms)):
+        for t in (input_norm, post_norm):
+            _dense(t, "norm")
+        following = norms[i + 1][0].data_ptr() if i + 1 < len(norms) else 0
+        rows.append([v for op in projections for v in op] + [input_norm.data_ptr(), post_norm.data_ptr(), following])
+    table = torch.tensor(rows, dtype=torch.long)
+    if table.shape[1:] != (RECORD,):
+        raise ValueError(f"layer records must have {RECORD} fields, got {tuple(table.shape)}")
+    return table
+
+
+def layers(h: torch.Tensor, records: torch.Tensor, pool_k: list[torch.Tensor], pool_v: list[torch.Tensor],
+           cos: torch.Tensor, sin_signed: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor, *,
+           heads: int, intermediate: int, eps: float, scale: float, batch: int, kv_len: int,
+           read_slots: torch.Tensor | None = None, start: int = 0, mask: torch.Tensor | None = None) -> None:
+    """Every decoder layer of a step over the residual rows ``h`` ``[batch * Q, hidden]``, in place,
+    in one call: the operations of the functions above and of the products (gemv.c), in the
+    order ``PagedLlama`` calls them one by one, so bitwise the same values, without a return to
+    Python between them. ``records``: :func:`layer_records`; ``pool_k``/``pool_v``: each
+    layer's pool ``[KVH, S, D]``; the rest as :func:`rotary_write` and :func:`attention`."""
+    _dense(h, "h")
+    for t, name in ((cos, "cos"), (sin_signed, "sin")):
+        _dense(t, name)
+    for t, name in ((positions, "positions"), (slots, "slots"), (records, "records")):
+        _dense(t, name, torch.long)
+    n_layers = records.shape[0]
+    kvh, s, d = pool_k[0].shape
+    rows, hidden = h.shape
+    for t in (*pool_k, *pool_v):
+        if t.shape != (kvh, s, d):
+            raise ValueError("layers: every layer's pool must have one shape")
+        _dense(t, "pool")
+    if (len(pool_k) != n_layers or len(pool_v) != n_layers or rows % batch or positions.shape != (rows,)
+            or slots.shape != (rows,) or cos.shape[1:] != (d,) or sin_signed.shape != cos.shape):
+        raise ValueError(f"layers: h {tuple(h.shape)}, {n_layers} records, {len(pool_k)} pools, "
+                         f"positions {tuple(positions.shape)}, slots {tuple(slots.shape)}")
+    per_seq = rows // batch
+    if read_slots is not None:
+        _dense(read_slots, "read_slots", torch.long)
+        if read_slots.shape != (batch, kv_len):
+            raise ValueError(f"layers: read_slots {tuple(read_slots.shape)}, want {(batch, kv_len)}")
+    elif batch != 1 or start + kv_len > s:
+        raise ValueError(f"layers: contiguous keys need one sequence inside the pool ({start}+{kv_len} > {s})")
+    if mask is not None:
+        _dense(mask, "mask", torch.bool)
+        if mask.shape != (batch, per_seq, kv_len):
+            raise ValueError(f"layers: mask {tuple(mask.shape)}, want {(batch, per_seq, kv_len)}")
+    pools = torch.tensor([[k.data_ptr(), v.data_ptr()] for k, v in zip(pool_k, pool_v)], dtype=torch.long)
+    _C.layers(h.data_ptr(), cos.data_ptr(), sin_signed.data_ptr(), positions.data_ptr(), slots.data_ptr(),
+              0 if read_slots is None else read_slots.data_ptr(), 0 if mask is None else mask.data_ptr(),
+              records.data_ptr(), pools.data_ptr(), rows, hidden, heads, kvh, d, intermediate, s, batch, per_seq,
+              kv_len, start, n_layers, eps, scale)
 
 
 def exp(x: float) -> float:
