@@ -24,11 +24,11 @@ With ``--num_code N`` (default 3; 0 skips it), each thread count also generates
 (``[k, n] = [10, 2]``, the cost-aware draft policy), the two alternating per prompt,
 without block reuse (so every run pays its prompt): tok/s of each, prompt included.
 
-With ``--profile`` (at the first thread count) it also counts, under ``torch.profiler``,
-the operator calls per plain and 11-row step and splits their self CPU time into the
-products (oneDNN/MKL matrix products), attention, and everything else; and it times the
-same steps with the products stubbed out (:func:`products_stubbed`), in process CPU
-time: the cost of everything outside the products, steady on a busy machine.
+With ``--profile`` (at the first thread count) it also splits the plain and 11-row steps, in
+process CPU ms: the decoder layers (on the CPU in float32, one C call:
+``step_ops.layers``, products, attention and norms together), the LM head, and the rest
+(layout, sampling, commit, Python); and it times the same steps with the layers run op by
+op from Python (the model's ``layer_records`` cleared), which shows what the one call saves.
 
     python bench/bench_limit.py --threads 1 2 --output_json bench/results/limit.json
 """
@@ -39,10 +39,8 @@ import os
 import statistics
 import sys
 import time
-from contextlib import contextmanager
 from pathlib import Path
-from types import SimpleNamespace
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -53,8 +51,6 @@ from promptlookup.cli.args import ArgumentParser  # noqa: E402  (before torch: O
 
 import torch  # noqa: E402
 
-PRODUCT_OPS = ("mkldnn::_linear_pointwise", "aten::mm", "aten::addmm", "aten::linear", "aten::matmul")
-ATTENTION_OPS = ("aten::_scaled_dot_product_flash_attention_for_cpu", "aten::_scaled_dot_product_attention_math")
 CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "amx_tile", "amx_bf16")
 DRAFT_ROWS = 10  # the verification step feeds 1 + DRAFT_ROWS tokens
 
@@ -136,24 +132,45 @@ def step_times(fns: dict[str, Callable[[], Any]], rounds: int) -> dict[str, list
     return out
 
 
-def profile_steps(fns: dict[str, Callable[[], Any]], steps: int) -> dict[str, dict[str, float]]:
-    """Per step under ``torch.profiler``: operator calls, and self CPU ms of the products,
-    attention and the other operators, with the wall time the profiled run took."""
-    from torch.profiler import ProfilerActivity, profile
+def profile_steps(fns: dict[str, Callable[[], Any]], model: Any, steps: int) -> dict[str, dict[str, float]]:
+    """Per step, median process CPU ms of: the decoder layers' one C call, the LM head, the
+    rest of the step; and the whole step with the layers run op by op from Python."""
+    from promptlookup.runtime.kernels import step_ops
 
-    out = {}
-    for name, fn in fns.items():
-        with profile(activities=[ProfilerActivity.CPU]) as prof:
-            t = time.perf_counter()
+    spent = {"layers": 0.0, "lm_head": 0.0}
+    real_layers, real_head = step_ops.layers, model.lm_head
+
+    def timed(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def run(*args: Any, **kwargs: Any) -> Any:
+            c = time.process_time()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                spent[name] += time.process_time() - c
+        return run
+
+    out: dict[str, dict[str, float]] = {}
+    step_ops.layers, model.lm_head = timed("layers", real_layers), timed("lm_head", real_head)
+    try:
+        for name, fn in fns.items():
+            parts: dict[str, list[float]] = {"layers": [], "lm_head": [], "rest": []}
             for _ in range(steps):
+                spent.update(layers=0.0, lm_head=0.0)
+                c = time.process_time()
                 fn()
-            wall = (time.perf_counter() - t) / steps
-        events = prof.key_averages()
-        ms = lambda keys: sum(e.self_cpu_time_total for e in events if keys is None or e.key in keys) / steps / 1e3  # noqa: E731
-        total, products, attention = ms(None), ms(PRODUCT_OPS), ms(ATTENTION_OPS)
-        out[name] = {"op_calls": sum(e.count for e in events) / steps, "products_ms": products,
-                     "attention_ms": attention, "other_ops_ms": total - products - attention,
-                     "outside_ops_ms": wall * 1e3 - total, "profiled_wall_ms": wall * 1e3}
+                total = time.process_time() - c
+                parts["layers"].append(spent["layers"])
+                parts["lm_head"].append(spent["lm_head"])
+                parts["rest"].append(total - spent["layers"] - spent["lm_head"])
+            out[name] = {f"{k}_ms": statistics.median(v) * 1e3 for k, v in parts.items()}
+    finally:
+        step_ops.layers, model.lm_head = real_layers, real_head
+    records, model.layer_records = model.layer_records, None
+    try:
+        for name, times in step_times(fns, steps).items():
+            out[name]["op_by_op_ms"] = statistics.median(c for _, c in times) * 1e3
+    finally:
+        model.layer_records = records
     return out
 
 
@@ -182,37 +199,6 @@ def generation_rates(runner: Any, prompts: list[list[int]], max_new_tokens: int,
     return {f"{k}_tok_s": tokens[k] / seconds[k] for k in configs}
 
 
-@contextmanager
-def products_stubbed() -> Iterator[None]:
-    """Within the block, the CPU projections' matrix products (oneDNN's and MKL's, as
-    :mod:`promptlookup.runtime.cpu_linear` calls them) return a zero tensor of the right
-    shape, made once per shape, instead of computing: what a step then costs is all its
-    work except the products (the logits are meaningless). Patches that module's ``torch``
-    name only."""
-    from promptlookup.runtime import cpu_linear
-
-    real = cpu_linear.torch
-    zeros: dict[tuple[int, int], torch.Tensor] = {}
-
-    def result(rows: int, cols: int) -> torch.Tensor:
-        if (rows, cols) not in zeros:
-            zeros[rows, cols] = real.zeros(rows, cols)
-        return zeros[rows, cols]
-
-    def linear_pointwise(x: torch.Tensor, packed: torch.Tensor, *rest: Any) -> torch.Tensor:
-        return result(x.shape[0], packed.size(0))
-
-    def mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        return result(a.shape[0], b.shape[1])
-
-    cpu_linear.torch = SimpleNamespace(ops=SimpleNamespace(mkldnn=SimpleNamespace(_linear_pointwise=linear_pointwise)),
-                                       mm=mm, cat=real.cat, Tensor=real.Tensor)
-    try:
-        yield
-    finally:
-        cpu_linear.torch = real
-
-
 def build_parser() -> ArgumentParser:
     p = ArgumentParser(prog="bench/bench_limit.py", description=__doc__.splitlines()[0])
     p.add_argument("--engine_dir", default=str(ROOT / "artifacts/smollm2/engine"), help="a float32 PyTorch engine")
@@ -223,7 +209,7 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--repeats", type=int, default=6, help="bandwidth probe: best of this many products")
     p.add_argument("--num_code", type=int, default=3, help="code-edit prompts generated plainly and with V2 (0: skip)")
     p.add_argument("--max_new_tokens", type=int, default=96, help="new tokens per generated prompt")
-    p.add_argument("--profile", action="store_true", help="also profile steps at the first thread count (op counts, ms)")
+    p.add_argument("--profile", action="store_true", help="also split the steps at the first thread count (layers, LM head, rest; op by op)")
     p.add_argument("--output_json", default=None, help="write the results here as JSON (default: print only)")
     return p
 
@@ -294,23 +280,12 @@ def main(argv: list[str] | None = None) -> int:
           + ("; gen: tok/s of whole generations (prompt included)" if gen_prompts else ""))
     if args.profile:
         configure_threads(args.threads[0])
-        steps = {"plain": plain, "verify11": verify}
-        prof = profile_steps(steps, max(4, args.steps // 4))
-        with products_stubbed():
-            for fn in steps.values():
-                fn()
-            rest = step_times(steps, args.steps)
-        for name, times in rest.items():
-            prof[name]["without_products_cpu_ms"] = statistics.median(c for _, c in times) * 1e3
+        prof = profile_steps({"plain": plain, "verify11": verify}, runner.model, args.steps)
         results["profile"] = {"threads": args.threads[0], **prof}
-        print(f"\nprofile ({args.threads[0]} thread(s), per step; self CPU ms of the operators under torch.profiler; "
-              "'no products': median process CPU ms of the step with the products stubbed out):")
-        print(f"{'step':>8} {'op calls':>8} {'products':>8} {'attention':>9} {'other ops':>9} {'outside':>8} {'wall':>7} "
-              f"{'no products':>11}")
+        print(f"\nprofile ({args.threads[0]} thread(s), median process CPU ms per step):")
+        print(f"{'step':>8} {'layers':>7} {'LM head':>7} {'rest':>6} {'op by op':>8}")
         for name, p in prof.items():
-            print(f"{name:>8} {p['op_calls']:8.0f} {p['products_ms']:8.1f} {p['attention_ms']:9.1f} "
-                  f"{p['other_ops_ms']:9.1f} {p['outside_ops_ms']:8.1f} {p['profiled_wall_ms']:7.1f} "
-                  f"{p['without_products_cpu_ms']:11.1f}")
+            print(f"{name:>8} {p['layers_ms']:7.1f} {p['lm_head_ms']:7.1f} {p['rest_ms']:6.1f} {p['op_by_op_ms']:8.1f}")
     batch.close()
     if args.output_json:
         atomic_write_json(args.output_json, results)
