@@ -9,12 +9,16 @@ Same run, same machine, same weights (the engine's, loaded once), greedy decodin
 - ``ours_v2``: our single-call prompt lookup (TensorRT-LLM pool semantics, ``[k, n]``);
 - ``ours_v2_longest``: the same with the longest-match drafter (k up to 32);
 - ``ours_v1_reuse`` / ``ours_v1_noreuse``: the orchestrator loop with and without KV
-  block reuse.
+  block reuse;
+- with ``--quantized_engines NAME=DIR ...``: ``ours_plain_NAME`` and ``ours_v2_NAME``, our
+  plain decoding and V2 on that engine (weight-only int8/int4 of the same model; Hugging
+  Face keeps the float32 weights), checked against ``ours_plain_NAME`` (a quantized engine's
+  output is its own, not float32's).
 
 Every method gets its own runner (so no method profits from another's cached blocks);
 the methods run back to back on each prompt. Prompts are input-grounded: code edits on
 Python standard-library functions, and CNN/DailyMail summaries when the shared sample
-is present. Every output is checked to be token-identical to ``hf_plain``.
+is present. Every float32 output is checked to be token-identical to ``hf_plain``.
 
     python bench/bench_runtime.py --engine_dir artifacts/smollm2/engine
 """
@@ -41,19 +45,24 @@ from promptlookup.cli.inputs import encode_text  # noqa: E402
 from promptlookup.decoding import generate  # noqa: E402
 from promptlookup.drafting.base import DraftConfig  # noqa: E402
 from promptlookup.engine.config import read_engine_config  # noqa: E402
+from promptlookup.engine.load import load_runner  # noqa: E402
 from promptlookup.evaluation.grounded_prompts import code_edit_prompts, summary_prompts  # noqa: E402
 from promptlookup.evaluation.hf_baseline import hf_generate  # noqa: E402
 from promptlookup.fsutil import atomic_write_json  # noqa: E402
 from promptlookup.runtime import load_tokenizer  # noqa: E402
 from promptlookup.runtime.device import resolve_device  # noqa: E402
 from promptlookup.runtime.torch_runner import TorchRunner  # noqa: E402
+from promptlookup.errors import UserError  # noqa: E402
 from promptlookup.threads import configure_threads  # noqa: E402
 
 SHARED = ROOT.parent / "shared" / "data" / "cnn_dailymail" / "train_sample.jsonl"
 
 
 def machine(device: str) -> str:
-    cpu = f"{platform.machine()} {platform.processor() or ''} {os.cpu_count()} cores".strip()
+    from bench.machine import cpu_model_and_flags
+
+    model, flags = cpu_model_and_flags(("avx2", "fma", "avx512f", "avx512_bf16", "amx_tile"))
+    cpu = f"{platform.machine()} {model} ({' '.join(flags) or 'no avx2'}) {os.cpu_count()} cores"
     threads = f"{torch.get_num_threads()} torch threads"
     if device.startswith("cuda"):
         return f"{torch.cuda.get_device_name(torch.device(device))} (host {cpu}, {threads}), torch {torch.__version__}"
@@ -92,6 +101,8 @@ def build_parser() -> ArgumentParser:
                    help="our runners on a CPU: 1 holds the weights once; 2 keeps row-major copies too (faster plain steps)")
     p.add_argument("--dataset", default=str(SHARED), help="CNN/DailyMail JSONL for the summary prompts")
     p.add_argument("--output_json", default=str(ROOT / "bench/results/runtime.json"), help="where results are written")
+    p.add_argument("--quantized_engines", nargs="*", default=[], metavar="NAME=DIR",
+                   help="also run our plain decoding and V2 on these engines (e.g. int4=/tmp/engine_int4)")
     return p
 
 
@@ -113,6 +124,15 @@ def main(argv: list[str] | None = None) -> int:
         "ours_v1_reuse": (runner(True), pool, "v1"),
         "ours_v1_noreuse": (runner(False), pool, "v1"),
     }
+    own_plain = {}  # method -> the method whose output it must equal (default hf_plain)
+    for spec in args.quantized_engines:
+        name, sep, path = spec.partition("=")
+        if not sep or not name or not path:
+            raise UserError(f"--quantized_engines {spec!r}: write NAME=DIR, e.g. int4=/tmp/engine_int4")
+        q = load_runner(path, device=device)
+        ours[f"ours_plain_{name}"] = (q, None, "v2")
+        ours[f"ours_v2_{name}"] = (q, pool, "v2")
+        own_plain[f"ours_plain_{name}"] = own_plain[f"ours_v2_{name}"] = f"ours_plain_{name}"
     methods = ["hf_plain", "hf_pld", *ours]
 
     # Warm-up (first-call allocations, thread pools) on a short prompt, not timed.
@@ -141,23 +161,26 @@ def main(argv: list[str] | None = None) -> int:
             outputs[name] = res.output_ids
             if d is not None:
                 row.setdefault("acceptance", {})[name] = {"steps": res.steps, "drafted": res.drafted, "accepted": res.accepted}
-        row["generated_tokens"] = len(outputs["hf_plain"])
-        row["identical"] = {m: outputs[m] == outputs["hf_plain"] for m in methods}
+        row["generated_tokens"] = {m: len(outputs[m]) for m in methods}
+        row["identical"] = {m: outputs[m] == outputs[own_plain.get(m, "hf_plain")] for m in methods}
         rows.append(row)
-        print(f"prompt {idx} ({kind}, {len(ids)} tokens -> {row['generated_tokens']}): "
+        print(f"prompt {idx} ({kind}, {len(ids)} tokens -> {row['generated_tokens']['hf_plain']}): "
               + ", ".join(f"{m} {row['times'][m]:.2f}s" for m in methods), flush=True)
 
     def ratio(a: str, b: str, kind: str | None = None) -> float:
         sel = [r for r in rows if kind is None or r["kind"] == kind]
-        return statistics.mean(r["times"][a] / r["times"][b] for r in sel) if sel else float("nan")
+        per_token = lambda r, m: r["times"][m] / max(1, r["generated_tokens"][m])  # noqa: E731
+        return statistics.mean(per_token(r, a) / per_token(r, b) for r in sel) if sel else float("nan")
 
     summary = {}
     print(f"\nmachine: {machine(device)}; SmolLM2-135M fp32, greedy, max_new_tokens={args.max_new_tokens}, "
           f"[k,n]=[{args.k},{args.n}], {args.num_threads} CPU thread(s), cpu_weight_copies={args.cpu_weight_copies}")
+    print("(ratios: time per generated token, per prompt, averaged; a quantized engine's outputs can be of"
+          " another length than float32's)")
     print(f"{'method':18} {'tok/s':>7} {'speedup vs ours_plain':>22} {'vs hf_plain':>12} {'identical':>10}")
     for m in methods:
         total_t = sum(r["times"][m] for r in rows)
-        total_n = sum(r["generated_tokens"] for r in rows)
+        total_n = sum(r["generated_tokens"][m] for r in rows)
         summary[m] = {
             "tokens_per_s": total_n / total_t,
             "mean_speedup_vs_ours_plain": ratio("ours_plain", m),
@@ -176,8 +199,14 @@ def main(argv: list[str] | None = None) -> int:
         "ours_v1_reuse_time_over_ours_v2 (<=1.15)": ratio("ours_v1_reuse", "ours_v2"),
         "ours_v2_speedup_code (>=2.0)": ratio("ours_plain", "ours_v2", "code"),
         "ours_v2_longest_speedup_code (>=2.0)": ratio("ours_plain", "ours_v2_longest", "code"),
+        "issue 21: ours_plain_time_over_hf_plain (<=0.6)": ratio("ours_plain", "hf_plain"),
+        "issue 21: hf_pld_time_over_ours_v2 (>=1.5)": ratio("hf_pld", "ours_v2"),
     }
-    print("\ntargets (mean of per-prompt time ratios):")
+    for spec in args.quantized_engines:
+        name = spec.partition("=")[0]
+        targets[f"issue 21: ours_plain_{name}_time_over_hf_plain (<=0.6)"] = ratio(f"ours_plain_{name}", "hf_plain")
+        targets[f"issue 21: hf_pld_time_over_ours_v2_{name} (>=1.5)"] = ratio("hf_pld", f"ours_v2_{name}")
+    print("\ntargets (mean of per-prompt ratios of time per token):")
     for k, v in targets.items():
         print(f"  {k}: {v:.2f}")
     atomic_write_json(args.output_json, {"machine": machine(device), "device": device, "num_threads": args.num_threads,
