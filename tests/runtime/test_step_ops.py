@@ -242,3 +242,33 @@ def test_one_call_for_all_layers_equals_the_calls_one_by_one_bitwise():
         outs.append(steps)
     for fused, one_by_one in zip(*outs):
         assert torch.equal(fused, one_by_one)
+
+
+def test_without_the_c_modules_the_model_runs_pytorch_operators(monkeypatch):
+    """No ``_step_ops``: PyTorch's operators throughout; no products' capsule: the C operators
+    one by one from Python. Both give the logits of the full route, within rounding."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from promptlookup.runtime.kv_cache import KVPool
+    from promptlookup.runtime.paged_llama import PagedLlama, build_layout
+
+    torch.manual_seed(3)
+    config = LlamaConfig(vocab_size=50, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    hf = LlamaForCausalLM(config).eval()
+
+    def logits(model: PagedLlama) -> torch.Tensor:
+        pool = KVPool(2, 2, 8, 16, 4, zeroed=True)
+        return model(build_layout([[3, 4, 5, 6]], [4], [[1]], [4], 16, torch.device("cpu")), pool)
+
+    full = PagedLlama.from_hf(hf)
+    assert full.uses_step_ops and full.layer_records is not None
+    monkeypatch.setattr(step_ops, "runs_layers", lambda: False)
+    one_by_one = PagedLlama.from_hf(hf)
+    assert one_by_one.uses_step_ops and one_by_one.layer_records is None
+    monkeypatch.setattr(step_ops, "available", lambda: False)
+    pytorch = PagedLlama.from_hf(hf)
+    assert not pytorch.uses_step_ops
+    want = logits(full)
+    assert torch.equal(logits(one_by_one), want)
+    torch.testing.assert_close(logits(pytorch), want, rtol=1e-4, atol=1e-5)

@@ -75,6 +75,22 @@ def _dense(t: torch.Tensor, name: str, dtype: torch.dtype = torch.float32) -> No
                          f"(contiguous: {t.is_contiguous()}) on {t.device}")
 
 
+def _check_keys(what: str, batch: int, per_seq: int, kv_len: int, slots: int, read_slots: torch.Tensor | None,
+                start: int, mask: torch.Tensor | None) -> None:
+    """The keys of attention: ``read_slots`` ``[batch, kv_len]`` or one contiguous run inside a
+    pool of ``slots`` slots, and the ``[batch, per_seq, kv_len]`` mask, as the C code reads them."""
+    if read_slots is not None:
+        _dense(read_slots, "read_slots", torch.long)
+        if read_slots.shape != (batch, kv_len):
+            raise ValueError(f"{what}: read_slots {tuple(read_slots.shape)}, want {(batch, kv_len)}")
+    elif batch != 1 or start + kv_len > slots:
+        raise ValueError(f"{what}: contiguous keys need one sequence inside the pool ({start}+{kv_len} > {slots})")
+    if mask is not None:
+        _dense(mask, "mask", torch.bool)
+        if mask.shape != (batch, per_seq, kv_len):
+            raise ValueError(f"{what}: mask {tuple(mask.shape)}, want {(batch, per_seq, kv_len)}")
+
+
 def rms_norm(h: torch.Tensor, weight: torch.Tensor, eps: float, delta: torch.Tensor | None = None) -> torch.Tensor:
     """RMSNorm of the rows of ``h`` ``[rows, n]`` times ``weight`` ``[n]``, as a new tensor;
     with ``delta`` (same shape), ``h += delta`` first, in place (the residual add)."""
@@ -140,16 +156,7 @@ def attention(q: torch.Tensor, pool_k: torch.Tensor, pool_v: torch.Tensor, batch
     if rows % batch or pool_v.shape != pool_k.shape or pool_k.shape[2] != d or h % kvh:
         raise ValueError(f"attention: q {tuple(q.shape)}, pool {tuple(pool_k.shape)}, batch {batch}")
     per_seq = rows // batch
-    if read_slots is not None:
-        _dense(read_slots, "read_slots", torch.long)
-        if read_slots.shape != (batch, kv_len):
-            raise ValueError(f"attention: read_slots {tuple(read_slots.shape)}, want {(batch, kv_len)}")
-    elif batch != 1 or start + kv_len > s:
-        raise ValueError(f"attention: contiguous keys need one sequence inside the pool ({start}+{kv_len} > {s})")
-    if mask is not None:
-        _dense(mask, "mask", torch.bool)
-        if mask.shape != (batch, per_seq, kv_len):
-            raise ValueError(f"attention: mask {tuple(mask.shape)}, want {(batch, per_seq, kv_len)}")
+    _check_keys("attention", batch, per_seq, kv_len, s, read_slots, start, mask)
     o = q.new_empty(rows, h * d)
     _C.attention(q.data_ptr(), pool_k.data_ptr(), pool_v.data_ptr(),
                  0 if read_slots is None else read_slots.data_ptr(), 0 if mask is None else mask.data_ptr(),
@@ -205,16 +212,7 @@ def layers(h: torch.Tensor, records: torch.Tensor, pool_k: list[torch.Tensor], p
         raise ValueError(f"layers: h {tuple(h.shape)}, {n_layers} records, {len(pool_k)} pools, "
                          f"positions {tuple(positions.shape)}, slots {tuple(slots.shape)}")
     per_seq = rows // batch
-    if read_slots is not None:
-        _dense(read_slots, "read_slots", torch.long)
-        if read_slots.shape != (batch, kv_len):
-            raise ValueError(f"layers: read_slots {tuple(read_slots.shape)}, want {(batch, kv_len)}")
-    elif batch != 1 or start + kv_len > s:
-        raise ValueError(f"layers: contiguous keys need one sequence inside the pool ({start}+{kv_len} > {s})")
-    if mask is not None:
-        _dense(mask, "mask", torch.bool)
-        if mask.shape != (batch, per_seq, kv_len):
-            raise ValueError(f"layers: mask {tuple(mask.shape)}, want {(batch, per_seq, kv_len)}")
+    _check_keys("layers", batch, per_seq, kv_len, s, read_slots, start, mask)
     pools = torch.tensor([[k.data_ptr(), v.data_ptr()] for k, v in zip(pool_k, pool_v)], dtype=torch.long)
     _C.layers(h.data_ptr(), cos.data_ptr(), sin_signed.data_ptr(), positions.data_ptr(), slots.data_ptr(),
               0 if read_slots is None else read_slots.data_ptr(), 0 if mask is None else mask.data_ptr(),
