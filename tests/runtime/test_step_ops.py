@@ -272,3 +272,20 @@ def test_without_the_c_modules_the_model_runs_pytorch_operators(monkeypatch):
     want = logits(full)
     assert torch.equal(logits(one_by_one), want)
     torch.testing.assert_close(logits(pytorch), want, rtol=1e-4, atol=1e-5)
+
+
+def test_threads_split_the_work_never_the_values():
+    pk, pv = pools(8)
+    g = torch.Generator().manual_seed(9)
+    q = torch.randn(3, H, D, generator=g)
+    read = torch.randperm(S, generator=g)[:200].view(1, 200)
+    mask = torch.ones(1, 3, 200, dtype=torch.bool).tril_(diagonal=197)
+    before = torch.get_num_threads()
+    try:
+        outs = []
+        for threads in (1, 2, 3):
+            torch.set_num_threads(threads)
+            outs.append(step_ops.attention(q, pk, pv, 1, 200, 0.3, read, mask=mask))
+    finally:
+        torch.set_num_threads(before)
+    assert torch.equal(outs[0], outs[1]) and torch.equal(outs[0], outs[2])

@@ -23,8 +23,9 @@
  * (Cephes' expf coefficients), within 2 ulp of expf over the inputs a softmax or SiLU meets,
  * the same on every path.
  *
- * Threads: attention splits its (sequence, KV head) pairs over OpenMP threads, the other
- * functions their rows; a split decides which thread computes a row, never how.
+ * Threads: attention splits its (sequence, query head) pairs over OpenMP threads (a thread
+ * takes a run of heads of one KV head together), the other functions their rows; a split
+ * decides which thread computes a row and head, never how.
  *
  * Cost per call: rms_norm and silu_mul O(rows * width); rotary_write O(rows * (H + 2 KVH) * D);
  * attention, per query row and head, two passes over its visible keys' K and V rows
@@ -328,31 +329,34 @@ T_AVX2 static void values_avx2(const float *p, Py_ssize_t G, Py_ssize_t D, const
 }
 #endif
 
-/* Query rows of sequence b, the heads of KV head kvh; scratch: K slots, G * K scores, G * D sums. */
-ALWAYS_INLINE void attend_pair(const Attention *a, Py_ssize_t b, Py_ssize_t kvh, int64_t *slots, float *p,
-                               float *acc, ScoresFn scores, ValuesFn values) {
-    Py_ssize_t D = a->D, K = a->K, G = a->H / a->KVH;
+/* Query rows of sequence b, heads [h0, h0 + gn) of KV head kvh (a head's values never depend
+ * on which of its group's heads share the call); scratch: K slots, gn * K scores, gn * D sums. */
+ALWAYS_INLINE void attend_heads(const Attention *a, Py_ssize_t b, Py_ssize_t kvh, Py_ssize_t h0, Py_ssize_t gn,
+                                int64_t *slots, float *p, float *acc, ScoresFn scores, ValuesFn values) {
+    Py_ssize_t D = a->D, K = a->K;
     const float *kh = a->k + kvh * a->S * D, *vh = a->v + kvh * a->S * D;
     for (Py_ssize_t qi = 0; qi < a->Q; qi++) {
         Py_ssize_t row = b * a->Q + qi, n = 0;
         const uint8_t *m = a->mask ? a->mask + (b * a->Q + qi) * K : NULL;
         for (Py_ssize_t j = 0; j < K; j++)
             if (!m || m[j]) slots[n++] = a->read ? a->read[b * K + j] : a->start + j;
-        scores(a->q + (row * a->H + kvh * G) * D, G, D, kh, slots, n, p, K, a->scale);
-        for (Py_ssize_t g = 0; g < G; g++) {
+        scores(a->q + (row * a->H + h0) * D, gn, D, kh, slots, n, p, K, a->scale);
+        for (Py_ssize_t g = 0; g < gn; g++) {
             float *pg = p + g * K, top = max_of(pg, n);
             for (Py_ssize_t c = 0; c < n; c++) pg[c] = exp_one(pg[c] - top);
         }
-        values(p, G, D, vh, slots, n, K, acc);
-        for (Py_ssize_t g = 0; g < G; g++) {
+        values(p, gn, D, vh, slots, n, K, acc);
+        for (Py_ssize_t g = 0; g < gn; g++) {
             float total = n ? sum(p + g * K, n) : 1.0f;
-            float *out = a->o + (row * a->H + kvh * G + g) * D;
+            float *out = a->o + (row * a->H + h0 + g) * D;
             for (Py_ssize_t d = 0; d < D; d++) out[d] = acc[g * D + d] / total;
         }
     }
 }
 
-ALWAYS_INLINE int attention_pairs(const Attention *a, Py_ssize_t t0, Py_ssize_t t1, ScoresFn scores,
+/* The (sequence, query head) units [t0, t1) of B * H: each run of heads of one sequence and
+ * one KV head together, so one thread reads a KV head's keys once for all its heads. */
+ALWAYS_INLINE int attention_units(const Attention *a, Py_ssize_t t0, Py_ssize_t t1, ScoresFn scores,
                                   ValuesFn values) {
     Py_ssize_t G = a->H / a->KVH;
     int64_t *slots = malloc((size_t)a->K * sizeof(int64_t));
@@ -362,7 +366,12 @@ ALWAYS_INLINE int attention_pairs(const Attention *a, Py_ssize_t t0, Py_ssize_t 
         free(p);
         return -1;
     }
-    for (Py_ssize_t t = t0; t < t1; t++) attend_pair(a, t / a->KVH, t % a->KVH, slots, p, p + G * a->K, scores, values);
+    for (Py_ssize_t t = t0; t < t1;) {
+        Py_ssize_t b = t / a->H, h = t % a->H, kvh = h / G, end = b * a->H + (kvh + 1) * G;
+        Py_ssize_t gn = (end < t1 ? end : t1) - t;
+        attend_heads(a, b, kvh, h, gn, slots, p, p + G * a->K, scores, values);
+        t += gn;
+    }
     free(slots);
     free(p);
     return 0;
@@ -380,7 +389,7 @@ ALWAYS_INLINE int attention_pairs(const Attention *a, Py_ssize_t t0, Py_ssize_t 
     }                                                                                                      \
     TARGET static void rotary_##SUFFIX(const Rotary *a, Py_ssize_t r0, Py_ssize_t r1) { rotary_rows(a, r0, r1); } \
     TARGET static int attention_##SUFFIX(const Attention *a, Py_ssize_t t0, Py_ssize_t t1) {              \
-        return attention_pairs(a, t0, t1, scores_##SUFFIX, values_##SUFFIX);                              \
+        return attention_units(a, t0, t1, scores_##SUFFIX, values_##SUFFIX);                               \
     }
 
 static void scores_generic_fn(const float *q0, Py_ssize_t G, Py_ssize_t D, const float *kh, const int64_t *slots,
@@ -533,10 +542,10 @@ static PyObject *py_attention(PyObject *self, PyObject *const *args, Py_ssize_t 
     Attention a = {p[0], p[1], p[2], p[3], p[4], p[5], s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7], scale};
     if (a.KVH == 0 || a.H % a.KVH) return PyErr_Format(PyExc_ValueError, "heads (%zd) must be a multiple of KV heads", a.H);
     AttentionFn fn = ATTENTION[current_isa];
-    Py_ssize_t pairs = a.B * a.KVH;
+    Py_ssize_t units = a.B * a.H;
     int failed = 0;
     Py_BEGIN_ALLOW_THREADS
-    OVER_ROWS(pairs, (double)a.B * a.Q * a.H * a.K * a.D * 2, if (fn(&a, r0, r1)) {
+    OVER_ROWS(units, (double)a.B * a.Q * a.H * a.K * a.D * 2, if (fn(&a, r0, r1)) {
         _Pragma("omp atomic write") failed = 1;
     });
     Py_END_ALLOW_THREADS
@@ -600,7 +609,7 @@ static PyObject *py_layers(PyObject *self, PyObject *const *args, Py_ssize_t nar
         Rotary ra = {qkv, p[1], p[2], p[3], p[4], q, pk, pv, rows, width, H, KVH, D, S};
         OVER_ROWS(rows, (double)rows * width * 2, rotary(&ra, r0, r1));
         Attention aa = {q, pk, pv, p[5], p[6], o, B, Q, H, KVH, D, K, S, start, scale};
-        OVER_ROWS(B * KVH, (double)rows * H * K * D * 2, if (attention(&aa, r0, r1)) {
+        OVER_ROWS(B * H, (double)rows * H * K * D * 2, if (attention(&aa, r0, r1)) {
             _Pragma("omp atomic write") failed = 1;
         });
         run_proj(r + PROJ_FIELDS, o, tmp, rows, H * D, hidden);
