@@ -69,6 +69,9 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--max_request_bytes", type=int, default=None,
                    help="largest request body; a larger one gets 413 before it is parsed (default: 64 bytes per "
                         "token of max_seq_len, at least 1 MiB)")
+    p.add_argument("--ignore_unknown_fields", action="store_true",
+                   help="accept requests with fields this server does not know, ignoring them (vLLM's behaviour; "
+                        "each name is logged once); by default they get 400 unknown_field, as with trtllm-serve")
     return p
 
 
@@ -159,7 +162,8 @@ def main(argv: list[str] | None = None) -> int:
             names = args.served_model_name or [(args.engine_dir or "smollm2").rstrip("/").split("/")[-1]]
             server = OpenAIServer(llm, names, api_key=api_key(args),
                                   max_request_bytes=args.max_request_bytes,
-                                  max_waiting_requests=args.max_waiting_requests)
+                                  max_waiting_requests=args.max_waiting_requests,
+                                  ignore_unknown_fields=args.ignore_unknown_fields)
             host, port = sock.getsockname()[:2]
             print(f"serving {names[0]} on http://{args.host}:{port}/v1", flush=True)
             serve(server, sock, args.shutdown_timeout)

@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import json
 import secrets
+import sys
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -52,7 +53,7 @@ from ..text import chat_ids, has_chat_template
 from .logprob_format import LogprobWriter, TokenTexts
 from .metrics import prometheus_text, weight_bytes
 from .request_fields import (ApiError, Sampling, _get, chat_messages, check_model, completion_prompt,  # noqa: F401
-                             sampling_from_body)
+                             sampling_from_body, unknown_fields)
 
 SHUTDOWN_MESSAGE = "the server is shutting down; retry elsewhere or later"
 
@@ -107,13 +108,16 @@ class OpenAIServer:
     """
 
     def __init__(self, llm: LLM, model_name: str | Sequence[str], *, api_key: str | None = None,
-                 max_request_bytes: int | None = None, max_waiting_requests: int | None = None) -> None:
+                 max_request_bytes: int | None = None, max_waiting_requests: int | None = None,
+                 ignore_unknown_fields: bool = False) -> None:
         self.llm = llm
         self.model_names = (model_name,) if isinstance(model_name, str) else tuple(model_name)
         if not self.model_names:
             raise UserError("give at least one served model name")
         self.model_name = self.model_names[0]
         self.api_key = api_key or None
+        self.ignore_unknown_fields = ignore_unknown_fields
+        self.ignored_fields: set[str] = set()  # unknown field names accepted and logged once each
         limits = llm.limits
         self.max_request_bytes = max_request_bytes or default_max_request_bytes(limits.max_seq_len)
         self.max_waiting_requests = (max_waiting_requests if max_waiting_requests is not None
@@ -209,6 +213,11 @@ class OpenAIServer:
         if not isinstance(body, dict):
             raise ApiError("the request body must be a JSON object", None, "invalid_json")
         check_model(body, self.model_names)
+        for name in unknown_fields(body, chat, self.ignore_unknown_fields):
+            if name not in self.ignored_fields:
+                self.ignored_fields.add(name)
+                print(f"note: ignoring the unknown request field {name!r} (--ignore_unknown_fields)", file=sys.stderr,
+                      flush=True)
         stream = _get(body, "stream", (bool,), False, "a boolean")
         options = _get(body, "stream_options", (dict,), {}, "an object")
         limits = self.llm.limits

@@ -16,6 +16,10 @@ integer in [0, 20]; chat: a boolean, with ``top_logprobs`` in [0, 20]; the raw m
 ``service_tier``, ``parallel_tool_calls`` (meaningless without tools). Refused (400 naming the
 field): tools and function calling, structured output, ``echo`` with ``logprobs`` (the prompt's
 log-probabilities), ``suffix``, predicted outputs, audio, non-text modalities and vLLM's guided decoding.
+Any other field is unknown (a typo such as ``temprature``, or another server's extension):
+400 ``unknown_field`` naming it, as trtllm-serve (its request models forbid extra fields) and
+OpenAI answer; ``serve.py --ignore_unknown_fields`` accepts such requests instead, as vLLM
+does, logging each unknown name once (:func:`unknown_fields`).
 
 Seeds: with ``seed``, choice ``i`` samples with request id ``i`` (reproducible; choice 0
 is what ``run.py --random_seed`` gives). Without one (or ``null``), each choice gets a fresh
@@ -91,6 +95,30 @@ _UNSUPPORTED: dict[str, tuple[Callable[[Any], bool], str]] = {
     "include_stop_str_in_output": (lambda v: v in (None, False), "the stop string is always cut from the text"),
     "skip_special_tokens": (lambda v: v in (None, True), "special tokens are always skipped in the text"),
 }
+
+
+# The fields read above (honoured, checked, or metadata), beside those of _UNSUPPORTED.
+_READ = frozenset({
+    "model", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "seed", "stop", "ignore_eos",
+    "n", "best_of", "presence_penalty", "frequency_penalty", "repetition_penalty", "logit_bias", "min_tokens",
+    "logprobs", "top_logprobs", "echo", "stream", "stream_options",
+    "user", "metadata", "store", "service_tier", "parallel_tool_calls",
+})
+_KNOWN = {True: _READ | {"messages"} | _UNSUPPORTED.keys(), False: _READ | {"prompt"} | _UNSUPPORTED.keys()}
+
+
+def unknown_fields(body: dict, chat: bool, ignore: bool = False) -> list[str]:
+    """The fields of ``body`` this server does not know, sorted; unless ``ignore``, the first
+    is a 400 ``unknown_field`` naming it (``messages`` in a completions request and ``prompt``
+    in a chat request are unknown there too)."""
+    unknown = sorted(set(body) - _KNOWN[chat])
+    if unknown and not ignore:
+        other = {"messages": "/v1/chat/completions", "prompt": "/v1/completions"}.get(unknown[0])
+        hint = (f"it belongs to {other}" if other else
+                "check its spelling, or start the server with --ignore_unknown_fields to accept and ignore such fields")
+        raise ApiError(f"unknown field {unknown[0]!r}: this server does not read it; {hint}", unknown[0],
+                       "unknown_field")
+    return unknown
 
 
 def refuse_unsupported(body: dict, chat: bool) -> None:

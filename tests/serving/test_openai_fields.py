@@ -377,3 +377,38 @@ def test_tokenizing_does_not_stall_other_requests(llm, monkeypatch):
     finally:
         release.set()
         srv.stop()
+
+
+# ----------------------------------------------------------------------------- unknown fields
+@pytest.mark.parametrize("chat,extra,param", [
+    (False, {"temprature": 0.5}, "temprature"),
+    (False, {"messages": [{"role": "user", "content": "hi"}]}, "messages"),
+    (True, {"prompt": "hi"}, "prompt"),
+    (True, {"add_generation_prompt": False}, "add_generation_prompt"),
+])
+def test_unknown_fields_are_400_naming_them(client, llm, chat, extra, param):
+    with pytest.raises(openai.BadRequestError) as exc:
+        if chat:
+            client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=4,
+                                           extra_body=extra)
+        else:
+            client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=4, extra_body=extra)
+    err = exc.value.response.json()["error"]
+    assert err["param"] == param and err["code"] == "unknown_field" and param in err["message"]
+    assert idle_without_leaks(llm)
+
+
+def test_ignore_unknown_fields_accepts_them_and_logs_each_once(llm, capfd):
+    from promptlookup.serving.openai_server import OpenAIServer
+    from tests.serving.server_thread import ServerThread
+
+    srv = ServerThread(OpenAIServer(llm, MODEL, ignore_unknown_fields=True).app)
+    try:
+        c = openai.OpenAI(base_url=srv.url + "/v1", api_key="unused", max_retries=0, timeout=120)
+        for _ in range(2):
+            r = c.completions.create(model=MODEL, prompt=PROMPT, max_tokens=4, temperature=0,
+                                     extra_body={"temprature": 0.5})
+            assert r.choices[0].text is not None
+    finally:
+        srv.stop()
+    assert capfd.readouterr().err.count("'temprature'") == 1
