@@ -51,6 +51,15 @@
 #ifndef PF_BLOCKS
 #define PF_BLOCKS 2 /* the one-row quantized kernels prefetch the weight rows this many blocks ahead */
 #endif
+#ifndef F32_NB
+#define F32_NB 4 /* weight rows per block of the one-row fp32 kernels */
+#endif
+#ifndef F32_PF
+#define F32_PF 8192 /* bytes ahead the one-row fp32 kernels prefetch their weight rows (0: none; 8 KiB measured best) */
+#endif
+#ifndef F32_HINT
+#define F32_HINT _MM_HINT_T0
+#endif
 #define SPLIT 24 /* threads take outputs in multiples of this (of every path's block of weight rows) */
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 
@@ -380,11 +389,41 @@ T_AVX2 static void avx2_dequant(const Product *p, Py_ssize_t n0, int nb, int kin
     }
 }
 
+
+/* fp32, one row times F32_NB weight rows: the operations of avx2_block (kind 0, mb = 1) for
+ * each output, in the same order, so the same results; the block's weight rows (contiguous,
+ * F32_NB * K floats) are prefetched F32_PF bytes ahead, a cache line per row per step. */
+T_AVX2 static void avx2_f32_row(const Product *p, Py_ssize_t m0, Py_ssize_t n0) {
+    const Py_ssize_t K = p->K;
+    const float *w = (const float *)p->w + n0 * K, *x = p->x + m0 * K;
+    const char *pf = (const char *)w + F32_PF;
+    __m256 acc[F32_NB];
+    for (int j = 0; j < F32_NB; j++) acc[j] = _mm256_setzero_ps();
+    Py_ssize_t k = 0;
+    for (; k + 8 <= K; k += 8) {
+        if (F32_PF && (k & 15) == 0) {
+            for (int j = 0; j < F32_NB; j++) _mm_prefetch(pf + j * 64, F32_HINT);
+            pf += F32_NB * 64;
+        }
+        __m256 xv = _mm256_loadu_ps(x + k);
+        for (int j = 0; j < F32_NB; j++) acc[j] = _mm256_fmadd_ps(xv, _mm256_loadu_ps(w + j * K + k), acc[j]);
+    }
+    if (k < K) {
+        __m256i mask = avx2_tail_mask(K - k);
+        __m256 xv = _mm256_maskload_ps(x + k, mask);
+        for (int j = 0; j < F32_NB; j++) acc[j] = _mm256_fmadd_ps(xv, _mm256_maskload_ps(w + j * K + k, mask), acc[j]);
+    }
+    for (int j = 0; j < F32_NB; j++) p->y[m0 * p->N + n0 + j] = avx2_reduce(acc[j]);
+}
+
 /* Quantized weights with more rows than one block: each block of weight rows is dequantized
  * once into a per-thread scratch instead of once per block of rows. */
 #define AVX2_RANGE(NAME, KIND)                                                              \
     T_AVX2 static void NAME(const Product *p, Py_ssize_t n0, Py_ssize_t n1) {               \
         float *scr = NULL;                                                                  \
+        if (KIND == 0 && p->M == 1) {                                                       \
+            for (; n0 + F32_NB <= n1; n0 += F32_NB) avx2_f32_row(p, 0, n0);                 \
+        }                                                                                   \
         if (KIND != 0 && p->M > AVX2_MB)                                                    \
             scr = aligned_alloc(64, ((size_t)NB_MAX * p->K * sizeof(float) + 63) / 64 * 64); \
         for (Py_ssize_t n = n0; n < n1; n += NB_MAX) {                                      \
@@ -599,6 +638,33 @@ T_512 static void avx512_i4_row4(const Product *p, Py_ssize_t m0, Py_ssize_t n0)
     else avx512_i4_row4_gs(p, m0, n0, p->gs);
 }
 
+
+/* fp32, one row times F32_NB weight rows: the operations of avx512_block (kind 0, mb = 1)
+ * for each output, in the same order, so the same results; the block's weight rows
+ * (contiguous, F32_NB * K floats) are prefetched F32_PF bytes ahead, a line per row per step. */
+T_512 static void avx512_f32_row(const Product *p, Py_ssize_t m0, Py_ssize_t n0) {
+    const Py_ssize_t K = p->K;
+    const float *w = (const float *)p->w + n0 * K, *x = p->x + m0 * K;
+    const char *pf = (const char *)w + F32_PF;
+    __m512 acc[F32_NB];
+    for (int j = 0; j < F32_NB; j++) acc[j] = _mm512_setzero_ps();
+    Py_ssize_t k = 0;
+    for (; k + 16 <= K; k += 16) {
+        if (F32_PF) {
+            for (int j = 0; j < F32_NB; j++) _mm_prefetch(pf + j * 64, F32_HINT);
+            pf += F32_NB * 64;
+        }
+        __m512 xv = _mm512_loadu_ps(x + k);
+        for (int j = 0; j < F32_NB; j++) acc[j] = _mm512_fmadd_ps(xv, _mm512_loadu_ps(w + j * K + k), acc[j]);
+    }
+    if (k < K) {
+        __mmask16 mask = (__mmask16)((1u << (K - k)) - 1u);
+        __m512 xv = _mm512_maskz_loadu_ps(mask, x + k);
+        for (int j = 0; j < F32_NB; j++) acc[j] = _mm512_fmadd_ps(xv, _mm512_maskz_loadu_ps(mask, w + j * K + k), acc[j]);
+    }
+    for (int j = 0; j < F32_NB; j++) p->y[m0 * p->N + n0 + j] = avx512_reduce(acc[j]);
+}
+
 /* Rows [n0, n0 + nb) of a quantized weight as floats into scr [nb][K]: the very values the
  * direct loads give, so a block reading them computes bitwise what it would without. */
 T_512 static void avx512_dequant(const Product *p, Py_ssize_t n0, int nb, int kind, float *scr) {
@@ -641,6 +707,9 @@ T_512 static void avx512_dequant(const Product *p, Py_ssize_t n0, int nb, int ki
     T_512 static void NAME(const Product *p, Py_ssize_t n0, Py_ssize_t n1) {                \
         const int kind = KIND;                                                              \
         float *scr = NULL;                                                                  \
+        if (KIND == 0 && p->M == 1) {                                                       \
+            for (; n0 + F32_NB <= n1; n0 += F32_NB) avx512_f32_row(p, 0, n0);               \
+        }                                                                                   \
         if (KIND != 0 && p->M > AVX512_MB)                                                  \
             scr = aligned_alloc(64, ((size_t)AVX512_NB * p->K * sizeof(float) + 63) / 64 * 64); \
         Py_ssize_t n = n0;                                                                  \
