@@ -322,6 +322,12 @@ T_AVX2 ALWAYS_INLINE void avx2_i4_nibbles(const uint8_t *w, __m256 *lo, __m256 *
 
 /* One row times 4 weight rows, the codes decoded in registers, the next blocks' weights
  * prefetched I4_PF bytes ahead. */
+#ifndef I4_MB
+#define I4_MB 2 /* rows x weight rows per block on the codes (2 x 4, 4 x 2, 3 x 4, 4 x 1 measured alike or slower) */
+#endif
+#ifndef I4_NB
+#define I4_NB 4
+#endif
 #ifndef I4_PF
 #define I4_PF 8192 /* bytes ahead the one-row int4 kernel prefetches its weight rows */
 #endif
@@ -373,10 +379,9 @@ T_AVX2 static void avx2_i4_row4(const Product *p, const float *xd, const float *
     else avx2_i4_row4_gs(p, xd, xs, m0, n0, p->gs);
 }
 
-/* mb (1 or 2) rows times nb (1 or 2) weight rows: the codes decoded in registers, or, with
- * `codes`, read from [nb][K] floats avx2_i4_decode wrote (the same values). */
+/* mb (1 or 2) rows times nb (1 or 2) weight rows, the codes decoded in registers. */
 T_AVX2 ALWAYS_INLINE void avx2_i4_block(const Product *p, const float *xd, const float *xs, Py_ssize_t m0, int mb,
-                                        Py_ssize_t n0, int nb, const float *codes) {
+                                        Py_ssize_t n0, int nb) {
     const Py_ssize_t K = p->K, gs = p->gs, groups = K / gs;
     __m256 a[2][2], d[2][2], lo[2], hi[2];
     for (int i = 0; i < mb; i++)
@@ -385,17 +390,45 @@ T_AVX2 ALWAYS_INLINE void avx2_i4_block(const Product *p, const float *xd, const
         for (int i = 0; i < mb; i++)
             for (int j = 0; j < nb; j++) d[i][j] = _mm256_setzero_ps();
         for (Py_ssize_t end = k + gs; k < end; k += 16) {
-            for (int j = 0; j < nb; j++) {
-                if (codes != NULL) {
-                    lo[j] = _mm256_load_ps(codes + j * K + k);
-                    hi[j] = _mm256_load_ps(codes + j * K + k + 8);
-                } else {
-                    avx2_i4_nibbles((const uint8_t *)p->w + (n0 + j) * (K / 2) + k / 2, &lo[j], &hi[j]);
-                }
-            }
+            for (int j = 0; j < nb; j++)
+                avx2_i4_nibbles((const uint8_t *)p->w + (n0 + j) * (K / 2) + k / 2, &lo[j], &hi[j]);
             for (int i = 0; i < mb; i++) {
                 const __m256 xl = _mm256_load_ps(xd + (m0 + i) * K + k), xh = _mm256_load_ps(xd + (m0 + i) * K + k + 8);
                 for (int j = 0; j < nb; j++) d[i][j] = _mm256_fmadd_ps(xh, hi[j], _mm256_fmadd_ps(xl, lo[j], d[i][j]));
+            }
+        }
+        for (int i = 0; i < mb; i++) {
+            const __m256 sv = _mm256_load_ps(xs + ((m0 + i) * groups + g) * 8);
+            for (int j = 0; j < nb; j++) {
+                const Py_ssize_t gi = (n0 + j) * groups + g;
+                a[i][j] = _mm256_fmadd_ps(sv, _mm256_broadcast_ss(p->offset + gi),
+                                          _mm256_fmadd_ps(d[i][j], _mm256_broadcast_ss(p->scale + gi), a[i][j]));
+            }
+        }
+    }
+    for (int i = 0; i < mb; i++)
+        for (int j = 0; j < nb; j++) p->y[(m0 + i) * p->N + n0 + j] = avx2_reduce(a[i][j]);
+}
+
+/* mb (up to I4_MB) rows times nb (up to 4) weight rows whose codes are floats in codes [nb][K]
+ * (from avx2_i4_decode: the values avx2_i4_nibbles gives): the operations of avx2_i4_block
+ * on each output, with 8 sums of a group in registers (codes read as memory operands) and
+ * the per-output totals, touched once per group, left to the stack. */
+T_AVX2 ALWAYS_INLINE void avx2_i4_block_codes(const Product *p, const float *xd, const float *xs, Py_ssize_t m0, int mb,
+                                              Py_ssize_t n0, int nb, const float *codes) {
+    const Py_ssize_t K = p->K, gs = p->gs, groups = K / gs;
+    __m256 a[I4_MB][4], d[I4_MB][4];
+    for (int i = 0; i < mb; i++)
+        for (int j = 0; j < nb; j++) a[i][j] = _mm256_setzero_ps();
+    for (Py_ssize_t g = 0, k = 0; g < groups; g++) {
+        for (int i = 0; i < mb; i++)
+            for (int j = 0; j < nb; j++) d[i][j] = _mm256_setzero_ps();
+        for (Py_ssize_t end = k + gs; k < end; k += 16) {
+            for (int j = 0; j < nb; j++) {
+                const __m256 lo = _mm256_load_ps(codes + j * K + k), hi = _mm256_load_ps(codes + j * K + k + 8);
+                for (int i = 0; i < mb; i++)
+                    d[i][j] = _mm256_fmadd_ps(_mm256_load_ps(xd + (m0 + i) * K + k + 8), hi,
+                                              _mm256_fmadd_ps(_mm256_load_ps(xd + (m0 + i) * K + k), lo, d[i][j]));
             }
         }
         for (int i = 0; i < mb; i++) {
@@ -423,20 +456,34 @@ T_AVX2 static void avx2_i4_decode(const Product *p, Py_ssize_t n0, int nb, float
 }
 
 /* Rows in pairs times weight rows in pairs (one row: 4 weight rows at a time); more than 2
- * rows read the codes of each block of 4 weight rows from a scratch, decoded once. */
-#define AVX2_I4_ROWS(N0, NB, CODES)                                                         \
+ * rows read the codes of each block of 4 weight rows from a scratch, decoded once, I4_MB
+ * rows times I4_NB weight rows at a time. */
+#define AVX2_I4_ROWS(N0, NB)                                                                \
     do {                                                                                    \
         for (int j = 0; j < (NB); j += 2) {                                                 \
             int nj = (NB) - j < 2 ? (NB) - j : 2;                                           \
-            const float *cj = (CODES) != NULL ? (CODES) + j * p->K : NULL;                  \
             Py_ssize_t m = 0;                                                               \
             for (; m + 2 <= p->M; m += 2) {                                                 \
-                if (nj == 2) avx2_i4_block(p, xd, xs, m, 2, (N0) + j, 2, cj);               \
-                else avx2_i4_block(p, xd, xs, m, 2, (N0) + j, 1, cj);                       \
+                if (nj == 2) avx2_i4_block(p, xd, xs, m, 2, (N0) + j, 2);                   \
+                else avx2_i4_block(p, xd, xs, m, 2, (N0) + j, 1);                           \
             }                                                                               \
             if (m < p->M) {                                                                 \
-                if (nj == 2) avx2_i4_block(p, xd, xs, m, 1, (N0) + j, 2, cj);               \
-                else avx2_i4_block(p, xd, xs, m, 1, (N0) + j, 1, cj);                       \
+                if (nj == 2) avx2_i4_block(p, xd, xs, m, 1, (N0) + j, 2);                   \
+                else avx2_i4_block(p, xd, xs, m, 1, (N0) + j, 1);                           \
+            }                                                                               \
+        }                                                                                   \
+    } while (0)
+#define AVX2_I4_CODES(N0, NB)                                                               \
+    do {                                                                                    \
+        for (int j = 0; j < (NB); j += I4_NB) {                                             \
+            int nj = (NB) - j < I4_NB ? (NB) - j : I4_NB;                                   \
+            const float *cj = codes + j * p->K;                                             \
+            Py_ssize_t m = 0;                                                               \
+            if (nj == I4_NB) {                                                              \
+                for (; m + I4_MB <= p->M; m += I4_MB) avx2_i4_block_codes(p, xd, xs, m, I4_MB, (N0) + j, I4_NB, cj); \
+                for (; m < p->M; m++) avx2_i4_block_codes(p, xd, xs, m, 1, (N0) + j, I4_NB, cj); \
+            } else {                                                                        \
+                for (; m < p->M; m++) avx2_i4_block_codes(p, xd, xs, m, 1, (N0) + j, nj, cj); \
             }                                                                               \
         }                                                                                   \
     } while (0)
@@ -455,9 +502,9 @@ T_AVX2 static void avx2_i4(const Product *p, Py_ssize_t n0, Py_ssize_t n1) {
             avx2_i4_row4(p, xd, xs, 0, n);
         } else if (codes != NULL) {
             avx2_i4_decode(p, n, nb, codes);
-            AVX2_I4_ROWS(n, nb, codes);
+            AVX2_I4_CODES(n, nb);
         } else {
-            AVX2_I4_ROWS(n, nb, (const float *)NULL);
+            AVX2_I4_ROWS(n, nb);
         }
     }
     free(codes);
