@@ -332,7 +332,7 @@ T_AVX2 ALWAYS_INLINE void avx2_i4_nibbles(const uint8_t *w, __m256 *lo, __m256 *
 #define I4_PF 8192 /* bytes ahead the one-row int4 kernel prefetches its weight rows */
 #endif
 T_AVX2 ALWAYS_INLINE void avx2_i4_row4_gs(const Product *p, const float *xd, const float *xs, Py_ssize_t m0,
-                                          Py_ssize_t n0, const Py_ssize_t gs) {
+                                          Py_ssize_t n0, const Py_ssize_t gs, const float *codes) {
     const Py_ssize_t K = p->K, groups = K / gs;
     const uint8_t *w0 = (const uint8_t *)p->w + n0 * (K / 2), *w1 = w0 + K / 2, *w2 = w1 + K / 2, *w3 = w2 + K / 2;
     const char *pf = (const char *)w0 + I4_PF;
@@ -342,11 +342,19 @@ T_AVX2 ALWAYS_INLINE void avx2_i4_row4_gs(const Product *p, const float *xd, con
     for (Py_ssize_t g = 0; g < groups; g++, sx += 8) {
         __m256 d0 = _mm256_setzero_ps(), d1 = d0, d2 = d0, d3 = d0;
         for (Py_ssize_t c = 0; c < gs; c += 16, x += 16, w0 += 8, w1 += 8, w2 += 8, w3 += 8) {
+            const __m256 xl = _mm256_load_ps(x), xh = _mm256_load_ps(x + 8);
+            if (codes != NULL) { /* the same values, decoded once for every row */
+                const float *cc = codes + (g * gs + c);
+                d0 = _mm256_fmadd_ps(xh, _mm256_load_ps(cc + 8), _mm256_fmadd_ps(xl, _mm256_load_ps(cc), d0));
+                d1 = _mm256_fmadd_ps(xh, _mm256_load_ps(cc + K + 8), _mm256_fmadd_ps(xl, _mm256_load_ps(cc + K), d1));
+                d2 = _mm256_fmadd_ps(xh, _mm256_load_ps(cc + 2 * K + 8), _mm256_fmadd_ps(xl, _mm256_load_ps(cc + 2 * K), d2));
+                d3 = _mm256_fmadd_ps(xh, _mm256_load_ps(cc + 3 * K + 8), _mm256_fmadd_ps(xl, _mm256_load_ps(cc + 3 * K), d3));
+                continue;
+            }
             if ((c & 31) == 0) { /* 4 rows x 16 bytes: one line */
                 _mm_prefetch(pf, _MM_HINT_T0);
                 pf += 64;
             }
-            const __m256 xl = _mm256_load_ps(x), xh = _mm256_load_ps(x + 8);
             avx2_i4_nibbles(w0, &lo, &hi);
             d0 = _mm256_fmadd_ps(xh, hi, _mm256_fmadd_ps(xl, lo, d0));
             avx2_i4_nibbles(w1, &lo, &hi);
@@ -374,9 +382,17 @@ T_AVX2 ALWAYS_INLINE void avx2_i4_row4_gs(const Product *p, const float *xd, con
 
 /* the common group sizes as constants, so their steps unroll */
 T_AVX2 static void avx2_i4_row4(const Product *p, const float *xd, const float *xs, Py_ssize_t m0, Py_ssize_t n0) {
-    if (p->gs == 32) avx2_i4_row4_gs(p, xd, xs, m0, n0, 32);
-    else if (p->gs == 128) avx2_i4_row4_gs(p, xd, xs, m0, n0, 128);
-    else avx2_i4_row4_gs(p, xd, xs, m0, n0, p->gs);
+    if (p->gs == 32) avx2_i4_row4_gs(p, xd, xs, m0, n0, 32, NULL);
+    else if (p->gs == 128) avx2_i4_row4_gs(p, xd, xs, m0, n0, 128, NULL);
+    else avx2_i4_row4_gs(p, xd, xs, m0, n0, p->gs, NULL);
+}
+
+/* One row times 4 weight rows whose codes are in codes [4][K] (avx2_i4_decode's). */
+T_AVX2 static void avx2_i4_row4_codes(const Product *p, const float *xd, const float *xs, Py_ssize_t m0, Py_ssize_t n0,
+                                      const float *codes) {
+    if (p->gs == 32) avx2_i4_row4_gs(p, xd, xs, m0, n0, 32, codes);
+    else if (p->gs == 128) avx2_i4_row4_gs(p, xd, xs, m0, n0, 128, codes);
+    else avx2_i4_row4_gs(p, xd, xs, m0, n0, p->gs, codes);
 }
 
 /* mb (1 or 2) rows times nb (1 or 2) weight rows, the codes decoded in registers. */
@@ -502,7 +518,11 @@ T_AVX2 static void avx2_i4(const Product *p, Py_ssize_t n0, Py_ssize_t n1) {
             avx2_i4_row4(p, xd, xs, 0, n);
         } else if (codes != NULL) {
             avx2_i4_decode(p, n, nb, codes);
-            AVX2_I4_CODES(n, nb);
+            if (nb == 4) {
+                for (Py_ssize_t m = 0; m < p->M; m++) avx2_i4_row4_codes(p, xd, xs, m, n, codes);
+            } else {
+                AVX2_I4_CODES(n, nb);
+            }
         } else {
             AVX2_I4_ROWS(n, nb);
         }
