@@ -47,8 +47,9 @@ from promptlookup.runtime import kernels  # noqa: E402
 from promptlookup.runtime.cpu_linear import _mkl  # noqa: E402  (W @ x.T, one row padded to two)
 from promptlookup.threads import configure_threads  # noqa: E402
 
-# SmolLM2-135M: fused QKV, o_proj, fused gate/up, down (per layer), and the LM head (once)
-LAYER_SHAPES = {"qkv": (1728, 576), "o_proj": (576, 576), "gate_up": (3072, 576), "down": (576, 1536)}
+# SmolLM2-135M: fused QKV (9 query heads + 3 + 3 key/value heads of 64), o_proj, fused gate/up, down (per
+# layer), and the LM head (once)
+LAYER_SHAPES = {"qkv": (960, 576), "o_proj": (576, 576), "gate_up": (3072, 576), "down": (576, 1536)}
 LM_HEAD = (49152, 576)
 ROWS = (1, 2, 4, 11, 16, 33)
 GROUP = 32

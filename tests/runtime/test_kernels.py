@@ -26,6 +26,7 @@ def path(request):
         if kernels._C is None and os.environ.get("PLD_REQUIRE_NATIVE") == "1":
             pytest.fail("the C kernels are not built; PLD_REQUIRE_NATIVE=1 requires them")
         pytest.skip(f"this machine cannot run the {name} path (or the C kernels are not built)")
+    before = kernels.isa()  # applies PLD_KERNEL_ISA while the C module is in place; restored after
     saved = kernels._C
     try:
         if name == "reference":
@@ -37,7 +38,7 @@ def path(request):
     finally:
         kernels._C = saved
         if saved is not None:
-            kernels.set_isa(None)
+            kernels.set_isa(before)
 
 
 def _int4(out: int, in_: int, group: int, g: torch.Generator):
@@ -129,6 +130,7 @@ def test_unknown_or_unavailable_paths_are_refused_in_one_line(monkeypatch):
         with pytest.raises(UserError, match="not built"):
             kernels.set_isa("generic")
         return
+    before = kernels.isa()
     try:
         with pytest.raises(UserError, match="not a kernel path") as exc:
             kernels.set_isa("sse9")
@@ -143,7 +145,7 @@ def test_unknown_or_unavailable_paths_are_refused_in_one_line(monkeypatch):
             with pytest.raises(ValueError, match="cannot run"):
                 kernels._C.set_isa(kernels.ISAS.index("avx512"))
     finally:
-        kernels.set_isa(None)
+        kernels.set_isa(before)
 
 
 @pytest.mark.parametrize("value, expected", [("generic", "generic"), ("avx2", "avx2"), ("bogus", None)])

@@ -20,7 +20,10 @@
  * kernels (*_row4): the same operations as the general blocks, in the same order, with the
  * weight rows prefetched PF_BLOCKS blocks ahead. int4 steps go a group at a time; AVX-512
  * looks int4 weights up in a per-group table of the 16 values code * scale + offset (one
- * FMA per group, so each the value an FMA per element gives).
+ * FMA per group, so each the value an FMA per element gives). AVX2's int4 sums instead, per
+ * group, x times the codes and scales that sum (plus offset times the group's sum of x): no
+ * dequantizing per weight; its own order, the same for every row count (see avx2_i4_prep).
+ * One-row fp32 blocks prefetch their weight rows F32_PF bytes ahead (same operations).
  * The file is built with -ffp-contract=off, so the compiler never fuses a multiply and an
  * add differently in two specialisations of a block.
  *
@@ -50,6 +53,15 @@
 #define NB_MAX 4 /* weight rows per block (generic and AVX2; AVX-512: AVX512_NB) */
 #ifndef PF_BLOCKS
 #define PF_BLOCKS 2 /* the one-row quantized kernels prefetch the weight rows this many blocks ahead */
+#endif
+#ifndef F32_NB
+#define F32_NB 4 /* weight rows per block of the one-row fp32 kernels */
+#endif
+#ifndef F32_PF
+#define F32_PF 8192 /* bytes ahead the one-row fp32 kernels prefetch their weight rows (0: none; 8 KiB measured best) */
+#endif
+#ifndef F32_HINT
+#define F32_HINT _MM_HINT_T0
 #endif
 #define SPLIT 24 /* threads take outputs in multiples of this (of every path's block of weight rows) */
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
@@ -224,66 +236,9 @@ T_AVX2 ALWAYS_INLINE void avx2_block(const Product *p, Py_ssize_t m0, int mb, Py
         }
 }
 
-/* int4, group_size % 16 == 0 (so K % 16 == 0): 16 columns (8 bytes) per step, dequantized
- * in registers as code * scale + offset (one FMA), then one FMA per row. The codes: the 8
- * bytes broadcast, one byte per 32-bit lane (vpshufb), odd columns shifted down 4 bits, the
- * nibble masked and converted. Steps go group by group, so a group's scale and offset are
- * broadcast once per group (no division per step). */
-T_AVX2 ALWAYS_INLINE void avx2_i4_codes(const uint8_t *w, __m256 *lo, __m256 *hi) {
-    const __m256i sel_lo = _mm256_setr_epi8(0, -1, -1, -1, 0, -1, -1, -1, 1, -1, -1, -1, 1, -1, -1, -1,
-                                            2, -1, -1, -1, 2, -1, -1, -1, 3, -1, -1, -1, 3, -1, -1, -1);
-    const __m256i sel_hi = _mm256_setr_epi8(4, -1, -1, -1, 4, -1, -1, -1, 5, -1, -1, -1, 5, -1, -1, -1,
-                                            6, -1, -1, -1, 6, -1, -1, -1, 7, -1, -1, -1, 7, -1, -1, -1);
-    const __m256i shift = _mm256_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4), nib = _mm256_set1_epi32(0x0F);
-    int64_t q;
-    memcpy(&q, w, 8);
-    __m256i b = _mm256_set1_epi64x(q);
-    *lo = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srlv_epi32(_mm256_shuffle_epi8(b, sel_lo), shift), nib));
-    *hi = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srlv_epi32(_mm256_shuffle_epi8(b, sel_hi), shift), nib));
-}
-
-/* Columns [k, k + 16) of one group: codes * s + o. */
-T_AVX2 ALWAYS_INLINE void avx2_i4_deq(const uint8_t *w, __m256 s, __m256 o, __m256 *lo, __m256 *hi) {
-    avx2_i4_codes(w, lo, hi);
-    *lo = _mm256_fmadd_ps(*lo, s, o);
-    *hi = _mm256_fmadd_ps(*hi, s, o);
-}
-
-T_AVX2 ALWAYS_INLINE void avx2_i4_block(const Product *p, Py_ssize_t m0, int mb, Py_ssize_t n0, int nb) {
-    __m256 acc[AVX2_MB][NB_MAX], lo, hi, s[NB_MAX], o[NB_MAX];
-    const uint8_t *w[NB_MAX];
-    const float *sc[NB_MAX], *of[NB_MAX];
-    Py_ssize_t groups = p->K / p->gs;
-    for (int j = 0; j < nb; j++) {
-        w[j] = (const uint8_t *)p->w + (n0 + j) * (p->K / 2);
-        sc[j] = p->scale + (n0 + j) * groups;
-        of[j] = p->offset + (n0 + j) * groups;
-    }
-    for (int i = 0; i < mb; i++)
-        for (int j = 0; j < nb; j++) acc[i][j] = _mm256_setzero_ps();
-    const float *x = p->x + m0 * p->K;
-    for (Py_ssize_t g = 0, k = 0; g < groups; g++) {
-        for (int j = 0; j < nb; j++) {
-            s[j] = _mm256_broadcast_ss(sc[j] + g);
-            o[j] = _mm256_broadcast_ss(of[j] + g);
-        }
-        for (Py_ssize_t end = k + p->gs; k < end; k += 16) {
-            for (int j = 0; j < nb; j++) {
-                avx2_i4_deq(w[j] + k / 2, s[j], o[j], &lo, &hi);
-                for (int i = 0; i < mb; i++) {
-                    acc[i][j] = _mm256_fmadd_ps(_mm256_loadu_ps(x + i * p->K + k), lo, acc[i][j]);
-                    acc[i][j] = _mm256_fmadd_ps(_mm256_loadu_ps(x + i * p->K + k + 8), hi, acc[i][j]);
-                }
-            }
-        }
-    }
-    for (int i = 0; i < mb; i++)
-        for (int j = 0; j < nb; j++) p->y[(m0 + i) * p->N + n0 + j] = avx2_reduce(acc[i][j]);
-}
-
 /* One row times 4 weight rows, written out (the general blocks above leave their
- * accumulators on the stack for this shape): the very operations of avx2_block (int8) and
- * avx2_i4_block (int4) for mb = 1, nb = 4, in the same order, so the same results. */
+ * accumulators on the stack for this shape): the very operations of avx2_block (int8) for
+ * mb = 1, nb = 4, in the same order, so the same results. */
 T_AVX2 static void avx2_i8_row4(const Product *p, Py_ssize_t m0, Py_ssize_t n0) {
     const Py_ssize_t K = p->K;
     const int8_t *w0 = (const int8_t *)p->w + n0 * K, *w1 = w0 + K, *w2 = w1 + K, *w3 = w2 + K;
@@ -315,69 +270,308 @@ T_AVX2 static void avx2_i8_row4(const Product *p, Py_ssize_t m0, Py_ssize_t n0) 
     y[3] = avx2_reduce(a3) * p->scale[n0 + 3];
 }
 
-/* int4 in two passes of 2 weight rows (4 at once leave scales and offsets on the stack of
- * AVX2's 16 registers); x is read from L1 twice. */
-T_AVX2 ALWAYS_INLINE void avx2_i4_row2_gs(const Product *p, Py_ssize_t m0, Py_ssize_t n0, const Py_ssize_t gs) {
-    const Py_ssize_t K = p->K, groups = K / gs;
-    const uint8_t *w0 = (const uint8_t *)p->w + n0 * (K / 2), *w1 = w0 + K / 2;
-    const uint8_t *pf = w0 + PF_BLOCKS * 4 * (K / 2); /* 2 passes of K/2 bytes at 16 a step: the next blocks' 2K */
-    const float *s0 = p->scale + n0 * groups, *o0 = p->offset + n0 * groups;
-    const float *x = p->x + m0 * K;
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, lo, hi;
-    for (Py_ssize_t g = 0; g < groups; g++) {
-        const __m256 sc0 = _mm256_broadcast_ss(s0 + g), oc0 = _mm256_broadcast_ss(o0 + g);
-        const __m256 sc1 = _mm256_broadcast_ss(s0 + groups + g), oc1 = _mm256_broadcast_ss(o0 + groups + g);
-        for (Py_ssize_t c = 0; c < gs; c += 16, x += 16, w0 += 8, w1 += 8, pf += 16) {
-            _mm_prefetch((const char *)pf, _MM_HINT_T0);
-            __m256 xl = _mm256_loadu_ps(x), xh = _mm256_loadu_ps(x + 8);
-            avx2_i4_deq(w0, sc0, oc0, &lo, &hi);
-            a0 = _mm256_fmadd_ps(xl, lo, a0);
-            a0 = _mm256_fmadd_ps(xh, hi, a0);
-            avx2_i4_deq(w1, sc1, oc1, &lo, &hi);
-            a1 = _mm256_fmadd_ps(xl, lo, a1);
-            a1 = _mm256_fmadd_ps(xh, hi, a1);
+/* int4 on AVX2, group_size % 16 == 0 (so K % 16 == 0), as a dot product per group:
+ *     y = sum over groups g of  scale[g] * D[g] + offset[g] * S[g],
+ * D[g] the group's columns of x times the codes, S[g] the sum of the group's columns of x
+ * (the same for every output, so computed once per row and call). This form needs no
+ * dequantizing FMA per weight: a step of 16 columns (8 bytes) widens the bytes to 8 lanes
+ * (vpmovzxbd), masks the low nibbles (columns 2b) and shifts down the high ones (columns
+ * 2b + 1), and converts both -- so x is read deinterleaved (a copy per call: the 8 even
+ * columns of each 16, then the 8 odd ones). Per output, in 8-lane vectors: D accumulates
+ * lo then hi of each step in column order; at the end of a group A = fma(D, scale, A),
+ * then A = fma(S, offset, A); the output is A reduced by avx2_reduce. Every block below
+ * (one row times 4 weight rows, rows x 2 weight rows, codes decoded in registers or read
+ * from a scratch of codes as floats) runs exactly these operations on each output, so the
+ * results are the same for every row count. (Not the order of the other paths: a sum of
+ * x * code, scaled per group, is within float tolerance of x @ dequantized W.T, not equal.) */
+
+/* The per-call copy of x: xd [M][K] (each 16 columns as 8 even, then 8 odd) and the group
+ * sums xs [M][groups][8] (lane l: the sum of the group's steps' even then odd lanes l). */
+T_AVX2 static float *avx2_i4_prep(const Product *p) {
+    const Py_ssize_t K = p->K, groups = K / p->gs;
+    size_t n = (size_t)p->M * (size_t)(K + groups * 8);
+    float *buf = aligned_alloc(32, (n * sizeof(float) + 31) / 32 * 32);
+    if (buf == NULL) return NULL;
+    float *xd = buf, *xs = buf + p->M * K;
+    for (Py_ssize_t m = 0; m < p->M; m++) {
+        const float *x = p->x + m * K;
+        float *d = xd + m * K;
+        for (Py_ssize_t k = 0; k < K; k += 16)
+            for (int b = 0; b < 8; b++) {
+                d[k + b] = x[k + 2 * b];
+                d[k + 8 + b] = x[k + 2 * b + 1];
+            }
+        for (Py_ssize_t g = 0, k = 0; g < groups; g++) {
+            __m256 sum = _mm256_setzero_ps();
+            for (Py_ssize_t end = k + p->gs; k < end; k += 16) {
+                sum = _mm256_add_ps(sum, _mm256_load_ps(d + k));
+                sum = _mm256_add_ps(sum, _mm256_load_ps(d + k + 8));
+            }
+            _mm256_store_ps(xs + (m * groups + g) * 8, sum);
         }
+    }
+    return buf;
+}
+
+/* The codes of 16 columns (8 bytes at w) as floats: columns 2b in lo, 2b + 1 in hi. */
+T_AVX2 ALWAYS_INLINE void avx2_i4_nibbles(const uint8_t *w, __m256 *lo, __m256 *hi) {
+    __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)w));
+    *lo = _mm256_cvtepi32_ps(_mm256_and_si256(v, _mm256_set1_epi32(0x0F)));
+    *hi = _mm256_cvtepi32_ps(_mm256_srli_epi32(v, 4));
+}
+
+/* One row times 4 weight rows, the codes decoded in registers, the next blocks' weights
+ * prefetched I4_PF bytes ahead. */
+#ifndef I4_MB
+#define I4_MB 2 /* rows x weight rows per block on the codes (2 x 4, 4 x 2, 3 x 4, 4 x 1 measured alike or slower) */
+#endif
+#ifndef I4_NB
+#define I4_NB 4
+#endif
+#ifndef I4_PF
+#define I4_PF 8192 /* bytes ahead the one-row int4 kernel prefetches its weight rows */
+#endif
+T_AVX2 ALWAYS_INLINE void avx2_i4_row4_gs(const Product *p, const float *xd, const float *xs, Py_ssize_t m0,
+                                          Py_ssize_t n0, const Py_ssize_t gs, const float *codes) {
+    const Py_ssize_t K = p->K, groups = K / gs;
+    const uint8_t *w0 = (const uint8_t *)p->w + n0 * (K / 2), *w1 = w0 + K / 2, *w2 = w1 + K / 2, *w3 = w2 + K / 2;
+    const char *pf = (const char *)w0 + I4_PF;
+    const float *s0 = p->scale + n0 * groups, *o0 = p->offset + n0 * groups;
+    const float *x = xd + m0 * K, *sx = xs + m0 * groups * 8;
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, lo, hi;
+    for (Py_ssize_t g = 0; g < groups; g++, sx += 8) {
+        __m256 d0 = _mm256_setzero_ps(), d1 = d0, d2 = d0, d3 = d0;
+        for (Py_ssize_t c = 0; c < gs; c += 16, x += 16, w0 += 8, w1 += 8, w2 += 8, w3 += 8) {
+            const __m256 xl = _mm256_load_ps(x), xh = _mm256_load_ps(x + 8);
+            if (codes != NULL) { /* the same values, decoded once for every row */
+                const float *cc = codes + (g * gs + c);
+                d0 = _mm256_fmadd_ps(xh, _mm256_load_ps(cc + 8), _mm256_fmadd_ps(xl, _mm256_load_ps(cc), d0));
+                d1 = _mm256_fmadd_ps(xh, _mm256_load_ps(cc + K + 8), _mm256_fmadd_ps(xl, _mm256_load_ps(cc + K), d1));
+                d2 = _mm256_fmadd_ps(xh, _mm256_load_ps(cc + 2 * K + 8), _mm256_fmadd_ps(xl, _mm256_load_ps(cc + 2 * K), d2));
+                d3 = _mm256_fmadd_ps(xh, _mm256_load_ps(cc + 3 * K + 8), _mm256_fmadd_ps(xl, _mm256_load_ps(cc + 3 * K), d3));
+                continue;
+            }
+            if ((c & 31) == 0) { /* 4 rows x 16 bytes: one line */
+                _mm_prefetch(pf, _MM_HINT_T0);
+                pf += 64;
+            }
+            avx2_i4_nibbles(w0, &lo, &hi);
+            d0 = _mm256_fmadd_ps(xh, hi, _mm256_fmadd_ps(xl, lo, d0));
+            avx2_i4_nibbles(w1, &lo, &hi);
+            d1 = _mm256_fmadd_ps(xh, hi, _mm256_fmadd_ps(xl, lo, d1));
+            avx2_i4_nibbles(w2, &lo, &hi);
+            d2 = _mm256_fmadd_ps(xh, hi, _mm256_fmadd_ps(xl, lo, d2));
+            avx2_i4_nibbles(w3, &lo, &hi);
+            d3 = _mm256_fmadd_ps(xh, hi, _mm256_fmadd_ps(xl, lo, d3));
+        }
+        const __m256 sv = _mm256_load_ps(sx);
+        a0 = _mm256_fmadd_ps(sv, _mm256_broadcast_ss(o0 + g), _mm256_fmadd_ps(d0, _mm256_broadcast_ss(s0 + g), a0));
+        a1 = _mm256_fmadd_ps(sv, _mm256_broadcast_ss(o0 + groups + g),
+                             _mm256_fmadd_ps(d1, _mm256_broadcast_ss(s0 + groups + g), a1));
+        a2 = _mm256_fmadd_ps(sv, _mm256_broadcast_ss(o0 + 2 * groups + g),
+                             _mm256_fmadd_ps(d2, _mm256_broadcast_ss(s0 + 2 * groups + g), a2));
+        a3 = _mm256_fmadd_ps(sv, _mm256_broadcast_ss(o0 + 3 * groups + g),
+                             _mm256_fmadd_ps(d3, _mm256_broadcast_ss(s0 + 3 * groups + g), a3));
     }
     float *y = p->y + m0 * p->N + n0;
     y[0] = avx2_reduce(a0);
     y[1] = avx2_reduce(a1);
+    y[2] = avx2_reduce(a2);
+    y[3] = avx2_reduce(a3);
 }
 
 /* the common group sizes as constants, so their steps unroll */
-T_AVX2 ALWAYS_INLINE void avx2_i4_row2(const Product *p, Py_ssize_t m0, Py_ssize_t n0) {
-    if (p->gs == 32) avx2_i4_row2_gs(p, m0, n0, 32);
-    else if (p->gs == 128) avx2_i4_row2_gs(p, m0, n0, 128);
-    else avx2_i4_row2_gs(p, m0, n0, p->gs);
+T_AVX2 static void avx2_i4_row4(const Product *p, const float *xd, const float *xs, Py_ssize_t m0, Py_ssize_t n0) {
+    if (p->gs == 32) avx2_i4_row4_gs(p, xd, xs, m0, n0, 32, NULL);
+    else if (p->gs == 128) avx2_i4_row4_gs(p, xd, xs, m0, n0, 128, NULL);
+    else avx2_i4_row4_gs(p, xd, xs, m0, n0, p->gs, NULL);
 }
 
-T_AVX2 static void avx2_i4_row4(const Product *p, Py_ssize_t m0, Py_ssize_t n0) {
-    avx2_i4_row2(p, m0, n0);
-    avx2_i4_row2(p, m0, n0 + 2);
+/* One row times 4 weight rows whose codes are in codes [4][K] (avx2_i4_decode's). */
+T_AVX2 static void avx2_i4_row4_codes(const Product *p, const float *xd, const float *xs, Py_ssize_t m0, Py_ssize_t n0,
+                                      const float *codes) {
+    if (p->gs == 32) avx2_i4_row4_gs(p, xd, xs, m0, n0, 32, codes);
+    else if (p->gs == 128) avx2_i4_row4_gs(p, xd, xs, m0, n0, 128, codes);
+    else avx2_i4_row4_gs(p, xd, xs, m0, n0, p->gs, codes);
 }
 
-/* Rows [n0, n0 + nb) of a quantized weight as floats into scr [nb][K]: the values the direct
- * loads give (int4: 16 columns as two halves, in the order avx2_i4_block adds them). */
+/* mb (1 or 2) rows times nb (1 or 2) weight rows, the codes decoded in registers. */
+T_AVX2 ALWAYS_INLINE void avx2_i4_block(const Product *p, const float *xd, const float *xs, Py_ssize_t m0, int mb,
+                                        Py_ssize_t n0, int nb) {
+    const Py_ssize_t K = p->K, gs = p->gs, groups = K / gs;
+    __m256 a[2][2], d[2][2], lo[2], hi[2];
+    for (int i = 0; i < mb; i++)
+        for (int j = 0; j < nb; j++) a[i][j] = _mm256_setzero_ps();
+    for (Py_ssize_t g = 0, k = 0; g < groups; g++) {
+        for (int i = 0; i < mb; i++)
+            for (int j = 0; j < nb; j++) d[i][j] = _mm256_setzero_ps();
+        for (Py_ssize_t end = k + gs; k < end; k += 16) {
+            for (int j = 0; j < nb; j++)
+                avx2_i4_nibbles((const uint8_t *)p->w + (n0 + j) * (K / 2) + k / 2, &lo[j], &hi[j]);
+            for (int i = 0; i < mb; i++) {
+                const __m256 xl = _mm256_load_ps(xd + (m0 + i) * K + k), xh = _mm256_load_ps(xd + (m0 + i) * K + k + 8);
+                for (int j = 0; j < nb; j++) d[i][j] = _mm256_fmadd_ps(xh, hi[j], _mm256_fmadd_ps(xl, lo[j], d[i][j]));
+            }
+        }
+        for (int i = 0; i < mb; i++) {
+            const __m256 sv = _mm256_load_ps(xs + ((m0 + i) * groups + g) * 8);
+            for (int j = 0; j < nb; j++) {
+                const Py_ssize_t gi = (n0 + j) * groups + g;
+                a[i][j] = _mm256_fmadd_ps(sv, _mm256_broadcast_ss(p->offset + gi),
+                                          _mm256_fmadd_ps(d[i][j], _mm256_broadcast_ss(p->scale + gi), a[i][j]));
+            }
+        }
+    }
+    for (int i = 0; i < mb; i++)
+        for (int j = 0; j < nb; j++) p->y[(m0 + i) * p->N + n0 + j] = avx2_reduce(a[i][j]);
+}
+
+/* mb (up to I4_MB) rows times nb (up to 4) weight rows whose codes are floats in codes [nb][K]
+ * (from avx2_i4_decode: the values avx2_i4_nibbles gives): the operations of avx2_i4_block
+ * on each output, with 8 sums of a group in registers (codes read as memory operands) and
+ * the per-output totals, touched once per group, left to the stack. */
+T_AVX2 ALWAYS_INLINE void avx2_i4_block_codes(const Product *p, const float *xd, const float *xs, Py_ssize_t m0, int mb,
+                                              Py_ssize_t n0, int nb, const float *codes) {
+    const Py_ssize_t K = p->K, gs = p->gs, groups = K / gs;
+    __m256 a[I4_MB][4], d[I4_MB][4];
+    for (int i = 0; i < mb; i++)
+        for (int j = 0; j < nb; j++) a[i][j] = _mm256_setzero_ps();
+    for (Py_ssize_t g = 0, k = 0; g < groups; g++) {
+        for (int i = 0; i < mb; i++)
+            for (int j = 0; j < nb; j++) d[i][j] = _mm256_setzero_ps();
+        for (Py_ssize_t end = k + gs; k < end; k += 16) {
+            for (int j = 0; j < nb; j++) {
+                const __m256 lo = _mm256_load_ps(codes + j * K + k), hi = _mm256_load_ps(codes + j * K + k + 8);
+                for (int i = 0; i < mb; i++)
+                    d[i][j] = _mm256_fmadd_ps(_mm256_load_ps(xd + (m0 + i) * K + k + 8), hi,
+                                              _mm256_fmadd_ps(_mm256_load_ps(xd + (m0 + i) * K + k), lo, d[i][j]));
+            }
+        }
+        for (int i = 0; i < mb; i++) {
+            const __m256 sv = _mm256_load_ps(xs + ((m0 + i) * groups + g) * 8);
+            for (int j = 0; j < nb; j++) {
+                const Py_ssize_t gi = (n0 + j) * groups + g;
+                a[i][j] = _mm256_fmadd_ps(sv, _mm256_broadcast_ss(p->offset + gi),
+                                          _mm256_fmadd_ps(d[i][j], _mm256_broadcast_ss(p->scale + gi), a[i][j]));
+            }
+        }
+    }
+    for (int i = 0; i < mb; i++)
+        for (int j = 0; j < nb; j++) p->y[(m0 + i) * p->N + n0 + j] = avx2_reduce(a[i][j]);
+}
+
+/* The codes of weight rows [n0, n0 + nb) as floats into codes [nb][K], in the order of xd. */
+T_AVX2 static void avx2_i4_decode(const Product *p, Py_ssize_t n0, int nb, float *codes) {
+    __m256 lo, hi;
+    for (int j = 0; j < nb; j++)
+        for (Py_ssize_t k = 0; k < p->K; k += 16) {
+            avx2_i4_nibbles((const uint8_t *)p->w + (n0 + j) * (p->K / 2) + k / 2, &lo, &hi);
+            _mm256_store_ps(codes + j * p->K + k, lo);
+            _mm256_store_ps(codes + j * p->K + k + 8, hi);
+        }
+}
+
+/* Rows in pairs times weight rows in pairs (one row: 4 weight rows at a time); more than 2
+ * rows read the codes of each block of 4 weight rows from a scratch, decoded once, I4_MB
+ * rows times I4_NB weight rows at a time. */
+#define AVX2_I4_ROWS(N0, NB)                                                                \
+    do {                                                                                    \
+        for (int j = 0; j < (NB); j += 2) {                                                 \
+            int nj = (NB) - j < 2 ? (NB) - j : 2;                                           \
+            Py_ssize_t m = 0;                                                               \
+            for (; m + 2 <= p->M; m += 2) {                                                 \
+                if (nj == 2) avx2_i4_block(p, xd, xs, m, 2, (N0) + j, 2);                   \
+                else avx2_i4_block(p, xd, xs, m, 2, (N0) + j, 1);                           \
+            }                                                                               \
+            if (m < p->M) {                                                                 \
+                if (nj == 2) avx2_i4_block(p, xd, xs, m, 1, (N0) + j, 2);                   \
+                else avx2_i4_block(p, xd, xs, m, 1, (N0) + j, 1);                           \
+            }                                                                               \
+        }                                                                                   \
+    } while (0)
+#define AVX2_I4_CODES(N0, NB)                                                               \
+    do {                                                                                    \
+        for (int j = 0; j < (NB); j += I4_NB) {                                             \
+            int nj = (NB) - j < I4_NB ? (NB) - j : I4_NB;                                   \
+            const float *cj = codes + j * p->K;                                             \
+            Py_ssize_t m = 0;                                                               \
+            if (nj == I4_NB) {                                                              \
+                for (; m + I4_MB <= p->M; m += I4_MB) avx2_i4_block_codes(p, xd, xs, m, I4_MB, (N0) + j, I4_NB, cj); \
+                for (; m < p->M; m++) avx2_i4_block_codes(p, xd, xs, m, 1, (N0) + j, I4_NB, cj); \
+            } else {                                                                        \
+                for (; m < p->M; m++) avx2_i4_block_codes(p, xd, xs, m, 1, (N0) + j, nj, cj); \
+            }                                                                               \
+        }                                                                                   \
+    } while (0)
+
+T_AVX2 static void avx2_i4(const Product *p, Py_ssize_t n0, Py_ssize_t n1) {
+    float *buf = avx2_i4_prep(p), *codes = NULL;
+    if (buf == NULL) abort(); /* out of memory for a copy of x */
+    const float *xd = buf, *xs = buf + p->M * p->K;
+    if (p->M > 2) {
+        codes = aligned_alloc(32, (size_t)4 * p->K * sizeof(float));
+        if (codes == NULL) abort();
+    }
+    for (Py_ssize_t n = n0; n < n1; n += 4) {
+        int nb = n1 - n < 4 ? (int)(n1 - n) : 4;
+        if (p->M == 1 && nb == 4) {
+            avx2_i4_row4(p, xd, xs, 0, n);
+        } else if (codes != NULL) {
+            avx2_i4_decode(p, n, nb, codes);
+            if (nb == 4) {
+                for (Py_ssize_t m = 0; m < p->M; m++) avx2_i4_row4_codes(p, xd, xs, m, n, codes);
+            } else {
+                AVX2_I4_CODES(n, nb);
+            }
+        } else {
+            AVX2_I4_ROWS(n, nb);
+        }
+    }
+    free(codes);
+    free(buf);
+}
+
+/* Rows [n0, n0 + nb) of an int8 weight as floats into scr [nb][K]: the values the direct
+ * loads give. */
 T_AVX2 static void avx2_dequant(const Product *p, Py_ssize_t n0, int nb, int kind, float *scr) {
     for (int j = 0; j < nb; j++) {
         float *row = scr + j * p->K;
         Py_ssize_t k = 0;
-        if (kind == 2) {
-            __m256 lo, hi;
-            const uint8_t *w = (const uint8_t *)p->w + (n0 + j) * (p->K / 2);
-            const float *sc = p->scale + (n0 + j) * (p->K / p->gs), *of = p->offset + (n0 + j) * (p->K / p->gs);
-            for (Py_ssize_t g = 0; k < p->K; g++) {
-                __m256 s = _mm256_broadcast_ss(sc + g), o = _mm256_broadcast_ss(of + g);
-                for (Py_ssize_t end = k + p->gs; k < end; k += 16) {
-                    avx2_i4_deq(w + k / 2, s, o, &lo, &hi);
-                    _mm256_storeu_ps(row + k, lo);
-                    _mm256_storeu_ps(row + k + 8, hi);
-                }
-            }
-            continue;
-        }
         for (; k + 8 <= p->K; k += 8) _mm256_storeu_ps(row + k, avx2_w_i8(p, n0 + j, k));
         if (k < p->K) _mm256_maskstore_ps(row + k, avx2_tail_mask(p->K - k), avx2_w_tail(p, n0 + j, k, p->K - k, 1));
     }
+}
+
+
+/* fp32, one row times F32_NB weight rows: the operations of avx2_block (kind 0, mb = 1) for
+ * each output, in the same order, so the same results; the block's weight rows (contiguous,
+ * F32_NB * K floats) are prefetched F32_PF bytes ahead, a cache line per row per step. */
+T_AVX2 static void avx2_f32_row(const Product *p, Py_ssize_t m0, Py_ssize_t n0) {
+    const Py_ssize_t K = p->K;
+    const float *w = (const float *)p->w + n0 * K, *x = p->x + m0 * K;
+    const char *pf = (const char *)w + F32_PF;
+    __m256 acc[F32_NB];
+    for (int j = 0; j < F32_NB; j++) acc[j] = _mm256_setzero_ps();
+    Py_ssize_t k = 0;
+    for (; k + 16 <= K; k += 16) { /* two steps of 8 columns per line of each weight row */
+        if (F32_PF) {
+            for (int j = 0; j < F32_NB; j++) _mm_prefetch(pf + j * 64, F32_HINT);
+            pf += F32_NB * 64;
+        }
+        const __m256 x0 = _mm256_loadu_ps(x + k), x1 = _mm256_loadu_ps(x + k + 8);
+        for (int j = 0; j < F32_NB; j++) acc[j] = _mm256_fmadd_ps(x0, _mm256_loadu_ps(w + j * K + k), acc[j]);
+        for (int j = 0; j < F32_NB; j++) acc[j] = _mm256_fmadd_ps(x1, _mm256_loadu_ps(w + j * K + k + 8), acc[j]);
+    }
+    for (; k + 8 <= K; k += 8) {
+        __m256 xv = _mm256_loadu_ps(x + k);
+        for (int j = 0; j < F32_NB; j++) acc[j] = _mm256_fmadd_ps(xv, _mm256_loadu_ps(w + j * K + k), acc[j]);
+    }
+    if (k < K) {
+        __m256i mask = avx2_tail_mask(K - k);
+        __m256 xv = _mm256_maskload_ps(x + k, mask);
+        for (int j = 0; j < F32_NB; j++) acc[j] = _mm256_fmadd_ps(xv, _mm256_maskload_ps(w + j * K + k, mask), acc[j]);
+    }
+    for (int j = 0; j < F32_NB; j++) p->y[m0 * p->N + n0 + j] = avx2_reduce(acc[j]);
 }
 
 /* Quantized weights with more rows than one block: each block of weight rows is dequantized
@@ -385,6 +579,9 @@ T_AVX2 static void avx2_dequant(const Product *p, Py_ssize_t n0, int nb, int kin
 #define AVX2_RANGE(NAME, KIND)                                                              \
     T_AVX2 static void NAME(const Product *p, Py_ssize_t n0, Py_ssize_t n1) {               \
         float *scr = NULL;                                                                  \
+        if (KIND == 0 && p->M == 1) {                                                       \
+            for (; n0 + F32_NB <= n1; n0 += F32_NB) avx2_f32_row(p, 0, n0);                 \
+        }                                                                                   \
         if (KIND != 0 && p->M > AVX2_MB)                                                    \
             scr = aligned_alloc(64, ((size_t)NB_MAX * p->K * sizeof(float) + 63) / 64 * 64); \
         for (Py_ssize_t n = n0; n < n1; n += NB_MAX) {                                      \
@@ -401,18 +598,15 @@ T_AVX2 static void avx2_dequant(const Product *p, Py_ssize_t n0, int nb, int kin
         }                                                                                   \
         free(scr);                                                                          \
     }
-/* the block for KIND: from the scratch when there is one; int4 otherwise avx2_i4_block */
+/* the block for KIND: from the scratch when there is one */
 #define AVX2_CALL(KIND, m, mb, nb)                                                          \
     do {                                                                                    \
         if (scr != NULL) avx2_block(p, m, mb, n, nb, 0, scr);                               \
         else if (KIND == 1 && mb == 1 && nb == NB_MAX) avx2_i8_row4(p, m, n);               \
-        else if (KIND == 2 && mb == 1 && nb == NB_MAX) avx2_i4_row4(p, m, n);               \
-        else if (KIND == 2) avx2_i4_block(p, m, mb, n, nb);                                 \
         else avx2_block(p, m, mb, n, nb, KIND, NULL);                                       \
     } while (0)
 AVX2_RANGE(avx2_f32, 0)
 AVX2_RANGE(avx2_i8, 1)
-AVX2_RANGE(avx2_i4, 2)
 
 /* ------------------------------------------------------------------ AVX-512 (16 lanes) */
 
@@ -599,6 +793,33 @@ T_512 static void avx512_i4_row4(const Product *p, Py_ssize_t m0, Py_ssize_t n0)
     else avx512_i4_row4_gs(p, m0, n0, p->gs);
 }
 
+
+/* fp32, one row times F32_NB weight rows: the operations of avx512_block (kind 0, mb = 1)
+ * for each output, in the same order, so the same results; the block's weight rows
+ * (contiguous, F32_NB * K floats) are prefetched F32_PF bytes ahead, a line per row per step. */
+T_512 static void avx512_f32_row(const Product *p, Py_ssize_t m0, Py_ssize_t n0) {
+    const Py_ssize_t K = p->K;
+    const float *w = (const float *)p->w + n0 * K, *x = p->x + m0 * K;
+    const char *pf = (const char *)w + F32_PF;
+    __m512 acc[F32_NB];
+    for (int j = 0; j < F32_NB; j++) acc[j] = _mm512_setzero_ps();
+    Py_ssize_t k = 0;
+    for (; k + 16 <= K; k += 16) {
+        if (F32_PF) {
+            for (int j = 0; j < F32_NB; j++) _mm_prefetch(pf + j * 64, F32_HINT);
+            pf += F32_NB * 64;
+        }
+        __m512 xv = _mm512_loadu_ps(x + k);
+        for (int j = 0; j < F32_NB; j++) acc[j] = _mm512_fmadd_ps(xv, _mm512_loadu_ps(w + j * K + k), acc[j]);
+    }
+    if (k < K) {
+        __mmask16 mask = (__mmask16)((1u << (K - k)) - 1u);
+        __m512 xv = _mm512_maskz_loadu_ps(mask, x + k);
+        for (int j = 0; j < F32_NB; j++) acc[j] = _mm512_fmadd_ps(xv, _mm512_maskz_loadu_ps(mask, w + j * K + k), acc[j]);
+    }
+    for (int j = 0; j < F32_NB; j++) p->y[m0 * p->N + n0 + j] = avx512_reduce(acc[j]);
+}
+
 /* Rows [n0, n0 + nb) of a quantized weight as floats into scr [nb][K]: the very values the
  * direct loads give, so a block reading them computes bitwise what it would without. */
 T_512 static void avx512_dequant(const Product *p, Py_ssize_t n0, int nb, int kind, float *scr) {
@@ -641,6 +862,9 @@ T_512 static void avx512_dequant(const Product *p, Py_ssize_t n0, int nb, int ki
     T_512 static void NAME(const Product *p, Py_ssize_t n0, Py_ssize_t n1) {                \
         const int kind = KIND;                                                              \
         float *scr = NULL;                                                                  \
+        if (KIND == 0 && p->M == 1) {                                                       \
+            for (; n0 + F32_NB <= n1; n0 += F32_NB) avx512_f32_row(p, 0, n0);               \
+        }                                                                                   \
         if (KIND != 0 && p->M > AVX512_MB)                                                  \
             scr = aligned_alloc(64, ((size_t)AVX512_NB * p->K * sizeof(float) + 63) / 64 * 64); \
         Py_ssize_t n = n0;                                                                  \
@@ -792,6 +1016,28 @@ static PyObject *py_int4(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     return call(&p, KIND_I4);
 }
 
+#if PLD_X86
+/* The probe's chunk [c, end) (a multiple of 16 floats) on AVX2: two lines a step into two
+ * accumulators, prefetched F32_PF bytes ahead as the one-row fp32 kernels read. */
+T_AVX2 static float read_avx2(const float *a, Py_ssize_t c, Py_ssize_t end) {
+    __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+    Py_ssize_t i = c;
+    for (; i + 32 <= end; i += 32) {
+        _mm_prefetch((const char *)(a + i) + F32_PF, _MM_HINT_T0);
+        _mm_prefetch((const char *)(a + i) + F32_PF + 64, _MM_HINT_T0);
+        s0 = _mm256_add_ps(s0, _mm256_loadu_ps(a + i));
+        s1 = _mm256_add_ps(s1, _mm256_loadu_ps(a + i + 8));
+        s2 = _mm256_add_ps(s2, _mm256_loadu_ps(a + i + 16));
+        s3 = _mm256_add_ps(s3, _mm256_loadu_ps(a + i + 24));
+    }
+    for (; i < end; i += 16) {
+        s0 = _mm256_add_ps(s0, _mm256_loadu_ps(a + i));
+        s1 = _mm256_add_ps(s1, _mm256_loadu_ps(a + i + 8));
+    }
+    return avx2_reduce(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
+}
+#endif
+
 /* read(ptr, nbytes) -> float: sums nbytes / 4 floats (a multiple of 64 bytes) on every
  * thread, to measure the memory bandwidth the products are bound by. */
 static PyObject *py_read(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -806,8 +1052,14 @@ static PyObject *py_read(PyObject *self, PyObject *const *args, Py_ssize_t nargs
 #pragma omp parallel for reduction(+ : total) schedule(static)
 #endif
     for (Py_ssize_t c = 0; c < n; c += 1024) {
-        float acc[16] = {0};
         Py_ssize_t end = c + 1024 < n ? c + 1024 : n;
+#if PLD_X86
+        if (current_isa >= ISA_AVX2) {
+            total += read_avx2(a, c, end);
+            continue;
+        }
+#endif
+        float acc[16] = {0};
         for (Py_ssize_t i = c; i < end; i += 16)
             for (int l = 0; l < 16; l++) acc[l] += a[i + l];
         float s2 = 0.0f;
