@@ -289,3 +289,15 @@ def test_threads_split_the_work_never_the_values():
     finally:
         torch.set_num_threads(before)
     assert torch.equal(outs[0], outs[1]) and torch.equal(outs[0], outs[2])
+
+
+def test_indices_outside_the_tables_are_refused():
+    pk, pv = pools()
+    qkv = torch.randn(1, (H + 2 * KVH) * D)
+    table = torch.randn(8, D)
+    with pytest.raises(ValueError, match="positions"):
+        step_ops.rotary_write(qkv, table, table, torch.tensor([8]), torch.tensor([0]), pk, pv, H)
+    with pytest.raises(ValueError, match="slots"):
+        step_ops.rotary_write(qkv, table, table, torch.tensor([0]), torch.tensor([S]), pk, pv, H)
+    with pytest.raises(ValueError, match="read_slots"):
+        step_ops.attention(torch.randn(1, H, D), pk, pv, 1, 2, 1.0, torch.tensor([[0, S + 5]]))

@@ -75,6 +75,12 @@ def _dense(t: torch.Tensor, name: str, dtype: torch.dtype = torch.float32) -> No
                          f"(contiguous: {t.is_contiguous()}) on {t.device}")
 
 
+def _in_range(what: str, name: str, index: torch.Tensor, size: int) -> None:
+    """The C code reads ``table[index]`` unchecked: every index must be in ``[0, size)``."""
+    if index.numel() and (int(index.min()) < 0 or int(index.max()) >= size):
+        raise ValueError(f"{what}: {name} must be in [0, {size}), got [{int(index.min())}, {int(index.max())}]")
+
+
 def _check_keys(what: str, batch: int, per_seq: int, kv_len: int, slots: int, read_slots: torch.Tensor | None,
                 start: int, mask: torch.Tensor | None) -> None:
     """The keys of attention: ``read_slots`` ``[batch, kv_len]`` or one contiguous run inside a
@@ -83,6 +89,7 @@ def _check_keys(what: str, batch: int, per_seq: int, kv_len: int, slots: int, re
         _dense(read_slots, "read_slots", torch.long)
         if read_slots.shape != (batch, kv_len):
             raise ValueError(f"{what}: read_slots {tuple(read_slots.shape)}, want {(batch, kv_len)}")
+        _in_range(what, "read_slots", read_slots, slots)
     elif batch != 1 or start + kv_len > slots:
         raise ValueError(f"{what}: contiguous keys need one sequence inside the pool ({start}+{kv_len} > {slots})")
     if mask is not None:
@@ -134,6 +141,8 @@ def rotary_write(qkv: torch.Tensor, cos: torch.Tensor, sin_signed: torch.Tensor,
             or slots.shape != (rows,)):
         raise ValueError(f"rotary_write: qkv {tuple(qkv.shape)}, pool {tuple(pool_k.shape)}, heads {heads}, "
                          f"table {tuple(cos.shape)}, positions {tuple(positions.shape)}, slots {tuple(slots.shape)}")
+    _in_range("rotary_write", "positions", positions, cos.shape[0])
+    _in_range("rotary_write", "slots", slots, s)
     q = qkv.new_empty(rows, heads, d)
     _C.rotary_write(qkv.data_ptr(), cos.data_ptr(), sin_signed.data_ptr(), positions.data_ptr(), slots.data_ptr(),
                     q.data_ptr(), pool_k.data_ptr(), pool_v.data_ptr(), rows, qkv.shape[1], heads, kvh, d, s)
@@ -211,6 +220,8 @@ def layers(h: torch.Tensor, records: torch.Tensor, pool_k: list[torch.Tensor], p
             or slots.shape != (rows,) or cos.shape[1:] != (d,) or sin_signed.shape != cos.shape):
         raise ValueError(f"layers: h {tuple(h.shape)}, {n_layers} records, {len(pool_k)} pools, "
                          f"positions {tuple(positions.shape)}, slots {tuple(slots.shape)}")
+    _in_range("layers", "positions", positions, cos.shape[0])
+    _in_range("layers", "slots", slots, s)
     per_seq = rows // batch
     _check_keys("layers", batch, per_seq, kv_len, s, read_slots, start, mask)
     pools = torch.tensor([[k.data_ptr(), v.data_ptr()] for k, v in zip(pool_k, pool_v)], dtype=torch.long)
