@@ -56,6 +56,7 @@ static int omp_get_num_threads(void) { return 1; }
 #endif
 
 #define LANES 16
+#pragma GCC diagnostic ignored "-Wpsabi" /* lanes_t values passed between always-inline helpers */
 #ifndef PF_KEYS
 #define PF_KEYS 16 /* attention prefetches the K/V rows this many keys ahead */
 #endif
@@ -67,42 +68,65 @@ static int current_isa = ISA_GENERIC;
 
 /* ------------------------------------------------------------------ the shared arithmetic */
 
-ALWAYS_INLINE float reduce_lanes(float *acc) {
+/* LANES floats as one vector (GCC's vector extension: the compiler maps it onto the path's
+ * registers, lane by lane, so every path computes the same values). */
+typedef float lanes_t __attribute__((vector_size(LANES * sizeof(float))));
+typedef int32_t lane_mask_t __attribute__((vector_size(LANES * sizeof(int32_t))));
+
+ALWAYS_INLINE lanes_t load_lanes(const float *p) {
+    lanes_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+/* p[0..n) (n < LANES), the other lanes `fill`. */
+ALWAYS_INLINE lanes_t load_tail(const float *p, Py_ssize_t n, float fill) {
+    float t[LANES];
+    for (int l = 0; l < LANES; l++) t[l] = l < n ? p[l] : fill;
+    return load_lanes(t);
+}
+
+/* The lanes summed by a fixed tree: l + (l + 8), then l + (l + 4), l + (l + 2), l + (l + 1). */
+ALWAYS_INLINE float reduce_lanes(lanes_t v) {
+    float acc[LANES];
+    memcpy(acc, &v, sizeof acc);
     for (int w = LANES / 2; w > 0; w /= 2)
         for (int l = 0; l < w; l++) acc[l] += acc[l + w];
     return acc[0];
 }
 
 ALWAYS_INLINE float dot(const float *a, const float *b, Py_ssize_t n) {
-    float acc[LANES] = {0};
+    lanes_t acc = {0};
     Py_ssize_t i = 0;
-    for (; i + LANES <= n; i += LANES)
-        for (int l = 0; l < LANES; l++) acc[l] += a[i + l] * b[i + l];
-    for (int l = 0; i + l < n; l++) acc[l] += a[i + l] * b[i + l];
+    for (; i + LANES <= n; i += LANES) acc += load_lanes(a + i) * load_lanes(b + i);
+    if (i < n) acc += load_tail(a + i, n - i, 0.0f) * load_tail(b + i, n - i, 0.0f);
     return reduce_lanes(acc);
 }
 
 /* The largest of a[0..n) (n >= 1; exact, so any order gives it). */
 ALWAYS_INLINE float max_of(const float *a, Py_ssize_t n) {
-    float m[LANES];
-    for (int l = 0; l < LANES; l++) m[l] = a[0];
+    lanes_t m = load_tail(a, 0, a[0]);
     Py_ssize_t i = 0;
-    for (; i + LANES <= n; i += LANES)
-        for (int l = 0; l < LANES; l++) m[l] = a[i + l] > m[l] ? a[i + l] : m[l];
-    for (int l = 0; i + l < n; l++) m[l] = a[i + l] > m[l] ? a[i + l] : m[l];
-    for (int w = LANES / 2; w > 0; w /= 2)
-        for (int l = 0; l < w; l++) m[l] = m[l + w] > m[l] ? m[l + w] : m[l];
-    return m[0];
+    for (; i + LANES <= n; i += LANES) {
+        lanes_t x = load_lanes(a + i);
+        lane_mask_t more = x > m;
+        m = (lanes_t)(((lane_mask_t)x & more) | ((lane_mask_t)m & ~more));
+    }
+    float top[LANES];
+    memcpy(top, &m, sizeof top);
+    float best = top[0];
+    for (int l = 1; l < LANES; l++) best = top[l] > best ? top[l] : best;
+    for (; i < n; i++) best = a[i] > best ? a[i] : best;
+    return best;
 }
 
 ALWAYS_INLINE float sum_squares(const float *a, Py_ssize_t n) { return dot(a, a, n); }
 
 ALWAYS_INLINE float sum(const float *a, Py_ssize_t n) {
-    float acc[LANES] = {0};
+    lanes_t acc = {0};
     Py_ssize_t i = 0;
-    for (; i + LANES <= n; i += LANES)
-        for (int l = 0; l < LANES; l++) acc[l] += a[i + l];
-    for (int l = 0; i + l < n; l++) acc[l] += a[i + l];
+    for (; i + LANES <= n; i += LANES) acc += load_lanes(a + i);
+    if (i < n) acc += load_tail(a + i, n - i, 0.0f);
     return reduce_lanes(acc);
 }
 
