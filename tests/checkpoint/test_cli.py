@@ -89,6 +89,8 @@ CASES = {
                        "--per_group applies to int4"),
     "group size without per_group": (lambda t, h: ["--model_dir", str(h), "--use_weight_only", "--weight_only_precision",
                                                    "int4", "--group_size", "32"], "--group_size applies with --per_group"),
+    "int4 without per_group": (lambda t, h: ["--model_dir", str(h), "--use_weight_only", "--weight_only_precision",
+                                             "int4"], "--weight_only_precision int4 needs --per_group"),
     "default group size does not divide hidden": (
         lambda t, h: ["--model_dir", str(h), "--use_weight_only", "--weight_only_precision", "int4", "--per_group"],
         "--group_size 128 does not divide the model's hidden size 64"),
