@@ -10,7 +10,10 @@
  * sums, lane l taking the terms with index % LANES == l in increasing order, reduced by a
  * fixed tree; the file is built with -ffp-contract=off, so no multiply and add are fused.
  * The same C is compiled three times (AVX-512, AVX2+FMA, the baseline; chosen at run time,
- * set_isa() as in gemv.c): the paths differ in speed, never in results.
+ * set_isa() as in gemv.c), on GCC's vector lanes (lanes_t); attention's dot products and
+ * weighted sums have AVX-512 and AVX2 twins written with intrinsics that perform the very
+ * same additions and multiplications in the same order. So the paths differ in speed, never
+ * in results.
  *
  * Attention: a query row's result depends only on the ordered list of keys it sees (its
  * context, then its ancestors among the step's rows) and their values, not on where the
@@ -19,7 +22,7 @@
  * row gives bitwise the values the same row gets in a plain decoding step, where the same
  * keys sit at consecutive positions.
  *
- * exp is computed here (exp_ps): a range reduction by ln 2 and a degree-6 polynomial
+ * exp is computed here (exp_one): a range reduction by ln 2 and a degree-6 polynomial
  * (Cephes' expf coefficients), within 2 ulp of expf over the inputs a softmax or SiLU meets,
  * the same on every path.
  *
@@ -27,9 +30,12 @@
  * takes a run of heads of one KV head together), the other functions their rows; a split
  * decides which thread computes a row and head, never how.
  *
+ * layers() runs all of these and the products (gemv.c's, through its capsule) for every
+ * decoder layer of a step in one call, with the GIL released.
+ *
  * Cost per call: rms_norm and silu_mul O(rows * width); rotary_write O(rows * (H + 2 KVH) * D);
  * attention, per query row and head, two passes over its visible keys' K and V rows
- * (2 * D multiply-adds per key each).
+ * (2 * D multiply-adds per key each); layers(), the sum of its parts.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
