@@ -698,13 +698,17 @@ T_512 ALWAYS_INLINE __m512 avx512_load_w(const Product *p, Py_ssize_t n0, int j,
 
 /* kind 0: fp32; 1: int8 (sums scaled per output at the end); 2: int4. */
 T_512 ALWAYS_INLINE void avx512_block(const Product *p, Py_ssize_t m0, int mb, Py_ssize_t n0, int nb, int kind,
-                                      const float *scr) {
+                                      const float *scr, const char *pf, int pfl) {
     __m512 acc[AVX512_MB][AVX512_NB], wv[AVX512_NB];
     for (int i = 0; i < mb; i++)
         for (int j = 0; j < nb; j++) acc[i][j] = _mm512_setzero_ps();
     const float *x = p->x + m0 * p->K;
     Py_ssize_t k = 0;
     for (; k + 16 <= p->K; k += 16) {
+        if (pf != NULL) { /* the next block's weights, pfl lines a step (no effect on the values) */
+            for (int q = 0; q < pfl; q++) _mm_prefetch(pf + q * 64, _MM_HINT_T0);
+            pf += pfl * 64;
+        }
         for (int j = 0; j < nb; j++) wv[j] = avx512_load_w(p, n0, j, k, 0xFFFF, kind, scr);
         for (int i = 0; i < mb; i++) {
             __m512 xv = _mm512_loadu_ps(x + i * p->K + k);
@@ -843,11 +847,22 @@ T_512 static void avx512_dequant(const Product *p, Py_ssize_t n0, int nb, int ki
     }
 }
 
+/* Blocks of many rows prefetch the next block of 4 weight rows (contiguous) while the first
+ * block of rows runs on the current one: PF_LINES(kind) cache lines per step of 16 columns
+ * cover 4 rows of 16 columns (fp32: 4 lines; int8: 1; int4: half a line, so 1 reaches a
+ * step's lines twice as fast, the rest of the prefetches landing past the block). */
+#define PF_LINES(kind) ((kind) == 0 ? 4 : 1)
+static const char *next_block(const Product *p, Py_ssize_t n, int kind) {
+    if (kind == 0) return (const char *)((const float *)p->w + n * p->K);
+    if (kind == 1) return (const char *)p->w + n * p->K;
+    return (const char *)p->w + n * (p->K / 2);
+}
+
 /* Rows in blocks of 4, then one block of the 1-3 left (each its own specialisation). */
 #define AVX512_ROWS(BLOCK_CALL, NB)                                                         \
     do {                                                                                    \
         Py_ssize_t m = 0;                                                                   \
-        for (; m + AVX512_MB <= p->M; m += AVX512_MB) BLOCK_CALL(m, AVX512_MB, NB);         \
+        for (; m + AVX512_MB <= p->M; m += AVX512_MB, pf = NULL) BLOCK_CALL(m, AVX512_MB, NB); \
         switch (p->M - m) {                                                                 \
         case 3: BLOCK_CALL(m, 3, NB); break;                                                \
         case 2: BLOCK_CALL(m, 2, NB); break;                                                \
@@ -869,6 +884,8 @@ T_512 static void avx512_dequant(const Product *p, Py_ssize_t n0, int nb, int ki
             scr = aligned_alloc(64, ((size_t)AVX512_NB * p->K * sizeof(float) + 63) / 64 * 64); \
         Py_ssize_t n = n0;                                                                  \
         for (; n + AVX512_NB <= n1; n += AVX512_NB) {                                             \
+            const char *pf = NULL; /* the next block's weight rows, prefetched by the first block of rows */ \
+            if (p->M > 1 && n + 2 * AVX512_NB <= n1) pf = next_block(p, n + AVX512_NB, KIND);  \
             if (scr != NULL) {                                                              \
                 avx512_dequant(p, n, AVX512_NB, KIND, scr);                                    \
                 AVX512_ROWS(SCR_512, AVX512_NB);                                               \
@@ -877,7 +894,7 @@ T_512 static void avx512_dequant(const Product *p, Py_ssize_t n0, int nb, int ki
                 AVX512_ROWS(DIRECT_512, AVX512_NB);                                            \
             }                                                                               \
         }                                                                                   \
-        for (; n < n1; n++) AVX512_ROWS(DIRECT_512, 1);                                     \
+        for (; n < n1; n++) { const char *pf = NULL; AVX512_ROWS(DIRECT_512, 1); }          \
         free(scr);                                                                          \
     }
 #define DIRECT_512(m, mb, nb)                                                               \
@@ -885,9 +902,9 @@ T_512 static void avx512_dequant(const Product *p, Py_ssize_t n0, int nb, int ki
         if (kind == 1 && mb == 1 && nb == AVX512_NB) avx512_i8_row4(p, m, n);               \
         else if (kind == 2 && mb == 1 && nb == AVX512_NB) avx512_i4_row4(p, m, n);          \
         else if (kind == 2) avx512_i4_block(p, m, mb, n, nb);                               \
-        else avx512_block(p, m, mb, n, nb, kind, NULL);                                     \
+        else avx512_block(p, m, mb, n, nb, kind, NULL, pf, PF_LINES(kind));                 \
     } while (0)
-#define SCR_512(m, mb, nb) avx512_block(p, m, mb, n, nb, 0, scr) /* the fp32 code itself on the scratch */
+#define SCR_512(m, mb, nb) avx512_block(p, m, mb, n, nb, 0, scr, pf, PF_LINES(kind)) /* the fp32 code itself on the scratch */
 AVX512_RANGE(avx512_f32, 0)
 AVX512_RANGE(avx512_i8, 1)
 AVX512_RANGE(avx512_i4, 2)
