@@ -163,6 +163,17 @@ static void scale_outputs(const Product *p, Py_ssize_t n0, int nb) {
         for (int j = 0; j < nb; j++) p->y[m * p->N + n0 + j] *= p->scale[n0 + j];
 }
 
+/* Blocks of many rows prefetch the next block of 4 weight rows (contiguous) while the first
+ * block of rows runs on the current one: PF_LINES(kind) cache lines per step of 16 columns
+ * cover 4 rows of 16 columns (fp32: 4 lines; int8: 1; int4: half a line, so 1 reaches a
+ * step's lines twice as fast, the rest of the prefetches landing past the block). */
+#define PF_LINES(kind) ((kind) == 0 ? 4 : 1)
+static const char *next_block(const Product *p, Py_ssize_t n, int kind) {
+    if (kind == 0) return (const char *)((const float *)p->w + n * p->K);
+    if (kind == 1) return (const char *)p->w + n * p->K;
+    return (const char *)p->w + n * (p->K / 2);
+}
+
 #if PLD_X86
 /* ------------------------------------------------------------------ AVX2 + FMA (8 lanes) */
 
@@ -174,6 +185,21 @@ T_AVX2 ALWAYS_INLINE float avx2_reduce(__m256 a) {
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
+}
+
+/* The sums of 8 accumulators a[2 * j + i] (unused ones zero), each by the very additions of
+ * avx2_reduce in the same operand order (lane l + lane l + 4, then + 2, + 1), in shuffled
+ * vectors: out[4 * i + j] is the sum of a[2 * j + i]. */
+T_AVX2 ALWAYS_INLINE void avx2_reduce8(const __m256 *a, float *out) {
+    __m256 v[4], u[2];
+    for (int q = 0; q < 4; q++) /* [a s0-3, b s0-3]: lanes 0-3 + lanes 4-7 */
+        v[q] = _mm256_add_ps(_mm256_permute2f128_ps(a[2 * q], a[2 * q + 1], 0x20),
+                             _mm256_permute2f128_ps(a[2 * q], a[2 * q + 1], 0x31));
+    for (int q = 0; q < 2; q++) /* s0 + s2, s1 + s3 */
+        u[q] = _mm256_add_ps(_mm256_shuffle_ps(v[2 * q], v[2 * q + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                             _mm256_shuffle_ps(v[2 * q], v[2 * q + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    _mm256_storeu_ps(out, _mm256_add_ps(_mm256_shuffle_ps(u[0], u[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                        _mm256_shuffle_ps(u[0], u[1], _MM_SHUFFLE(3, 1, 3, 1))));
 }
 
 T_AVX2 ALWAYS_INLINE __m256i avx2_tail_mask(Py_ssize_t len) {
@@ -204,13 +230,17 @@ T_AVX2 ALWAYS_INLINE __m256 avx2_w_tail(const Product *p, Py_ssize_t n, Py_ssize
 /* kind 0: fp32, 1: int8 (sums scaled per output at the end); with `scr` (rows of weights
  * already as floats, from avx2_dequant) also 2: int4. */
 T_AVX2 ALWAYS_INLINE void avx2_block(const Product *p, Py_ssize_t m0, int mb, Py_ssize_t n0, int nb, int kind,
-                                     const float *scr) {
+                                     const float *scr, const char *pf, int pfl) {
     __m256 acc[AVX2_MB][NB_MAX], wv[NB_MAX];
     for (int i = 0; i < mb; i++)
         for (int j = 0; j < nb; j++) acc[i][j] = _mm256_setzero_ps();
     const float *x = p->x + m0 * p->K;
     Py_ssize_t k = 0;
     for (; k + 8 <= p->K; k += 8) {
+        if (pf != NULL && (k & 8) == 0) { /* the next block's weights, pfl lines per 16 columns */
+            for (int q = 0; q < pfl; q++) _mm_prefetch(pf + q * 64, _MM_HINT_T0);
+            pf += pfl * 64;
+        }
         for (int j = 0; j < nb; j++)
             wv[j] = scr != NULL ? _mm256_loadu_ps(scr + j * p->K + k)
                     : kind == 0 ? avx2_w_f32(p, n0 + j, k) : avx2_w_i8(p, n0 + j, k);
@@ -229,11 +259,14 @@ T_AVX2 ALWAYS_INLINE void avx2_block(const Product *p, Py_ssize_t m0, int mb, Py
             for (int j = 0; j < nb; j++) acc[i][j] = _mm256_fmadd_ps(xv, wv[j], acc[i][j]);
         }
     }
+    __m256 a[8];
+    float out[8];
+    for (int j = 0; j < 4; j++)
+        for (int i = 0; i < 2; i++) a[2 * j + i] = i < mb && j < nb ? acc[i][j] : _mm256_setzero_ps();
+    avx2_reduce8(a, out);
     for (int i = 0; i < mb; i++)
-        for (int j = 0; j < nb; j++) {
-            float s = avx2_reduce(acc[i][j]);
-            p->y[(m0 + i) * p->N + n0 + j] = kind == 1 ? s * p->scale[n0 + j] : s;
-        }
+        for (int j = 0; j < nb; j++)
+            p->y[(m0 + i) * p->N + n0 + j] = kind == 1 ? out[4 * i + j] * p->scale[n0 + j] : out[4 * i + j];
 }
 
 /* One row times 4 weight rows, written out (the general blocks above leave their
@@ -586,9 +619,10 @@ T_AVX2 static void avx2_f32_row(const Product *p, Py_ssize_t m0, Py_ssize_t n0) 
             scr = aligned_alloc(64, ((size_t)NB_MAX * p->K * sizeof(float) + 63) / 64 * 64); \
         for (Py_ssize_t n = n0; n < n1; n += NB_MAX) {                                      \
             int nb = n1 - n < NB_MAX ? (int)(n1 - n) : NB_MAX;                              \
+            const char *pf = p->M > 1 && n + 2 * NB_MAX <= n1 ? next_block(p, n + NB_MAX, KIND) : NULL; \
             if (scr != NULL) avx2_dequant(p, n, nb, KIND, scr);                             \
             Py_ssize_t m = 0;                                                               \
-            for (; m + AVX2_MB <= p->M; m += AVX2_MB) {                                     \
+            for (; m + AVX2_MB <= p->M; m += AVX2_MB, pf = NULL) {                          \
                 if (nb == NB_MAX) AVX2_CALL(KIND, m, AVX2_MB, NB_MAX); else AVX2_CALL(KIND, m, AVX2_MB, nb); \
             }                                                                               \
             if (m < p->M) {                                                                 \
@@ -601,9 +635,9 @@ T_AVX2 static void avx2_f32_row(const Product *p, Py_ssize_t m0, Py_ssize_t n0) 
 /* the block for KIND: from the scratch when there is one */
 #define AVX2_CALL(KIND, m, mb, nb)                                                          \
     do {                                                                                    \
-        if (scr != NULL) avx2_block(p, m, mb, n, nb, 0, scr);                               \
+        if (scr != NULL) avx2_block(p, m, mb, n, nb, 0, scr, pf, PF_LINES(KIND));           \
         else if (KIND == 1 && mb == 1 && nb == NB_MAX) avx2_i8_row4(p, m, n);               \
-        else avx2_block(p, m, mb, n, nb, KIND, NULL);                                       \
+        else avx2_block(p, m, mb, n, nb, KIND, NULL, pf, PF_LINES(KIND));                   \
     } while (0)
 AVX2_RANGE(avx2_f32, 0)
 AVX2_RANGE(avx2_i8, 1)
@@ -875,17 +909,6 @@ T_512 static void avx512_dequant(const Product *p, Py_ssize_t n0, int nb, int ki
             _mm512_mask_storeu_ps(row + k, mask, avx512_load_w(p, n0, j, k, mask, kind, NULL));
         }
     }
-}
-
-/* Blocks of many rows prefetch the next block of 4 weight rows (contiguous) while the first
- * block of rows runs on the current one: PF_LINES(kind) cache lines per step of 16 columns
- * cover 4 rows of 16 columns (fp32: 4 lines; int8: 1; int4: half a line, so 1 reaches a
- * step's lines twice as fast, the rest of the prefetches landing past the block). */
-#define PF_LINES(kind) ((kind) == 0 ? 4 : 1)
-static const char *next_block(const Product *p, Py_ssize_t n, int kind) {
-    if (kind == 0) return (const char *)((const float *)p->w + n * p->K);
-    if (kind == 1) return (const char *)p->w + n * p->K;
-    return (const char *)p->w + n * (p->K / 2);
 }
 
 /* Rows in blocks of 4, then one block of the 1-3 left (each its own specialisation). */
