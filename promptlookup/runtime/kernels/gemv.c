@@ -24,6 +24,9 @@
  * group, x times the codes and scales that sum (plus offset times the group's sum of x): no
  * dequantizing per weight; its own order, the same for every row count (see avx2_i4_prep).
  * One-row fp32 blocks prefetch their weight rows F32_PF bytes ahead (same operations).
+ * Blocks of several rows prefetch the next block of weight rows while their first block of
+ * rows runs, and reduce their sums several at a time (avx512_reduce16, avx2_reduce8): the
+ * very additions of the one-sum reduction, in its order, so the same results.
  * The file is built with -ffp-contract=off, so the compiler never fuses a multiply and an
  * add differently in two specialisations of a block.
  *
