@@ -927,6 +927,7 @@ T_512 static void avx512_dequant(const Product *p, Py_ssize_t n0, int nb, int ki
             }
             continue;
         }
+#pragma GCC unroll 4 /* int8: 1.08-1.1x on 11 rows of cached weights */
         for (; k + 16 <= p->K; k += 16) _mm512_storeu_ps(row + k, avx512_load_w(p, n0, j, k, 0xFFFF, kind, NULL));
         if (k < p->K) {
             __mmask16 mask = (__mmask16)((1u << (p->K - k)) - 1u);
