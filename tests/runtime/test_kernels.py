@@ -167,3 +167,29 @@ def test_bandwidth_probe_sums_the_buffer():
         pytest.skip("the C kernels are not built")
     buf = torch.ones(1 << 16)
     assert kernels.read_bandwidth_probe(buf) == float(1 << 16)
+
+
+def test_avx512_int4_decodes_alike_with_and_without_vbmi(tmp_path):
+    """gemv.c decodes AVX-512 int4 codes with vpmultishiftqb where the CPU has AVX512-VBMI
+    and with vpshufb + vpsrlvd under PLD_KERNEL_NO_VBMI=1: bitwise the same outputs."""
+    if kernels._C is None or "avx512" not in kernels.available_isas():
+        pytest.skip("the C kernels are not built, or this CPU lacks AVX-512")
+    g = torch.Generator().manual_seed(7)
+    x = torch.randn(MAX_ROWS, 640, generator=g)
+    for group in (32, 128, 64):
+        q4, s4, o4 = _int4(70, 640, group, g)
+        torch.save((x, q4, s4, o4, group), tmp_path / f"case{group}.pt")
+    code = ("import sys, torch; from promptlookup.runtime import kernels; kernels.set_isa('avx512'); "
+            "[torch.save([kernels.linear_int4(c[0][:m], *c[1:]) for m in (1, 2, 5, 11, 33)], p + '.out') "
+            "for p in sys.argv[1:] for c in [torch.load(p)]]")
+    files = sorted(str(p) for p in tmp_path.glob("case*.pt"))
+    outs = {}
+    for vbmi in ("on", "off"):
+        env = {k: v for k, v in os.environ.items() if k not in ("PLD_KERNEL_NO_VBMI", kernels.ENV)}
+        if vbmi == "off":
+            env["PLD_KERNEL_NO_VBMI"] = "1"
+        proc = subprocess.run([sys.executable, "-c", code, *files], capture_output=True, text=True, env=env)
+        assert proc.returncode == 0, proc.stderr
+        outs[vbmi] = [torch.load(f + ".out") for f in files]
+    for on, off in zip(outs["on"], outs["off"]):
+        assert all(torch.equal(a, b) for a, b in zip(on, off))

@@ -24,6 +24,9 @@
  * group, x times the codes and scales that sum (plus offset times the group's sum of x): no
  * dequantizing per weight; its own order, the same for every row count (see avx2_i4_prep).
  * One-row fp32 blocks prefetch their weight rows F32_PF bytes ahead (same operations).
+ * Blocks of several rows prefetch the next block of weight rows while their first block of
+ * rows runs, and reduce their sums several at a time (avx512_reduce16, avx2_reduce8): the
+ * very additions of the one-sum reduction, in its order, so the same results.
  * The file is built with -ffp-contract=off, so the compiler never fuses a multiply and an
  * add differently in two specialisations of a block.
  *
@@ -163,6 +166,17 @@ static void scale_outputs(const Product *p, Py_ssize_t n0, int nb) {
         for (int j = 0; j < nb; j++) p->y[m * p->N + n0 + j] *= p->scale[n0 + j];
 }
 
+/* Blocks of many rows prefetch the next block of 4 weight rows (contiguous) while the first
+ * block of rows runs on the current one: PF_LINES(kind) cache lines per step of 16 columns
+ * cover 4 rows of 16 columns (fp32: 4 lines; int8: 1; int4: half a line, so 1 reaches a
+ * step's lines twice as fast, the rest of the prefetches landing past the block). */
+#define PF_LINES(kind) ((kind) == 0 ? 4 : 1)
+static const char *next_block(const Product *p, Py_ssize_t n, int kind) {
+    if (kind == 0) return (const char *)((const float *)p->w + n * p->K);
+    if (kind == 1) return (const char *)p->w + n * p->K;
+    return (const char *)p->w + n * (p->K / 2);
+}
+
 #if PLD_X86
 /* ------------------------------------------------------------------ AVX2 + FMA (8 lanes) */
 
@@ -174,6 +188,21 @@ T_AVX2 ALWAYS_INLINE float avx2_reduce(__m256 a) {
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
+}
+
+/* The sums of 8 accumulators a[2 * j + i] (unused ones zero), each by the very additions of
+ * avx2_reduce in the same operand order (lane l + lane l + 4, then + 2, + 1), in shuffled
+ * vectors: out[4 * i + j] is the sum of a[2 * j + i]. */
+T_AVX2 ALWAYS_INLINE void avx2_reduce8(const __m256 *a, float *out) {
+    __m256 v[4], u[2];
+    for (int q = 0; q < 4; q++) /* [a s0-3, b s0-3]: lanes 0-3 + lanes 4-7 */
+        v[q] = _mm256_add_ps(_mm256_permute2f128_ps(a[2 * q], a[2 * q + 1], 0x20),
+                             _mm256_permute2f128_ps(a[2 * q], a[2 * q + 1], 0x31));
+    for (int q = 0; q < 2; q++) /* s0 + s2, s1 + s3 */
+        u[q] = _mm256_add_ps(_mm256_shuffle_ps(v[2 * q], v[2 * q + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                             _mm256_shuffle_ps(v[2 * q], v[2 * q + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    _mm256_storeu_ps(out, _mm256_add_ps(_mm256_shuffle_ps(u[0], u[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                        _mm256_shuffle_ps(u[0], u[1], _MM_SHUFFLE(3, 1, 3, 1))));
 }
 
 T_AVX2 ALWAYS_INLINE __m256i avx2_tail_mask(Py_ssize_t len) {
@@ -204,13 +233,17 @@ T_AVX2 ALWAYS_INLINE __m256 avx2_w_tail(const Product *p, Py_ssize_t n, Py_ssize
 /* kind 0: fp32, 1: int8 (sums scaled per output at the end); with `scr` (rows of weights
  * already as floats, from avx2_dequant) also 2: int4. */
 T_AVX2 ALWAYS_INLINE void avx2_block(const Product *p, Py_ssize_t m0, int mb, Py_ssize_t n0, int nb, int kind,
-                                     const float *scr) {
+                                     const float *scr, const char *pf, int pfl) {
     __m256 acc[AVX2_MB][NB_MAX], wv[NB_MAX];
     for (int i = 0; i < mb; i++)
         for (int j = 0; j < nb; j++) acc[i][j] = _mm256_setzero_ps();
     const float *x = p->x + m0 * p->K;
     Py_ssize_t k = 0;
     for (; k + 8 <= p->K; k += 8) {
+        if (pf != NULL && (k & 8) == 0) { /* the next block's weights, pfl lines per 16 columns */
+            for (int q = 0; q < pfl; q++) _mm_prefetch(pf + q * 64, _MM_HINT_T0);
+            pf += pfl * 64;
+        }
         for (int j = 0; j < nb; j++)
             wv[j] = scr != NULL ? _mm256_loadu_ps(scr + j * p->K + k)
                     : kind == 0 ? avx2_w_f32(p, n0 + j, k) : avx2_w_i8(p, n0 + j, k);
@@ -229,11 +262,14 @@ T_AVX2 ALWAYS_INLINE void avx2_block(const Product *p, Py_ssize_t m0, int mb, Py
             for (int j = 0; j < nb; j++) acc[i][j] = _mm256_fmadd_ps(xv, wv[j], acc[i][j]);
         }
     }
+    __m256 a[8];
+    float out[8];
+    for (int j = 0; j < 4; j++)
+        for (int i = 0; i < 2; i++) a[2 * j + i] = i < mb && j < nb ? acc[i][j] : _mm256_setzero_ps();
+    avx2_reduce8(a, out);
     for (int i = 0; i < mb; i++)
-        for (int j = 0; j < nb; j++) {
-            float s = avx2_reduce(acc[i][j]);
-            p->y[(m0 + i) * p->N + n0 + j] = kind == 1 ? s * p->scale[n0 + j] : s;
-        }
+        for (int j = 0; j < nb; j++)
+            p->y[(m0 + i) * p->N + n0 + j] = kind == 1 ? out[4 * i + j] * p->scale[n0 + j] : out[4 * i + j];
 }
 
 /* One row times 4 weight rows, written out (the general blocks above leave their
@@ -586,9 +622,10 @@ T_AVX2 static void avx2_f32_row(const Product *p, Py_ssize_t m0, Py_ssize_t n0) 
             scr = aligned_alloc(64, ((size_t)NB_MAX * p->K * sizeof(float) + 63) / 64 * 64); \
         for (Py_ssize_t n = n0; n < n1; n += NB_MAX) {                                      \
             int nb = n1 - n < NB_MAX ? (int)(n1 - n) : NB_MAX;                              \
+            const char *pf = p->M > 1 && n + 2 * NB_MAX <= n1 ? next_block(p, n + NB_MAX, KIND) : NULL; \
             if (scr != NULL) avx2_dequant(p, n, nb, KIND, scr);                             \
             Py_ssize_t m = 0;                                                               \
-            for (; m + AVX2_MB <= p->M; m += AVX2_MB) {                                     \
+            for (; m + AVX2_MB <= p->M; m += AVX2_MB, pf = NULL) {                          \
                 if (nb == NB_MAX) AVX2_CALL(KIND, m, AVX2_MB, NB_MAX); else AVX2_CALL(KIND, m, AVX2_MB, nb); \
             }                                                                               \
             if (m < p->M) {                                                                 \
@@ -601,9 +638,9 @@ T_AVX2 static void avx2_f32_row(const Product *p, Py_ssize_t m0, Py_ssize_t n0) 
 /* the block for KIND: from the scratch when there is one */
 #define AVX2_CALL(KIND, m, mb, nb)                                                          \
     do {                                                                                    \
-        if (scr != NULL) avx2_block(p, m, mb, n, nb, 0, scr);                               \
+        if (scr != NULL) avx2_block(p, m, mb, n, nb, 0, scr, pf, PF_LINES(KIND));           \
         else if (KIND == 1 && mb == 1 && nb == NB_MAX) avx2_i8_row4(p, m, n);               \
-        else avx2_block(p, m, mb, n, nb, KIND, NULL);                                       \
+        else avx2_block(p, m, mb, n, nb, KIND, NULL, pf, PF_LINES(KIND));                   \
     } while (0)
 AVX2_RANGE(avx2_f32, 0)
 AVX2_RANGE(avx2_i8, 1)
@@ -622,6 +659,41 @@ T_512 ALWAYS_INLINE float avx512_reduce(__m512 a) {
     return _mm_cvtss_f32(s);
 }
 
+/* The sums of up to 16 accumulators a[4 * j + i] (unused ones zero), each reduced by the very
+ * additions of avx512_reduce in the same operand order (lane l + lane l + 8, then + 4, + 2,
+ * + 1), four at a time in shuffled vectors: 30 shuffles and 15 additions for 16 sums where
+ * 16 avx512_reduce take some 110 operations, most on the shuffle port the FMAs share.
+ * out[4 * i + j] is the sum of a[4 * j + i]. */
+T_512 ALWAYS_INLINE void avx512_reduce16(const __m512 *a, float *out) {
+    __m512 v[8], u[4], z[2];
+    for (int q = 0; q < 8; q++) /* [a lanes 0-7, b lanes 0-7] + [a lanes 8-15, b lanes 8-15] */
+        v[q] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * q], a[2 * q + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                             _mm512_shuffle_f32x4(a[2 * q], a[2 * q + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    for (int q = 0; q < 4; q++) /* quarters: h 0-3 + h 4-7 of a[4q], a[4q+1], a[4q+2], a[4q+3] */
+        u[q] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * q], v[2 * q + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                             _mm512_shuffle_f32x4(v[2 * q], v[2 * q + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+    for (int q = 0; q < 2; q++) /* within each quarter: s0 + s2, s1 + s3 */
+        z[q] = _mm512_add_ps(_mm512_shuffle_ps(u[2 * q], u[2 * q + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                             _mm512_shuffle_ps(u[2 * q], u[2 * q + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    /* t0 + t1: quarter q holds the sums of a[q], a[4 + q], a[8 + q], a[12 + q] */
+    _mm512_storeu_ps(out, _mm512_add_ps(_mm512_shuffle_ps(z[0], z[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                        _mm512_shuffle_ps(z[0], z[1], _MM_SHUFFLE(3, 1, 3, 1))));
+}
+
+/* The outputs of a block of mb rows x nb weight rows (acc[i][j]) reduced by avx512_reduce16
+ * into y (row i, output j at y[(m0 + i) * N + n0 + j]), times scale[n0 + j] when given. */
+T_512 ALWAYS_INLINE void avx512_store_block(const Product *p, __m512 acc[AVX512_MB][AVX512_NB], Py_ssize_t m0, int mb,
+                                            Py_ssize_t n0, int nb, const float *scale) {
+    __m512 a[16];
+    float out[16];
+    for (int j = 0; j < 4; j++)
+        for (int i = 0; i < 4; i++) a[4 * j + i] = i < mb && j < nb ? acc[i][j] : _mm512_setzero_ps();
+    avx512_reduce16(a, out);
+    for (int i = 0; i < mb; i++)
+        for (int j = 0; j < nb; j++)
+            p->y[(m0 + i) * p->N + n0 + j] = scale != NULL ? out[4 * i + j] * scale[n0 + j] : out[4 * i + j];
+}
+
 T_512 ALWAYS_INLINE __m512 avx512_w(const Product *p, Py_ssize_t n, Py_ssize_t k, __mmask16 mask, int kind) {
     if (kind == 0) return _mm512_maskz_loadu_ps(mask, (const float *)p->w + n * p->K + k);
     __m128i b = _mm_maskz_loadu_epi8(mask, (const int8_t *)p->w + n * p->K + k);
@@ -632,20 +704,31 @@ T_512 ALWAYS_INLINE __m512 avx512_w(const Product *p, Py_ssize_t n, Py_ssize_t k
  * codes 0..15 (one FMA: each lane the very value an FMA per element gives), are a table in
  * one register; the 16 weights of columns [k, k + 16) (8 bytes at w) are looked up in it:
  * the bytes broadcast, one per 32-bit lane (vpshufb), odd columns shifted down 4 bits, and
- * vpermps, which reads only the low 4 bits of each lane (no mask, no convert, no FMA). */
+ * vpermps, which reads only the low 4 bits of each lane (no mask, no convert, no FMA).
+ * Where the CPU has AVX512-VBMI (use_vbmi), one vpmultishiftqb puts the 4 bits of column l
+ * (bit 4l of the 8 bytes, broadcast to every quadword) in the low bits of lane l instead of
+ * vpshufb + vpsrlvd: the same indices, so bitwise the same weights, one port-5 and one
+ * port-0 operation fewer per 16 weights (int4, one row: 1.06-1.07x a step). */
+static int use_vbmi; /* set at import: __builtin_cpu_supports("avx512vbmi"), unless PLD_KERNEL_NO_VBMI is set (tests of the other decode) */
 T_512 ALWAYS_INLINE __m512 avx512_i4_table(float scale, float offset) {
     const __m512 codes = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     return _mm512_fmadd_ps(codes, _mm512_set1_ps(scale), _mm512_set1_ps(offset));
 }
 
 #define Z(b) ((int)(0xFFFFFF00u | (b))) /* byte b in the low byte of a lane, the others zeroed */
-T_512 ALWAYS_INLINE __m512 avx512_i4_deq(const uint8_t *w, __m512 table) {
+T_512 ALWAYS_INLINE __m512 avx512_i4_deq(const uint8_t *w, __m512 table, const int vb) {
     const __m512i sel = _mm512_set_epi32(Z(7), Z(7), Z(6), Z(6), Z(5), Z(5), Z(4), Z(4), Z(3), Z(3), Z(2), Z(2), Z(1), Z(1),
                                          Z(0), Z(0));
     const __m512i shift = _mm512_set_epi32(4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0);
     int64_t q;
     memcpy(&q, w, 8);
-    __m512i d = _mm512_srlv_epi32(_mm512_shuffle_epi8(_mm512_set1_epi64(q), sel), shift);
+    __m512i d;
+    if (vb) { /* lane l's low byte: the 8 bits from bit 4l (as asm: the file's target lacks VBMI) */
+        const __m512i ctl = _mm512_set_epi32(60, 56, 52, 48, 44, 40, 36, 32, 28, 24, 20, 16, 12, 8, 4, 0);
+        __asm__("vpmultishiftqb %2, %1, %0" : "=v"(d) : "v"(ctl), "v"(_mm512_set1_epi64(q)));
+    } else {
+        d = _mm512_srlv_epi32(_mm512_shuffle_epi8(_mm512_set1_epi64(q), sel), shift);
+    }
     return _mm512_permutexvar_ps(d, table);
 }
 #undef Z
@@ -653,13 +736,13 @@ T_512 ALWAYS_INLINE __m512 avx512_i4_deq(const uint8_t *w, __m512 table) {
 T_512 ALWAYS_INLINE __m512 avx512_i4_w(const Product *p, Py_ssize_t n, Py_ssize_t k) {
     const uint8_t *w = (const uint8_t *)p->w + n * (p->K / 2) + k / 2;
     Py_ssize_t gi = n * (p->K / p->gs) + k / p->gs;
-    return avx512_i4_deq(w, avx512_i4_table(p->scale[gi], p->offset[gi]));
+    return avx512_i4_deq(w, avx512_i4_table(p->scale[gi], p->offset[gi]), 0);
 }
 
 /* int4 straight from the codes: the steps of avx512_block (kind 2) group by group, a group's
  * scale and offset broadcast once (no division per step); the same operations in the same
  * order, so the same results. */
-T_512 ALWAYS_INLINE void avx512_i4_block(const Product *p, Py_ssize_t m0, int mb, Py_ssize_t n0, int nb) {
+T_512 ALWAYS_INLINE void avx512_i4_block(const Product *p, Py_ssize_t m0, int mb, Py_ssize_t n0, int nb, const int vb) {
     __m512 acc[AVX512_MB][AVX512_NB], wv[AVX512_NB], t[AVX512_NB];
     const uint8_t *w[AVX512_NB];
     const float *sc[AVX512_NB], *of[AVX512_NB];
@@ -675,15 +758,14 @@ T_512 ALWAYS_INLINE void avx512_i4_block(const Product *p, Py_ssize_t m0, int mb
     for (Py_ssize_t g = 0, k = 0; g < groups; g++) {
         for (int j = 0; j < nb; j++) t[j] = avx512_i4_table(sc[j][g], of[j][g]);
         for (Py_ssize_t end = k + p->gs; k < end; k += 16) {
-            for (int j = 0; j < nb; j++) wv[j] = avx512_i4_deq(w[j] + k / 2, t[j]);
+            for (int j = 0; j < nb; j++) wv[j] = avx512_i4_deq(w[j] + k / 2, t[j], vb);
             for (int i = 0; i < mb; i++) {
                 __m512 xv = _mm512_loadu_ps(x + i * p->K + k);
                 for (int j = 0; j < nb; j++) acc[i][j] = _mm512_fmadd_ps(xv, wv[j], acc[i][j]);
             }
         }
     }
-    for (int i = 0; i < mb; i++)
-        for (int j = 0; j < nb; j++) p->y[(m0 + i) * p->N + n0 + j] = avx512_reduce(acc[i][j]);
+    avx512_store_block(p, acc, m0, mb, n0, nb, NULL);
 }
 
 /* The 16 weights of row n at columns [k, k + 16) as floats, lanes outside `mask` zero
@@ -698,13 +780,17 @@ T_512 ALWAYS_INLINE __m512 avx512_load_w(const Product *p, Py_ssize_t n0, int j,
 
 /* kind 0: fp32; 1: int8 (sums scaled per output at the end); 2: int4. */
 T_512 ALWAYS_INLINE void avx512_block(const Product *p, Py_ssize_t m0, int mb, Py_ssize_t n0, int nb, int kind,
-                                      const float *scr) {
+                                      const float *scr, const char *pf, int pfl) {
     __m512 acc[AVX512_MB][AVX512_NB], wv[AVX512_NB];
     for (int i = 0; i < mb; i++)
         for (int j = 0; j < nb; j++) acc[i][j] = _mm512_setzero_ps();
     const float *x = p->x + m0 * p->K;
     Py_ssize_t k = 0;
     for (; k + 16 <= p->K; k += 16) {
+        if (pf != NULL) { /* the next block's weights, pfl lines a step (no effect on the values) */
+            for (int q = 0; q < pfl; q++) _mm_prefetch(pf + q * 64, _MM_HINT_T0);
+            pf += pfl * 64;
+        }
         for (int j = 0; j < nb; j++) wv[j] = avx512_load_w(p, n0, j, k, 0xFFFF, kind, scr);
         for (int i = 0; i < mb; i++) {
             __m512 xv = _mm512_loadu_ps(x + i * p->K + k);
@@ -719,11 +805,7 @@ T_512 ALWAYS_INLINE void avx512_block(const Product *p, Py_ssize_t m0, int mb, P
             for (int j = 0; j < nb; j++) acc[i][j] = _mm512_fmadd_ps(xv, wv[j], acc[i][j]);
         }
     }
-    for (int i = 0; i < mb; i++)
-        for (int j = 0; j < nb; j++) {
-            float s = avx512_reduce(acc[i][j]);
-            p->y[(m0 + i) * p->N + n0 + j] = kind == 1 ? s * p->scale[n0 + j] : s;
-        }
+    avx512_store_block(p, acc, m0, mb, n0, nb, kind == 1 ? p->scale : NULL);
 }
 
 /* One row times 4 weight rows, written out: the very operations of avx512_block (int8) and
@@ -759,7 +841,8 @@ T_512 static void avx512_i8_row4(const Product *p, Py_ssize_t m0, Py_ssize_t n0)
     y[3] = avx512_reduce(a3) * p->scale[n0 + 3];
 }
 
-T_512 ALWAYS_INLINE void avx512_i4_row4_gs(const Product *p, Py_ssize_t m0, Py_ssize_t n0, const Py_ssize_t gs) {
+T_512 ALWAYS_INLINE void avx512_i4_row4_gs(const Product *p, Py_ssize_t m0, Py_ssize_t n0, const Py_ssize_t gs,
+                                          const int vb) {
     const Py_ssize_t K = p->K, groups = K / gs;
     const uint8_t *w0 = (const uint8_t *)p->w + n0 * (K / 2), *w1 = w0 + K / 2, *w2 = w1 + K / 2, *w3 = w2 + K / 2;
     const uint8_t *pf = w0 + PF_BLOCKS * 4 * (K / 2);
@@ -773,10 +856,10 @@ T_512 ALWAYS_INLINE void avx512_i4_row4_gs(const Product *p, Py_ssize_t m0, Py_s
         for (Py_ssize_t c = 0; c < gs; c += 16, x += 16, w0 += 8, w1 += 8, w2 += 8, w3 += 8, pf += 32) {
             _mm_prefetch((const char *)pf, _MM_HINT_T0); /* the next blocks' rows */
             __m512 xv = _mm512_loadu_ps(x);
-            a0 = _mm512_fmadd_ps(xv, avx512_i4_deq(w0, t0), a0);
-            a1 = _mm512_fmadd_ps(xv, avx512_i4_deq(w1, t1), a1);
-            a2 = _mm512_fmadd_ps(xv, avx512_i4_deq(w2, t2), a2);
-            a3 = _mm512_fmadd_ps(xv, avx512_i4_deq(w3, t3), a3);
+            a0 = _mm512_fmadd_ps(xv, avx512_i4_deq(w0, t0, vb), a0);
+            a1 = _mm512_fmadd_ps(xv, avx512_i4_deq(w1, t1, vb), a1);
+            a2 = _mm512_fmadd_ps(xv, avx512_i4_deq(w2, t2, vb), a2);
+            a3 = _mm512_fmadd_ps(xv, avx512_i4_deq(w3, t3, vb), a3);
         }
     }
     float *y = p->y + m0 * p->N + n0;
@@ -788,9 +871,15 @@ T_512 ALWAYS_INLINE void avx512_i4_row4_gs(const Product *p, Py_ssize_t m0, Py_s
 
 /* the common group sizes as constants, so their steps unroll */
 T_512 static void avx512_i4_row4(const Product *p, Py_ssize_t m0, Py_ssize_t n0) {
-    if (p->gs == 32) avx512_i4_row4_gs(p, m0, n0, 32);
-    else if (p->gs == 128) avx512_i4_row4_gs(p, m0, n0, 128);
-    else avx512_i4_row4_gs(p, m0, n0, p->gs);
+    if (use_vbmi) {
+        if (p->gs == 32) avx512_i4_row4_gs(p, m0, n0, 32, 1);
+        else if (p->gs == 128) avx512_i4_row4_gs(p, m0, n0, 128, 1);
+        else avx512_i4_row4_gs(p, m0, n0, p->gs, 1);
+    } else {
+        if (p->gs == 32) avx512_i4_row4_gs(p, m0, n0, 32, 0);
+        else if (p->gs == 128) avx512_i4_row4_gs(p, m0, n0, 128, 0);
+        else avx512_i4_row4_gs(p, m0, n0, p->gs, 0);
+    }
 }
 
 
@@ -831,10 +920,14 @@ T_512 static void avx512_dequant(const Product *p, Py_ssize_t n0, int nb, int ki
             const float *sc = p->scale + (n0 + j) * (p->K / p->gs), *of = p->offset + (n0 + j) * (p->K / p->gs);
             for (Py_ssize_t g = 0; k < p->K; g++) {
                 __m512 t = avx512_i4_table(sc[g], of[g]);
-                for (Py_ssize_t end = k + p->gs; k < end; k += 16) _mm512_storeu_ps(row + k, avx512_i4_deq(w + k / 2, t));
+                if (use_vbmi)
+                    for (Py_ssize_t end = k + p->gs; k < end; k += 16) _mm512_storeu_ps(row + k, avx512_i4_deq(w + k / 2, t, 1));
+                else
+                    for (Py_ssize_t end = k + p->gs; k < end; k += 16) _mm512_storeu_ps(row + k, avx512_i4_deq(w + k / 2, t, 0));
             }
             continue;
         }
+#pragma GCC unroll 4 /* int8: 1.08-1.1x on 11 rows of cached weights */
         for (; k + 16 <= p->K; k += 16) _mm512_storeu_ps(row + k, avx512_load_w(p, n0, j, k, 0xFFFF, kind, NULL));
         if (k < p->K) {
             __mmask16 mask = (__mmask16)((1u << (p->K - k)) - 1u);
@@ -847,7 +940,7 @@ T_512 static void avx512_dequant(const Product *p, Py_ssize_t n0, int nb, int ki
 #define AVX512_ROWS(BLOCK_CALL, NB)                                                         \
     do {                                                                                    \
         Py_ssize_t m = 0;                                                                   \
-        for (; m + AVX512_MB <= p->M; m += AVX512_MB) BLOCK_CALL(m, AVX512_MB, NB);         \
+        for (; m + AVX512_MB <= p->M; m += AVX512_MB, pf = NULL) BLOCK_CALL(m, AVX512_MB, NB); \
         switch (p->M - m) {                                                                 \
         case 3: BLOCK_CALL(m, 3, NB); break;                                                \
         case 2: BLOCK_CALL(m, 2, NB); break;                                                \
@@ -869,6 +962,8 @@ T_512 static void avx512_dequant(const Product *p, Py_ssize_t n0, int nb, int ki
             scr = aligned_alloc(64, ((size_t)AVX512_NB * p->K * sizeof(float) + 63) / 64 * 64); \
         Py_ssize_t n = n0;                                                                  \
         for (; n + AVX512_NB <= n1; n += AVX512_NB) {                                             \
+            const char *pf = NULL; /* the next block's weight rows, prefetched by the first block of rows */ \
+            if (p->M > 1 && n + 2 * AVX512_NB <= n1) pf = next_block(p, n + AVX512_NB, KIND);  \
             if (scr != NULL) {                                                              \
                 avx512_dequant(p, n, AVX512_NB, KIND, scr);                                    \
                 AVX512_ROWS(SCR_512, AVX512_NB);                                               \
@@ -877,17 +972,18 @@ T_512 static void avx512_dequant(const Product *p, Py_ssize_t n0, int nb, int ki
                 AVX512_ROWS(DIRECT_512, AVX512_NB);                                            \
             }                                                                               \
         }                                                                                   \
-        for (; n < n1; n++) AVX512_ROWS(DIRECT_512, 1);                                     \
+        for (; n < n1; n++) { const char *pf = NULL; AVX512_ROWS(DIRECT_512, 1); }          \
         free(scr);                                                                          \
     }
 #define DIRECT_512(m, mb, nb)                                                               \
     do {                                                                                    \
         if (kind == 1 && mb == 1 && nb == AVX512_NB) avx512_i8_row4(p, m, n);               \
         else if (kind == 2 && mb == 1 && nb == AVX512_NB) avx512_i4_row4(p, m, n);          \
-        else if (kind == 2) avx512_i4_block(p, m, mb, n, nb);                               \
-        else avx512_block(p, m, mb, n, nb, kind, NULL);                                     \
+        else if (kind == 2 && use_vbmi) avx512_i4_block(p, m, mb, n, nb, 1);                \
+        else if (kind == 2) avx512_i4_block(p, m, mb, n, nb, 0);                            \
+        else avx512_block(p, m, mb, n, nb, kind, NULL, pf, PF_LINES(kind));                 \
     } while (0)
-#define SCR_512(m, mb, nb) avx512_block(p, m, mb, n, nb, 0, scr) /* the fp32 code itself on the scratch */
+#define SCR_512(m, mb, nb) avx512_block(p, m, mb, n, nb, 0, scr, pf, PF_LINES(kind)) /* the fp32 code itself on the scratch */
 AVX512_RANGE(avx512_f32, 0)
 AVX512_RANGE(avx512_i8, 1)
 AVX512_RANGE(avx512_i4, 2)
@@ -1113,6 +1209,9 @@ static void api_product(const float *x, const void *w, const float *scale, const
 
 PyMODINIT_FUNC PyInit__gemv(void) {
     current_isa = best_isa();
+#if PLD_X86
+    use_vbmi = __builtin_cpu_supports("avx512vbmi") && getenv("PLD_KERNEL_NO_VBMI") == NULL;
+#endif
     PyObject *m = PyModule_Create(&gemv_module);
     if (m == NULL) return NULL;
     PyObject *api = PyCapsule_New((void *)api_product, "promptlookup._gemv.product", NULL);
