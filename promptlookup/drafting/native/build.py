@@ -11,7 +11,8 @@ a half-written module.
 
 A module is up to date when the stamp beside it (``<module>.buildhash``) holds the hash
 of everything that went into it: the compiler command and flags, this interpreter's
-include directory, the source and the shared header ``common.h``. So a change of flags or
+include directory, the source, the shared header ``common.h`` and the headers beside the
+source (the kernels' ``cpu_kernels.h``). So a change of flags or
 compiler rebuilds it, not only a newer source file.
 
 The link flags depend on the platform (``-shared`` on Linux; ``-bundle -undefined
@@ -149,7 +150,8 @@ def toolchain() -> tuple[list[str], list[str]] | None:
 def build_hash(command: list[str], source: Path) -> str:
     """What a module depends on: the command (compiler, flags, include dir) and the sources."""
     h = hashlib.sha256("\0".join(command).encode())
-    for path in (source, *(HERE / name for name in HEADERS)):
+    headers = [HERE / name for name in HEADERS] + sorted(source.parent.glob("*.h"))
+    for path in (source, *dict.fromkeys(headers)):  # the shared header, and any beside the source
         h.update(b"\0" + path.name.encode() + b"\0")
         h.update(path.read_bytes() if path.is_file() else b"")
     return h.hexdigest()

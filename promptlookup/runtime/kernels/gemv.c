@@ -69,7 +69,7 @@
 #define SPLIT 24 /* threads take outputs in multiples of this (of every path's block of weight rows) */
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 
-enum { ISA_GENERIC = 0, ISA_AVX2 = 1, ISA_AVX512 = 2 };
+#include "cpu_kernels.h" /* ISA levels, best_isa(), parse_args() */
 static const char *const ISA_NAMES[] = {"generic", "avx2", "avx512"};
 
 /* One call's operands. A kernel computes outputs [n0, n1) of every row. */
@@ -993,15 +993,6 @@ AVX512_RANGE(avx512_i4, 2)
 
 enum { KIND_F32 = 0, KIND_I8 = 1, KIND_I4 = 2 };
 
-static int best_isa(void) {
-#if PLD_X86
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl"))
-        return ISA_AVX512;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return ISA_AVX2;
-#endif
-    return ISA_GENERIC;
-}
 
 static int current_isa = -1; /* set at import */
 
@@ -1048,30 +1039,6 @@ static void run_product(const Product *p, int kind) {
 #endif
 }
 
-/* Arguments are addresses (Python ints from Tensor.data_ptr()) and sizes, already checked
- * by the Python wrapper (promptlookup/runtime/kernels/__init__.py). */
-static int parse_args(PyObject *const *args, Py_ssize_t nargs, Py_ssize_t want, void **ptrs, int nptrs,
-                      Py_ssize_t *sizes) {
-    if (nargs != want) {
-        PyErr_Format(PyExc_TypeError, "expected %zd arguments, got %zd", want, nargs);
-        return -1;
-    }
-    for (int i = 0; i < nptrs; i++) {
-        ptrs[i] = PyLong_AsVoidPtr(args[i]);
-        if (ptrs[i] == NULL) {
-            if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "null address");
-            return -1;
-        }
-    }
-    for (Py_ssize_t i = nptrs; i < want; i++) {
-        sizes[i - nptrs] = PyLong_AsSsize_t(args[i]);
-        if (sizes[i - nptrs] < 0) {
-            if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "negative size");
-            return -1;
-        }
-    }
-    return 0;
-}
 
 static PyObject *call(const Product *p, int kind) {
     if (p->M == 0 || p->N == 0) Py_RETURN_NONE;
@@ -1085,7 +1052,7 @@ static PyObject *call(const Product *p, int kind) {
 static PyObject *py_fp32(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     void *ptr[3];
     Py_ssize_t s[3];
-    if (parse_args(args, nargs, 6, ptr, 3, s) < 0) return NULL;
+    if (parse_args(args, nargs, 6, ptr, 3, s, 0) < 0) return NULL;
     Product p = {ptr[0], ptr[1], NULL, NULL, ptr[2], s[0], s[1], s[2], 0};
     return call(&p, KIND_F32);
 }
@@ -1094,7 +1061,7 @@ static PyObject *py_fp32(PyObject *self, PyObject *const *args, Py_ssize_t nargs
 static PyObject *py_int8(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     void *ptr[4];
     Py_ssize_t s[3];
-    if (parse_args(args, nargs, 7, ptr, 4, s) < 0) return NULL;
+    if (parse_args(args, nargs, 7, ptr, 4, s, 0) < 0) return NULL;
     Product p = {ptr[0], ptr[1], ptr[2], NULL, ptr[3], s[0], s[1], s[2], 0};
     return call(&p, KIND_I8);
 }
@@ -1103,7 +1070,7 @@ static PyObject *py_int8(PyObject *self, PyObject *const *args, Py_ssize_t nargs
 static PyObject *py_int4(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     void *ptr[5];
     Py_ssize_t s[4];
-    if (parse_args(args, nargs, 9, ptr, 5, s) < 0) return NULL;
+    if (parse_args(args, nargs, 9, ptr, 5, s, 0) < 0) return NULL;
     if (s[3] < 2 || s[3] % 2 || s[1] % s[3]) {
         PyErr_SetString(PyExc_ValueError, "group_size must be even and divide in");
         return NULL;
@@ -1139,7 +1106,7 @@ T_AVX2 static float read_avx2(const float *a, Py_ssize_t c, Py_ssize_t end) {
 static PyObject *py_read(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     void *ptr[1];
     Py_ssize_t s[1];
-    if (parse_args(args, nargs, 2, ptr, 1, s) < 0) return NULL;
+    if (parse_args(args, nargs, 2, ptr, 1, s, 0) < 0) return NULL;
     const float *a = ptr[0];
     Py_ssize_t n = s[0] / 4 / 16 * 16;
     double total = 0.0;

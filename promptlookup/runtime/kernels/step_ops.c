@@ -69,7 +69,7 @@ static int omp_get_num_threads(void) { return 1; }
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 #define PARALLEL_MIN_WORK (1 << 16) /* less work than this many multiply-adds runs on one thread */
 
-enum { ISA_GENERIC = 0, ISA_AVX2 = 1, ISA_AVX512 = 2 };
+#include "cpu_kernels.h" /* ISA levels, best_isa(), parse_args() */
 static int current_isa = ISA_GENERIC;
 
 /* ------------------------------------------------------------------ the shared arithmetic */
@@ -93,9 +93,9 @@ ALWAYS_INLINE lanes_t load_tail(const float *p, Py_ssize_t n, float fill) {
 }
 
 /* The lanes summed by a fixed tree: l + (l + 8), then l + (l + 4), l + (l + 2), l + (l + 1). */
-ALWAYS_INLINE float reduce_lanes(lanes_t v) {
+ALWAYS_INLINE float reduce_lanes(const lanes_t *v) {
     float acc[LANES];
-    memcpy(acc, &v, sizeof acc);
+    memcpy(acc, v, sizeof acc);
     for (int w = LANES / 2; w > 0; w /= 2)
         for (int l = 0; l < w; l++) acc[l] += acc[l + w];
     return acc[0];
@@ -106,7 +106,7 @@ ALWAYS_INLINE float dot(const float *a, const float *b, Py_ssize_t n) {
     Py_ssize_t i = 0;
     for (; i + LANES <= n; i += LANES) acc += load_lanes(a + i) * load_lanes(b + i);
     if (i < n) acc += load_tail(a + i, n - i, 0.0f) * load_tail(b + i, n - i, 0.0f);
-    return reduce_lanes(acc);
+    return reduce_lanes(&acc);
 }
 
 /* The largest of a[0..n) (n >= 1; exact, so any order gives it). */
@@ -133,7 +133,7 @@ ALWAYS_INLINE float sum(const float *a, Py_ssize_t n) {
     Py_ssize_t i = 0;
     for (; i + LANES <= n; i += LANES) acc += load_lanes(a + i);
     if (i < n) acc += load_tail(a + i, n - i, 0.0f);
-    return reduce_lanes(acc);
+    return reduce_lanes(&acc);
 }
 
 /* e^x: x = n ln2 + r, |r| <= ln2 / 2, e^r by a polynomial, 2^n into the exponent bits. */
@@ -457,15 +457,6 @@ static const RotaryFn ROTARY[] = {rotary_generic};
 static const AttentionFn ATTENTION[] = {attention_generic};
 #endif
 
-static int best_isa(void) {
-#if PLD_X86
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl"))
-        return ISA_AVX512;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return ISA_AVX2;
-#endif
-    return ISA_GENERIC;
-}
 
 /* Threads for `items` independent items of `work` multiply-adds in all. */
 static int threads_for(Py_ssize_t items, double work) {
@@ -478,26 +469,6 @@ static int threads_for(Py_ssize_t items, double work) {
 
 /* ------------------------------------------------------------------ Python bindings */
 
-/* Addresses (Python ints from Tensor.data_ptr(), 0 for an absent optional one) then sizes,
- * already checked by the Python wrapper (step_ops.py). */
-static int parse(PyObject *const *args, Py_ssize_t nargs, Py_ssize_t want, void **ptrs, int nptrs, Py_ssize_t *sizes) {
-    if (nargs != want) {
-        PyErr_Format(PyExc_TypeError, "expected %zd arguments, got %zd", want, nargs);
-        return -1;
-    }
-    for (int i = 0; i < nptrs; i++) {
-        ptrs[i] = PyLong_AsVoidPtr(args[i]);
-        if (ptrs[i] == NULL && PyErr_Occurred()) return -1;
-    }
-    for (Py_ssize_t i = nptrs; i < want; i++) {
-        sizes[i - nptrs] = PyLong_AsSsize_t(args[i]);
-        if (sizes[i - nptrs] < 0) {
-            if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "negative size");
-            return -1;
-        }
-    }
-    return 0;
-}
 
 static float as_float(PyObject *o, int *err) {
     double d = PyFloat_AsDouble(o);
@@ -528,7 +499,7 @@ static PyObject *py_rms_norm(PyObject *self, PyObject *const *args, Py_ssize_t n
     int err;
     if (nargs != 7) return PyErr_Format(PyExc_TypeError, "expected 7 arguments, got %zd", nargs);
     float eps = as_float(args[6], &err);
-    if (err || parse(args, 6, 6, ptr, 4, s) < 0) return NULL;
+    if (err || parse_args(args, 6, 6, ptr, 4, s, 1) < 0) return NULL;
     RmsFn fn = RMS[current_isa];
     Py_BEGIN_ALLOW_THREADS
     OVER_ROWS(s[0], (double)s[0] * s[1] * 4, fn(ptr[0], ptr[1], ptr[2], ptr[3], r0, r1, s[1], eps));
@@ -540,7 +511,7 @@ static PyObject *py_rms_norm(PyObject *self, PyObject *const *args, Py_ssize_t n
 static PyObject *py_silu_mul(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     void *ptr[2];
     Py_ssize_t s[2];
-    if (parse(args, nargs, 4, ptr, 2, s) < 0) return NULL;
+    if (parse_args(args, nargs, 4, ptr, 2, s, 1) < 0) return NULL;
     SiluFn fn = SILU[current_isa];
     Py_BEGIN_ALLOW_THREADS
     OVER_ROWS(s[0], (double)s[0] * s[1] * 16, fn(ptr[0], ptr[1], r0, r1, s[1]));
@@ -552,7 +523,7 @@ static PyObject *py_silu_mul(PyObject *self, PyObject *const *args, Py_ssize_t n
 static PyObject *py_rotary_write(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     void *p[8];
     Py_ssize_t s[6];
-    if (parse(args, nargs, 14, p, 8, s) < 0) return NULL;
+    if (parse_args(args, nargs, 14, p, 8, s, 1) < 0) return NULL;
     Rotary a = {p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], s[0], s[1], s[2], s[3], s[4], s[5]};
     RotaryFn fn = ROTARY[current_isa];
     Py_BEGIN_ALLOW_THREADS
@@ -568,7 +539,7 @@ static PyObject *py_attention(PyObject *self, PyObject *const *args, Py_ssize_t 
     int err;
     if (nargs != 15) return PyErr_Format(PyExc_TypeError, "expected 15 arguments, got %zd", nargs);
     float scale = as_float(args[14], &err);
-    if (err || parse(args, 14, 14, p, 6, s) < 0) return NULL;
+    if (err || parse_args(args, 14, 14, p, 6, s, 1) < 0) return NULL;
     Attention a = {p[0], p[1], p[2], p[3], p[4], p[5], s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7], scale};
     if (a.KVH == 0 || a.H % a.KVH) return PyErr_Format(PyExc_ValueError, "heads (%zd) must be a multiple of KV heads", a.H);
     AttentionFn fn = ATTENTION[current_isa];
@@ -613,7 +584,7 @@ static PyObject *py_layers(PyObject *self, PyObject *const *args, Py_ssize_t nar
     if (nargs != 23) return PyErr_Format(PyExc_TypeError, "expected 23 arguments, got %zd", nargs);
     if (product == NULL) return PyErr_Format(PyExc_RuntimeError, "set_product() was not called");
     float eps = as_float(args[21], &err1), scale = as_float(args[22], &err2);
-    if (err1 || err2 || parse(args, 21, 21, p, 9, s) < 0) return NULL;
+    if (err1 || err2 || parse_args(args, 21, 21, p, 9, s, 1) < 0) return NULL;
     float *h = p[0];
     const int64_t *records = p[7], *pools = p[8];
     Py_ssize_t rows = s[0], hidden = s[1], H = s[2], KVH = s[3], D = s[4], inter = s[5], S = s[6];
