@@ -8,10 +8,14 @@ region waits a scheduler time slice for it. On a shared machine this turned 12-1
 
 :func:`default_num_threads`: ``OMP_NUM_THREADS`` when the user set it; otherwise half the
 CPUs this process may run on (``os.sched_getaffinity``, which honours ``taskset`` and
-container CPU sets), at least 1 and at most :data:`MAX_DEFAULT_THREADS`. Half leaves room
-for other load; beyond a few threads, models of this size gain little per token. The
-choice depends only on the machine, never on its momentary load, so two runs on one
-machine use the same count (CPU results can depend on the thread count).
+container CPU sets), but two where there are two or three, and at most
+:data:`MAX_DEFAULT_THREADS`. Half leaves room for other load; beyond a few threads, models
+of this size gain little per token. Two on a 2-core machine: there a decoding step is bound
+by memory reads, and two threads read twice what one does (docs/benchmarks.md, "One thread
+or two"): 1.36x the plain and 1.42x the V2 speed on a quiet machine, 0.92-0.97x with
+another process keeping one core busy. The choice depends only on the machine, never on its
+momentary load, so two runs on one machine use the same count (CPU results can depend on
+the thread count).
 
 :func:`prefer_passive_wait`: OpenMP threads that finish early spin ("active" waiting) by
 default, burning CPU that other threads and processes need; ``OMP_WAIT_POLICY=PASSIVE``
@@ -45,7 +49,8 @@ def default_num_threads() -> int:
     env = _env_threads()
     if env is not None:
         return env
-    return max(1, min(MAX_DEFAULT_THREADS, available_cpus() // 2))
+    cpus = available_cpus()
+    return max(1, min(MAX_DEFAULT_THREADS, max(min(cpus, 2), cpus // 2)))
 
 
 def prefer_passive_wait() -> None:

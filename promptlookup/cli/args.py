@@ -293,7 +293,7 @@ def add_num_threads_argument(parser: argparse.ArgumentParser, default: int | Non
     from ..threads import MAX_DEFAULT_THREADS, default_num_threads
 
     described = (str(default) if default is not None else
-                 f"$OMP_NUM_THREADS if set, else half the CPUs available to the process, 1 to {MAX_DEFAULT_THREADS} "
+                 f"$OMP_NUM_THREADS if set, else half the CPUs available to the process (2 of 2 or 3), at most {MAX_DEFAULT_THREADS} "
                  f"(here {default_num_threads()})")
     parser.add_argument("--num_threads", *aliases, type=int, default=default,
                         help=f"PyTorch CPU threads (keep it low on a shared machine); default: {described}")

@@ -17,18 +17,18 @@ from tests.cli.test_run_cli import TEXT, run_cli
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.parametrize("cpus, expected", [(1, 1), (2, 1), (3, 1), (4, 2), (8, 4), (64, 4)])
-def test_default_is_half_the_available_cpus_capped(monkeypatch, cpus, expected):
+@pytest.mark.parametrize("cpus, expected", [(1, 1), (2, 2), (3, 2), (4, 2), (6, 3), (8, 4), (64, 4)])
+def test_default_is_half_the_available_cpus_at_least_two_capped(monkeypatch, cpus, expected):
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setattr(threads.os, "sched_getaffinity", lambda pid: set(range(cpus)), raising=False)
     assert threads.default_num_threads() == expected
 
 
-@pytest.mark.parametrize("value, expected", [("3", 3), ("2,1", 2), ("0", 1), ("x", 1)])
+@pytest.mark.parametrize("value, expected", [("3", 3), ("2,1", 2), ("0", 2), ("x", 2)])
 def test_default_follows_omp_num_threads_when_valid(monkeypatch, value, expected):
     monkeypatch.setenv("OMP_NUM_THREADS", value)
     monkeypatch.setattr(threads.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
-    assert threads.default_num_threads() == expected  # invalid values fall back to the CPU rule (here 1)
+    assert threads.default_num_threads() == expected  # invalid values fall back to the CPU rule
 
 
 def test_configure_threads_sets_torch_and_refuses_zero():
