@@ -250,16 +250,50 @@ static inline void prefetch_row(const float *row, Py_ssize_t d) {
     for (Py_ssize_t i = 0; i < d; i += 16) _mm_prefetch((const char *)(row + i), _MM_HINT_T0);
 }
 
-/* dot() for D a multiple of 16: the same lanes, products and tree, in AVX2 registers. */
+/* Four keys' lane halves (lanes 0-7, 8-15) reduced together, each by reduce_lanes' tree. */
+T_AVX2 static inline __m128 tree16x4_avx2(const __m256 *lo, const __m256 *hi) {
+    __m128 x[4];
+    for (int j = 0; j < 4; j++) {
+        __m256 h = _mm256_add_ps(lo[j], hi[j]);
+        x[j] = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+    }
+    __m128 ab = _mm_add_ps(_mm_movelh_ps(x[0], x[1]), _mm_movehl_ps(x[1], x[0])); /* a0+a2 a1+a3 b0+b2 b1+b3 */
+    __m128 cd = _mm_add_ps(_mm_movelh_ps(x[2], x[3]), _mm_movehl_ps(x[3], x[2]));
+    return _mm_add_ps(_mm_shuffle_ps(ab, cd, _MM_SHUFFLE(2, 0, 2, 0)), _mm_shuffle_ps(ab, cd, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+/* dot() for D a multiple of 16: the same lanes, products and tree, in AVX2 registers; four
+ * keys at a time share one reduction. */
 T_AVX2 static void scores_avx2(const float *q0, Py_ssize_t G, Py_ssize_t D, const float *kh, const int64_t *slots,
                                Py_ssize_t n, float *p, Py_ssize_t K, float scale) {
     if (D % LANES) {
         scores_generic(q0, G, D, kh, slots, n, p, K, scale);
         return;
     }
-    for (Py_ssize_t c = 0; c < n; c++) {
+    const __m128 sc = _mm_set1_ps(scale);
+    Py_ssize_t c = 0;
+    for (; c + 4 <= n; c += 4) {
+        const float *k[4];
+        for (int j = 0; j < 4; j++) {
+            k[j] = kh + slots[c + j] * D;
+            if (c + PF_KEYS + j < n) prefetch_row(kh + slots[c + PF_KEYS + j] * D, D);
+        }
+        for (Py_ssize_t g = 0; g < G; g++) {
+            const float *qg = q0 + g * D;
+            __m256 lo[4], hi[4];
+            for (int j = 0; j < 4; j++) lo[j] = hi[j] = _mm256_setzero_ps();
+            for (Py_ssize_t i = 0; i < D; i += LANES) {
+                __m256 ql = _mm256_loadu_ps(qg + i), qh = _mm256_loadu_ps(qg + i + 8);
+                for (int j = 0; j < 4; j++) {
+                    lo[j] = _mm256_add_ps(lo[j], _mm256_mul_ps(ql, _mm256_loadu_ps(k[j] + i)));
+                    hi[j] = _mm256_add_ps(hi[j], _mm256_mul_ps(qh, _mm256_loadu_ps(k[j] + i + 8)));
+                }
+            }
+            _mm_storeu_ps(p + g * K + c, _mm_mul_ps(tree16x4_avx2(lo, hi), sc));
+        }
+    }
+    for (; c < n; c++) {
         const float *kc = kh + slots[c] * D;
-        if (c + PF_KEYS < n) prefetch_row(kh + slots[c + PF_KEYS] * D, D);
         for (Py_ssize_t g = 0; g < G; g++) {
             const float *qg = q0 + g * D;
             __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
@@ -272,15 +306,46 @@ T_AVX2 static void scores_avx2(const float *q0, Py_ssize_t G, Py_ssize_t D, cons
     }
 }
 
+/* Four keys' 16-lane sums reduced together, each by reduce_lanes' tree: l + (l + 8),
+ * l + (l + 4), then l + (l + 2) and l + (l + 1) for the four at once. */
+T_512 static inline __m128 tree16x4_avx512(__m512 a, __m512 b, __m512 c, __m512 d) {
+#define HALVES(v) _mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)))
+#define QUARTERS(h) _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1))
+    __m128 x0 = QUARTERS(HALVES(a)), x1 = QUARTERS(HALVES(b)), x2 = QUARTERS(HALVES(c)), x3 = QUARTERS(HALVES(d));
+#undef HALVES
+#undef QUARTERS
+    __m128 ab = _mm_add_ps(_mm_movelh_ps(x0, x1), _mm_movehl_ps(x1, x0)); /* a0+a2 a1+a3 b0+b2 b1+b3 */
+    __m128 cd = _mm_add_ps(_mm_movelh_ps(x2, x3), _mm_movehl_ps(x3, x2));
+    return _mm_add_ps(_mm_shuffle_ps(ab, cd, _MM_SHUFFLE(2, 0, 2, 0)), _mm_shuffle_ps(ab, cd, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
 T_512 static void scores_avx512(const float *q0, Py_ssize_t G, Py_ssize_t D, const float *kh, const int64_t *slots,
                                  Py_ssize_t n, float *p, Py_ssize_t K, float scale) {
     if (D % LANES) {
         scores_generic(q0, G, D, kh, slots, n, p, K, scale);
         return;
     }
-    for (Py_ssize_t c = 0; c < n; c++) {
+    const __m128 sc = _mm_set1_ps(scale);
+    Py_ssize_t c = 0;
+    for (; c + 4 <= n; c += 4) { /* four keys at a time: one joint reduction */
+        const float *k0 = kh + slots[c] * D, *k1 = kh + slots[c + 1] * D, *k2 = kh + slots[c + 2] * D,
+                    *k3 = kh + slots[c + 3] * D;
+        for (int j = 0; j < 4 && c + PF_KEYS + j < n; j++) prefetch_row(kh + slots[c + PF_KEYS + j] * D, D);
+        for (Py_ssize_t g = 0; g < G; g++) {
+            const float *qg = q0 + g * D;
+            __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+            for (Py_ssize_t i = 0; i < D; i += LANES) {
+                __m512 qv = _mm512_loadu_ps(qg + i);
+                a0 = _mm512_add_ps(a0, _mm512_mul_ps(qv, _mm512_loadu_ps(k0 + i)));
+                a1 = _mm512_add_ps(a1, _mm512_mul_ps(qv, _mm512_loadu_ps(k1 + i)));
+                a2 = _mm512_add_ps(a2, _mm512_mul_ps(qv, _mm512_loadu_ps(k2 + i)));
+                a3 = _mm512_add_ps(a3, _mm512_mul_ps(qv, _mm512_loadu_ps(k3 + i)));
+            }
+            _mm_storeu_ps(p + g * K + c, _mm_mul_ps(tree16x4_avx512(a0, a1, a2, a3), sc));
+        }
+    }
+    for (; c < n; c++) {
         const float *kc = kh + slots[c] * D;
-        if (c + PF_KEYS < n) prefetch_row(kh + slots[c + PF_KEYS] * D, D);
         for (Py_ssize_t g = 0; g < G; g++) {
             const float *qg = q0 + g * D;
             __m512 acc = _mm512_setzero_ps();
