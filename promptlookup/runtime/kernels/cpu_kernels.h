@@ -1,10 +1,36 @@
 /* What the CPU kernel modules (gemv.c, step_ops.c) share: the instruction-set levels, the
- * widest one this CPU runs, and how their Python entry points read their arguments.
- * Include after Python.h, with PLD_X86 defined (1 on x86 with GCC or clang, else 0). */
+ * widest one this CPU runs, the target attributes of the AVX2 and AVX-512 paths, the
+ * reduction of one vector of sums by the tree both modules' row invariance rests on, and
+ * how their Python entry points read their arguments. Include after Python.h. */
 #ifndef PLD_CPU_KERNELS_H
 #define PLD_CPU_KERNELS_H
 
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+#define PLD_X86 1
+#include <immintrin.h>
+#define T_AVX2 __attribute__((target("avx2,fma")))
+#define T_512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma")))
+#else
+#define PLD_X86 0
+#endif
+#define ALWAYS_INLINE static inline __attribute__((always_inline))
+
 enum { ISA_GENERIC = 0, ISA_AVX2 = 1, ISA_AVX512 = 2 };
+
+#if PLD_X86
+/* The 8 lanes of a summed by a fixed tree: l + (l + 4), then l + (l + 2), then l + (l + 1). */
+T_AVX2 ALWAYS_INLINE float avx2_reduce(__m256 a) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* The 16 lanes of a summed by a fixed tree: l + (l + 8), then avx2_reduce's. */
+T_512 ALWAYS_INLINE float avx512_reduce(__m512 a) {
+    return avx2_reduce(_mm256_add_ps(_mm512_castps512_ps256(a), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1))));
+}
+#endif
 
 /* The widest path this CPU runs: AVX-512 needs avx512f+bw+vl, AVX2 needs avx2+fma. */
 static int best_isa(void) {

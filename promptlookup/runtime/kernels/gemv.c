@@ -46,13 +46,6 @@
 #include <omp.h>
 #endif
 
-#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
-#define PLD_X86 1
-#include <immintrin.h>
-#else
-#define PLD_X86 0
-#endif
-
 #define NB_MAX 4 /* weight rows per block (generic and AVX2; AVX-512: AVX512_NB) */
 #ifndef PF_BLOCKS
 #define PF_BLOCKS 2 /* the one-row quantized kernels prefetch the weight rows this many blocks ahead */
@@ -67,9 +60,8 @@
 #define F32_HINT _MM_HINT_T0
 #endif
 #define SPLIT 24 /* threads take outputs in multiples of this (of every path's block of weight rows) */
-#define ALWAYS_INLINE static inline __attribute__((always_inline))
 
-#include "cpu_kernels.h" /* ISA levels, best_isa(), parse_args() */
+#include "cpu_kernels.h" /* PLD_X86, T_AVX2/T_512, ALWAYS_INLINE, ISA levels, best_isa(), the reductions, parse_args() */
 static const char *const ISA_NAMES[] = {"generic", "avx2", "avx512"};
 
 /* One call's operands. A kernel computes outputs [n0, n1) of every row. */
@@ -180,15 +172,8 @@ static const char *next_block(const Product *p, Py_ssize_t n, int kind) {
 #if PLD_X86
 /* ------------------------------------------------------------------ AVX2 + FMA (8 lanes) */
 
-#define T_AVX2 __attribute__((target("avx2,fma")))
 #define AVX2_MB 2 /* 4 weight rows x 2 rows: 8 accumulators + 4 weights + 1 x of 16 registers */
 
-T_AVX2 ALWAYS_INLINE float avx2_reduce(__m256 a) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
 
 /* The sums of 8 accumulators a[2 * j + i] (unused ones zero), each by the very additions of
  * avx2_reduce in the same operand order (lane l + lane l + 4, then + 2, + 1), in shuffled
@@ -647,17 +632,9 @@ AVX2_RANGE(avx2_i8, 1)
 
 /* ------------------------------------------------------------------ AVX-512 (16 lanes) */
 
-#define T_512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma")))
 #define AVX512_MB 4 /* 4 weight rows x 4 rows: 16 accumulators + 4 weights + 1 x of 32 registers (6 x 4 measured slower) */
 #define AVX512_NB 4
 
-T_512 ALWAYS_INLINE float avx512_reduce(__m512 a) {
-    __m256 h = _mm256_add_ps(_mm512_castps512_ps256(a), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1)));
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
 
 /* The sums of up to 16 accumulators a[4 * j + i] (unused ones zero), each reduced by the very
  * additions of avx512_reduce in the same operand order (lane l + lane l + 8, then + 4, + 2,

@@ -43,9 +43,6 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#endif
 #ifdef _OPENMP
 #include <omp.h>
 #else
@@ -53,23 +50,14 @@ static int omp_get_thread_num(void) { return 0; }
 static int omp_get_num_threads(void) { return 1; }
 #endif
 
-#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
-#define PLD_X86 1
-#define T_AVX2 __attribute__((target("avx2,fma")))
-#define T_512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma")))
-#else
-#define PLD_X86 0
-#endif
-
 #define LANES 16
 #pragma GCC diagnostic ignored "-Wpsabi" /* lanes_t values passed between always-inline helpers */
 #ifndef PF_KEYS
 #define PF_KEYS 16 /* attention prefetches the K/V rows this many keys ahead */
 #endif
-#define ALWAYS_INLINE static inline __attribute__((always_inline))
 #define PARALLEL_MIN_WORK (1 << 16) /* less work than this many multiply-adds runs on one thread */
 
-#include "cpu_kernels.h" /* ISA levels, best_isa(), parse_args() */
+#include "cpu_kernels.h" /* PLD_X86, T_AVX2/T_512, ALWAYS_INLINE, ISA levels, best_isa(), the reductions, parse_args() */
 static int current_isa = ISA_GENERIC;
 
 /* ------------------------------------------------------------------ the shared arithmetic */
@@ -234,15 +222,6 @@ ALWAYS_INLINE void scores_generic(const float *q0, Py_ssize_t G, Py_ssize_t D, c
 }
 
 #if PLD_X86
-/* The 16 lanes held as two 8-lane halves (lanes 0-7, 8-15), reduced by reduce_lanes' tree:
- * l + (l + 8), then l + (l + 4), l + (l + 2), l + (l + 1). */
-T_AVX2 static inline float tree16_avx(__m256 lo, __m256 hi) {
-    __m256 v = _mm256_add_ps(lo, hi);
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
-    return _mm_cvtss_f32(s);
-}
 
 /* The cache lines of one K or V row, fetched PF_KEYS keys ahead (the pool is read from
  * memory: the products between two layers' attention evict it from the caches). */
@@ -301,22 +280,20 @@ T_AVX2 static void scores_avx2(const float *q0, Py_ssize_t G, Py_ssize_t D, cons
                 lo = _mm256_add_ps(lo, _mm256_mul_ps(_mm256_loadu_ps(qg + i), _mm256_loadu_ps(kc + i)));
                 hi = _mm256_add_ps(hi, _mm256_mul_ps(_mm256_loadu_ps(qg + i + 8), _mm256_loadu_ps(kc + i + 8)));
             }
-            p[g * K + c] = tree16_avx(lo, hi) * scale;
+            p[g * K + c] = avx2_reduce(_mm256_add_ps(lo, hi)) * scale; /* reduce_lanes' tree */
         }
     }
 }
 
-/* Four keys' 16-lane sums reduced together, each by reduce_lanes' tree: l + (l + 8),
- * l + (l + 4), then l + (l + 2) and l + (l + 1) for the four at once. */
+/* tree16x4_avx2 for four 16-lane vectors. */
 T_512 static inline __m128 tree16x4_avx512(__m512 a, __m512 b, __m512 c, __m512 d) {
-#define HALVES(v) _mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)))
-#define QUARTERS(h) _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1))
-    __m128 x0 = QUARTERS(HALVES(a)), x1 = QUARTERS(HALVES(b)), x2 = QUARTERS(HALVES(c)), x3 = QUARTERS(HALVES(d));
-#undef HALVES
-#undef QUARTERS
-    __m128 ab = _mm_add_ps(_mm_movelh_ps(x0, x1), _mm_movehl_ps(x1, x0)); /* a0+a2 a1+a3 b0+b2 b1+b3 */
-    __m128 cd = _mm_add_ps(_mm_movelh_ps(x2, x3), _mm_movehl_ps(x3, x2));
-    return _mm_add_ps(_mm_shuffle_ps(ab, cd, _MM_SHUFFLE(2, 0, 2, 0)), _mm_shuffle_ps(ab, cd, _MM_SHUFFLE(3, 1, 3, 1)));
+    const __m512 v[4] = {a, b, c, d};
+    __m256 lo[4], hi[4];
+    for (int j = 0; j < 4; j++) {
+        lo[j] = _mm512_castps512_ps256(v[j]);
+        hi[j] = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v[j]), 1));
+    }
+    return tree16x4_avx2(lo, hi);
 }
 
 T_512 static void scores_avx512(const float *q0, Py_ssize_t G, Py_ssize_t D, const float *kh, const int64_t *slots,
@@ -351,9 +328,7 @@ T_512 static void scores_avx512(const float *q0, Py_ssize_t G, Py_ssize_t D, con
             __m512 acc = _mm512_setzero_ps();
             for (Py_ssize_t i = 0; i < D; i += LANES)
                 acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_loadu_ps(qg + i), _mm512_loadu_ps(kc + i)));
-            __m256 lo = _mm512_castps512_ps256(acc);
-            __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc), 1));
-            p[g * K + c] = tree16_avx(lo, hi) * scale;
+            p[g * K + c] = avx512_reduce(acc) * scale; /* reduce_lanes' tree */
         }
     }
 }
