@@ -43,6 +43,7 @@ from __future__ import annotations
 import torch
 
 from . import kernels
+from .kernels import step_ops
 
 GEMV_MAX_ROWS = 33  # with the C kernels, products of this many rows or fewer use them (MKL beyond: faster at 48)
 MKL_MAX_ROWS = 2  # with a shared row-major weight, products of this many rows or fewer use MKL
@@ -144,7 +145,7 @@ class CpuLinear:
         if self.gemv is None or self.bias is not None:
             return None
         weight = self.plain if self.plain is not None else self.small_rows_weight
-        return (weight.data_ptr(), 0, 0, 0, 0)
+        return (weight.data_ptr(), 0, 0, step_ops.KINDS["fp32"], 0)
 
     def resident_bytes(self) -> int:
         """Bytes of weight this layer alone keeps alive (the shared ``small_rows_weight`` excluded)."""

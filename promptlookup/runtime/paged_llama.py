@@ -271,10 +271,10 @@ class PagedLlama(nn.Module):
 
     def _step_ops_forward(self, layout: BatchLayout, pool: KVPool) -> torch.Tensor:
         """:meth:`paged_forward` on the CPU in float32 with the work around the products in C
-        (:mod:`.kernels.step_ops`): per layer one call each for the norm (with the residual add
-        before it), the rotary embedding and K/V write, attention over the pool (steps of at
-        most ``MAX_ATTENTION_ROWS`` rows a sequence; PyTorch's SDPA beyond, for prefill) and
-        the gated activation, instead of some 130 PyTorch operators. Every row is computed
+        (:mod:`.kernels.step_ops`). A step of at most ``GEMV_MAX_ROWS`` rows whose projections all
+        run C kernels is one call for every layer (:func:`.kernels.step_ops.layers`); otherwise
+        (prefill, a bias) the same operators are called one by one from Python, with PyTorch's
+        SDPA for attention beyond ``MAX_ATTENTION_ROWS`` rows a sequence. Every row is computed
         alone and an attention row from the ordered keys it sees, so a row of a verification
         step (chain or tree) equals the same row of a plain decoding step bitwise."""
         B, Q = layout.input_ids.shape
@@ -288,23 +288,24 @@ class PagedLlama(nn.Module):
                             heads=H, intermediate=self.intermediate, eps=self.eps, scale=self.scaling, batch=B,
                             kv_len=layout.kv_len, read_slots=layout.read_slots, start=layout.contiguous_start,
                             mask=mask)
-            return self.lm_head(step_ops.rms_norm(h.index_select(0, layout.logit_rows), self.norm, self.eps))
-        x = step_ops.rms_norm(h, self.layers[0].input_norm, self.eps)
-        last = len(self.layers) - 1
-        for i, layer in enumerate(self.layers):
-            pk, pv = pool.k[i], pool.v[i]
-            q = step_ops.rotary_write(layer.qkv(x), self.rotary.cos, self.rotary.sin, positions, write, pk, pv, H)
-            if Q <= step_ops.MAX_ATTENTION_ROWS:
-                o = step_ops.attention(q, pk, pv, B, layout.kv_len, self.scaling, layout.read_slots,
-                                       layout.contiguous_start, mask)
-            else:
-                o = self._attend(q.view(B, Q, H, D).transpose(1, 2), pk, pv, layout).transpose(1, 2).reshape(rows, H * D)
-            x = step_ops.rms_norm(h, layer.post_norm, self.eps, delta=layer.o_proj(o))
-            y = layer.down_proj(step_ops.silu_mul(layer.gate_up(x)))
-            if i < last:
-                x = step_ops.rms_norm(h, self.layers[i + 1].input_norm, self.eps, delta=y)
-            else:
-                h.add_(y)
+        else:
+            x = step_ops.rms_norm(h, self.layers[0].input_norm, self.eps)
+            last = len(self.layers) - 1
+            for i, layer in enumerate(self.layers):
+                pk, pv = pool.k[i], pool.v[i]
+                q = step_ops.rotary_write(layer.qkv(x), self.rotary.cos, self.rotary.sin, positions, write, pk, pv, H)
+                if Q <= step_ops.MAX_ATTENTION_ROWS:
+                    o = step_ops.attention(q, pk, pv, B, layout.kv_len, self.scaling, layout.read_slots,
+                                           layout.contiguous_start, mask)
+                else:
+                    o = self._attend(q.view(B, Q, H, D).transpose(1, 2), pk, pv, layout).transpose(1, 2).reshape(
+                        rows, H * D)
+                x = step_ops.rms_norm(h, layer.post_norm, self.eps, delta=layer.o_proj(o))
+                y = layer.down_proj(step_ops.silu_mul(layer.gate_up(x)))
+                if i < last:
+                    x = step_ops.rms_norm(h, self.layers[i + 1].input_norm, self.eps, delta=y)
+                else:
+                    h.add_(y)
         return self.lm_head(step_ops.rms_norm(h.index_select(0, layout.logit_rows), self.norm, self.eps))
 
     def embed(self, layout: BatchLayout) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

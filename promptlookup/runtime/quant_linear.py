@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from . import kernels
+from .kernels import step_ops
 
 
 class QuantLinear:
@@ -108,8 +109,9 @@ class QuantLinear:
         if self.bias is not None or self.qweight.device.type != "cpu" or kernels.isa() == "reference":
             return None
         if self.offset is None:
-            return (self.qweight.data_ptr(), self.scale.data_ptr(), 0, 1, 0)
-        return (self.qweight.data_ptr(), self.scale.data_ptr(), self.offset.data_ptr(), 2, self.group_size)
+            return (self.qweight.data_ptr(), self.scale.data_ptr(), 0, step_ops.KINDS["int8"], 0)
+        return (self.qweight.data_ptr(), self.scale.data_ptr(), self.offset.data_ptr(), step_ops.KINDS["int4"],
+                self.group_size)
 
     def to(self, device: torch.device | str) -> "QuantLinear":
         """This layer's tensors on ``device`` (a new layer; self when already there)."""

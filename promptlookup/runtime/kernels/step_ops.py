@@ -98,6 +98,22 @@ def _check_keys(what: str, batch: int, per_seq: int, kv_len: int, slots: int, re
             raise ValueError(f"{what}: mask {tuple(mask.shape)}, want {(batch, per_seq, kv_len)}")
 
 
+def _check_rotary(what: str, cos: torch.Tensor, sin_signed: torch.Tensor, positions: torch.Tensor,
+                  slots: torch.Tensor, rows: int, head_dim: int, pool_slots: int) -> None:
+    """The rotary table ``[positions, head_dim]`` and the rows' positions and write slots
+    ``[rows]``, each index inside what the C code reads."""
+    _dense(cos, "cos")
+    _dense(sin_signed, "sin")
+    _dense(positions, "positions", torch.long)
+    _dense(slots, "slots", torch.long)
+    if cos.shape[1:] != (head_dim,) or sin_signed.shape != cos.shape or positions.shape != (rows,) \
+            or slots.shape != (rows,):
+        raise ValueError(f"{what}: table {tuple(cos.shape)} for head size {head_dim}, positions "
+                         f"{tuple(positions.shape)}, slots {tuple(slots.shape)} for {rows} rows")
+    _in_range(what, "positions", positions, cos.shape[0])
+    _in_range(what, "slots", slots, pool_slots)
+
+
 def rms_norm(h: torch.Tensor, weight: torch.Tensor, eps: float, delta: torch.Tensor | None = None) -> torch.Tensor:
     """RMSNorm of the rows of ``h`` ``[rows, n]`` times ``weight`` ``[n]``, as a new tensor;
     with ``delta`` (same shape), ``h += delta`` first, in place (the residual add)."""
@@ -130,19 +146,13 @@ def rotary_write(qkv: torch.Tensor, cos: torch.Tensor, sin_signed: torch.Tensor,
     """Q ``[rows, heads, D]`` rotated, from a fused ``qkv`` ``[rows, (heads + 2 KVH) * D]``;
     K (rotated) and V written into ``pool_k``/``pool_v`` ``[KVH, S, D]`` at ``slots`` ``[rows]``.
     ``cos``/``sin_signed``: the rotary table ``[positions, D]`` (:class:`~promptlookup.runtime.rotary.RotaryTable`)."""
-    for t, name in ((qkv, "qkv"), (cos, "cos"), (sin_signed, "sin"), (pool_k, "pool_k"), (pool_v, "pool_v")):
+    for t, name in ((qkv, "qkv"), (pool_k, "pool_k"), (pool_v, "pool_v")):
         _dense(t, name)
-    _dense(positions, "positions", torch.long)
-    _dense(slots, "slots", torch.long)
     kvh, s, d = pool_k.shape
     rows = qkv.shape[0]
-    if (qkv.dim() != 2 or qkv.shape[1] != (heads + 2 * kvh) * d or pool_v.shape != pool_k.shape
-            or cos.shape[1:] != (d,) or sin_signed.shape != cos.shape or positions.shape != (rows,)
-            or slots.shape != (rows,)):
-        raise ValueError(f"rotary_write: qkv {tuple(qkv.shape)}, pool {tuple(pool_k.shape)}, heads {heads}, "
-                         f"table {tuple(cos.shape)}, positions {tuple(positions.shape)}, slots {tuple(slots.shape)}")
-    _in_range("rotary_write", "positions", positions, cos.shape[0])
-    _in_range("rotary_write", "slots", slots, s)
+    if qkv.dim() != 2 or qkv.shape[1] != (heads + 2 * kvh) * d or pool_v.shape != pool_k.shape:
+        raise ValueError(f"rotary_write: qkv {tuple(qkv.shape)}, pool {tuple(pool_k.shape)}, heads {heads}")
+    _check_rotary("rotary_write", cos, sin_signed, positions, slots, rows, d, s)
     q = qkv.new_empty(rows, heads, d)
     _C.rotary_write(qkv.data_ptr(), cos.data_ptr(), sin_signed.data_ptr(), positions.data_ptr(), slots.data_ptr(),
                     q.data_ptr(), pool_k.data_ptr(), pool_v.data_ptr(), rows, qkv.shape[1], heads, kvh, d, s)
@@ -174,7 +184,7 @@ def attention(q: torch.Tensor, pool_k: torch.Tensor, pool_v: torch.Tensor, batch
 
 
 RECORD = 23  # int64 fields of one layer's record (step_ops.c: 4 projections x 5, then 3 norms)
-KINDS = {"fp32": 0, "int8": 1, "int4": 2}
+KINDS = {"fp32": 0, "int8": 1, "int4": 2}  # a projection's kind in its record (gemv.c's KIND_ values)
 
 
 def layer_records(layers: list[tuple[tuple[int, ...], ...]], norms: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
@@ -205,10 +215,7 @@ def layers(h: torch.Tensor, records: torch.Tensor, pool_k: list[torch.Tensor], p
     Python between them. ``records``: :func:`layer_records`; ``pool_k``/``pool_v``: each
     layer's pool ``[KVH, S, D]``; the rest as :func:`rotary_write` and :func:`attention`."""
     _dense(h, "h")
-    for t, name in ((cos, "cos"), (sin_signed, "sin")):
-        _dense(t, name)
-    for t, name in ((positions, "positions"), (slots, "slots"), (records, "records")):
-        _dense(t, name, torch.long)
+    _dense(records, "records", torch.long)
     n_layers = records.shape[0]
     kvh, s, d = pool_k[0].shape
     rows, hidden = h.shape
@@ -216,12 +223,9 @@ def layers(h: torch.Tensor, records: torch.Tensor, pool_k: list[torch.Tensor], p
         if t.shape != (kvh, s, d):
             raise ValueError("layers: every layer's pool must have one shape")
         _dense(t, "pool")
-    if (len(pool_k) != n_layers or len(pool_v) != n_layers or rows % batch or positions.shape != (rows,)
-            or slots.shape != (rows,) or cos.shape[1:] != (d,) or sin_signed.shape != cos.shape):
-        raise ValueError(f"layers: h {tuple(h.shape)}, {n_layers} records, {len(pool_k)} pools, "
-                         f"positions {tuple(positions.shape)}, slots {tuple(slots.shape)}")
-    _in_range("layers", "positions", positions, cos.shape[0])
-    _in_range("layers", "slots", slots, s)
+    if len(pool_k) != n_layers or len(pool_v) != n_layers or rows % batch:
+        raise ValueError(f"layers: h {tuple(h.shape)}, {n_layers} records, {len(pool_k)} pools, batch {batch}")
+    _check_rotary("layers", cos, sin_signed, positions, slots, rows, d, s)
     per_seq = rows // batch
     _check_keys("layers", batch, per_seq, kv_len, s, read_slots, start, mask)
     pools = torch.tensor([[k.data_ptr(), v.data_ptr()] for k, v in zip(pool_k, pool_v)], dtype=torch.long)
