@@ -244,6 +244,48 @@ def test_one_call_for_all_layers_equals_the_calls_one_by_one_bitwise():
         assert torch.equal(fused, one_by_one)
 
 
+def test_one_call_runs_one_team_of_threads_and_gives_the_values_of_one_thread():
+    """Products big enough to be split: ``layers`` runs its whole step in one parallel region
+    (threads meet at a barrier after each operation). Any team size, and the route op by op,
+    give bitwise the logits of one thread."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from promptlookup.runtime.kv_cache import KVPool
+    from promptlookup.runtime.paged_llama import PagedLlama, build_layout
+
+    if not step_ops.runs_layers():
+        pytest.skip("the products' C module is not built")
+    torch.manual_seed(4)
+    config = LlamaConfig(vocab_size=61, hidden_size=256, intermediate_size=384, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
+    assert 256 * (4 + 2 * 2) * 64 >= 1 << 16  # one row's QKV product is split over threads (gemv.c)
+    hf = LlamaForCausalLM(config).eval()
+    prompt = [int(t) for t in torch.randint(0, 61, (20,))]
+    cpu = torch.device("cpu")
+
+    def run(threads: int, fused: bool) -> list[torch.Tensor]:
+        torch.set_num_threads(threads)
+        model = PagedLlama.from_hf(hf)
+        if not fused:
+            model.layer_records = None
+        pool = KVPool(2, 2, 64, 16, 16, zeroed=True)
+        table, n = [1, 2, 3], len(prompt)
+        steps = [model(build_layout([prompt], [n], [table], [n], 16, cpu), pool)]
+        steps.append(model(build_layout([[5]], [n + 1], [table], [1], 16, cpu), pool))
+        steps.append(model(build_layout([[7, 8, 9, 10]], [n + 5], [table], [4], 16, cpu, parents=[[-1, 0, 0, 2]]), pool))
+        steps.append(model(build_layout([[7], [8, 9]], [n + 2, 9], [table, [9, 10]], [1, 2], 16, cpu), pool))
+        return steps
+
+    before = torch.get_num_threads()
+    try:
+        want = run(1, True)
+        for threads, fused in ((2, True), (3, True), (2, False)):
+            for got, expected in zip(run(threads, fused), want):
+                assert torch.equal(got, expected), (threads, fused)
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_without_the_c_modules_the_model_runs_pytorch_operators(monkeypatch):
     """No ``_step_ops``: PyTorch's operators throughout; no products' capsule: the C operators
     one by one from Python. Both give the logits of the full route, within rounding."""

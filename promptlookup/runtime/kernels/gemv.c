@@ -993,14 +993,28 @@ static RangeFn range_fn(int isa, int kind, Py_ssize_t gs) {
 /* Products smaller than this many multiply-adds run on the calling thread alone. */
 #define PARALLEL_MIN_WORK (1 << 16)
 
+/* The threads a product uses out of `available`: one below PARALLEL_MIN_WORK multiply-adds,
+ * never more than its blocks of SPLIT outputs. */
+static int product_threads(const Product *p, int available) {
+    if ((double)p->M * (double)p->N * (double)p->K < PARALLEL_MIN_WORK) return 1;
+    Py_ssize_t blocks = (p->N + SPLIT - 1) / SPLIT;
+    return available < blocks ? available : (int)blocks;
+}
+
+/* Thread t's outputs [n0, n1) out of `threads` (whole blocks of SPLIT; may be empty). */
+static void product_share(const Product *p, int threads, int t, Py_ssize_t *n0, Py_ssize_t *n1) {
+    Py_ssize_t blocks = (p->N + SPLIT - 1) / SPLIT;
+    Py_ssize_t b0 = blocks * t / threads, b1 = blocks * (t + 1) / threads;
+    *n0 = b0 * SPLIT;
+    *n1 = b1 * SPLIT < p->N ? b1 * SPLIT : p->N;
+}
+
 static void run_product(const Product *p, int kind) {
     RangeFn fn = range_fn(current_isa, kind, p->gs);
     int threads = 1;
 #ifdef _OPENMP
-    if ((double)p->M * (double)p->N * (double)p->K >= PARALLEL_MIN_WORK) threads = omp_get_max_threads();
+    threads = product_threads(p, omp_get_max_threads());
 #endif
-    Py_ssize_t blocks = (p->N + SPLIT - 1) / SPLIT;
-    if (threads > blocks) threads = (int)blocks;
     if (threads <= 1) {
         fn(p, 0, p->N);
         return;
@@ -1008,9 +1022,8 @@ static void run_product(const Product *p, int kind) {
 #ifdef _OPENMP
 #pragma omp parallel num_threads(threads)
     {
-        int t = omp_get_thread_num(), nt = omp_get_num_threads();
-        Py_ssize_t b0 = blocks * t / nt, b1 = blocks * (t + 1) / nt;
-        Py_ssize_t n0 = b0 * SPLIT, n1 = b1 * SPLIT < p->N ? b1 * SPLIT : p->N;
+        Py_ssize_t n0, n1;
+        product_share(p, omp_get_num_threads(), omp_get_thread_num(), &n0, &n1);
         if (n0 < n1) fn(p, n0, n1);
     }
 #endif
@@ -1142,13 +1155,21 @@ static struct PyModuleDef gemv_module = {
     NULL, NULL, NULL, NULL,
 };
 
-/* The product for other C code (step_ops.c runs a whole decoding step's layers in one call):
- * the capsule "product" in this module holds this function's address. kind: 0 fp32, 1 int8,
- * 2 int4 (the KIND_ values); the path is this module's current one. */
+/* The product for other C code that runs its own team of threads (step_ops.c runs a whole
+ * decoding step's layers in one parallel region): thread t of a team of nt computes its share
+ * of the outputs, the same split run_product() makes, so the same values; the caller waits
+ * for the whole team before it reads y. The capsule "product" in this module holds this
+ * function's address. kind: 0 fp32, 1 int8, 2 int4 (the KIND_ values); the path is this
+ * module's current one. */
 static void api_product(const float *x, const void *w, const float *scale, const float *offset, float *y,
-                        Py_ssize_t M, Py_ssize_t K, Py_ssize_t N, Py_ssize_t gs, int kind) {
+                        Py_ssize_t M, Py_ssize_t K, Py_ssize_t N, Py_ssize_t gs, int kind, int t, int nt) {
     Product p = {x, w, scale, offset, y, M, K, N, gs};
-    if (M > 0 && N > 0) run_product(&p, kind);
+    if (M <= 0 || N <= 0) return;
+    int threads = product_threads(&p, nt);
+    if (t >= threads) return;
+    Py_ssize_t n0, n1;
+    product_share(&p, threads, t, &n0, &n1);
+    if (n0 < n1) range_fn(current_isa, kind, p.gs)(&p, n0, n1);
 }
 
 PyMODINIT_FUNC PyInit__gemv(void) {

@@ -26,12 +26,14 @@
  * (Cephes' expf coefficients), within 2 ulp of expf over the inputs a softmax or SiLU meets,
  * the same on every path.
  *
- * Threads: attention splits its (sequence, query head) pairs over OpenMP threads (a thread
- * takes a run of heads of one KV head together), the other functions their rows; a split
+ * Threads: attention splits its (sequence, query row, head) triples over OpenMP threads (a
+ * thread takes a run of heads of one KV head together), the other functions their rows; a split
  * decides which thread computes a row and head, never how.
  *
  * layers() runs all of these and the products (gemv.c's, through its capsule) for every
- * decoder layer of a step in one call, with the GIL released.
+ * decoder layer of a step in one call, with the GIL released, in one OpenMP parallel region
+ * whose threads meet at a barrier that spins before it sleeps, after each operation (so they are woken once per
+ * step, not once per operation; see Barrier).
  *
  * Cost per call: rms_norm and silu_mul O(rows * width); rotary_write O(rows * (H + 2 KVH) * D);
  * attention, per query row and head, two passes over its visible keys' K and V rows
@@ -43,6 +45,14 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <limits.h>
+#include <sched.h>
+#include <time.h>
+#ifdef __linux__
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 #ifdef _OPENMP
 #include <omp.h>
 #else
@@ -399,33 +409,31 @@ T_AVX2 static void values_avx2(const float *p, Py_ssize_t G, Py_ssize_t D, const
 }
 #endif
 
-/* Query rows of sequence b, heads [h0, h0 + gn) of KV head kvh (a head's values never depend
+/* Query row qi of sequence b, heads [h0, h0 + gn) of KV head kvh (a head's values never depend
  * on which of its group's heads share the call); scratch: K slots, gn * K scores, gn * D sums. */
-ALWAYS_INLINE void attend_heads(const Attention *a, Py_ssize_t b, Py_ssize_t kvh, Py_ssize_t h0, Py_ssize_t gn,
-                                int64_t *slots, float *p, float *acc, ScoresFn scores, ValuesFn values) {
-    Py_ssize_t D = a->D, K = a->K;
+ALWAYS_INLINE void attend_heads(const Attention *a, Py_ssize_t b, Py_ssize_t qi, Py_ssize_t kvh, Py_ssize_t h0,
+                                Py_ssize_t gn, int64_t *slots, float *p, float *acc, ScoresFn scores, ValuesFn values) {
+    Py_ssize_t D = a->D, K = a->K, row = b * a->Q + qi, n = 0;
     const float *kh = a->k + kvh * a->S * D, *vh = a->v + kvh * a->S * D;
-    for (Py_ssize_t qi = 0; qi < a->Q; qi++) {
-        Py_ssize_t row = b * a->Q + qi, n = 0;
-        const uint8_t *m = a->mask ? a->mask + (b * a->Q + qi) * K : NULL;
-        for (Py_ssize_t j = 0; j < K; j++)
-            if (!m || m[j]) slots[n++] = a->read ? a->read[b * K + j] : a->start + j;
-        scores(a->q + (row * a->H + h0) * D, gn, D, kh, slots, n, p, K, a->scale);
-        for (Py_ssize_t g = 0; g < gn; g++) {
-            float *pg = p + g * K, top = max_of(pg, n);
-            for (Py_ssize_t c = 0; c < n; c++) pg[c] = exp_one(pg[c] - top);
-        }
-        values(p, gn, D, vh, slots, n, K, acc);
-        for (Py_ssize_t g = 0; g < gn; g++) {
-            float total = n ? sum(p + g * K, n) : 1.0f;
-            float *out = a->o + (row * a->H + h0 + g) * D;
-            for (Py_ssize_t d = 0; d < D; d++) out[d] = acc[g * D + d] / total;
-        }
+    const uint8_t *m = a->mask ? a->mask + row * K : NULL;
+    for (Py_ssize_t j = 0; j < K; j++)
+        if (!m || m[j]) slots[n++] = a->read ? a->read[b * K + j] : a->start + j;
+    scores(a->q + (row * a->H + h0) * D, gn, D, kh, slots, n, p, K, a->scale);
+    for (Py_ssize_t g = 0; g < gn; g++) {
+        float *pg = p + g * K, top = max_of(pg, n);
+        for (Py_ssize_t c = 0; c < n; c++) pg[c] = exp_one(pg[c] - top);
+    }
+    values(p, gn, D, vh, slots, n, K, acc);
+    for (Py_ssize_t g = 0; g < gn; g++) {
+        float total = n ? sum(p + g * K, n) : 1.0f;
+        float *out = a->o + (row * a->H + h0 + g) * D;
+        for (Py_ssize_t d = 0; d < D; d++) out[d] = acc[g * D + d] / total;
     }
 }
 
-/* The (sequence, query head) units [t0, t1) of B * H: each run of heads of one sequence and
- * one KV head together, so one thread reads a KV head's keys once for all its heads. */
+/* The units [t0, t1) of B * H * Q, numbered sequence, KV head, query row, head of the KV
+ * head's group, from the slowest to the fastest: each run of heads of one row and one KV
+ * head goes together, so one thread reads the row's keys once for all its heads. */
 ALWAYS_INLINE int attention_units(const Attention *a, Py_ssize_t t0, Py_ssize_t t1, ScoresFn scores,
                                   ValuesFn values) {
     Py_ssize_t G = a->H / a->KVH;
@@ -437,9 +445,9 @@ ALWAYS_INLINE int attention_units(const Attention *a, Py_ssize_t t0, Py_ssize_t 
         return -1;
     }
     for (Py_ssize_t t = t0; t < t1;) {
-        Py_ssize_t b = t / a->H, h = t % a->H, kvh = h / G, end = b * a->H + (kvh + 1) * G;
-        Py_ssize_t gn = (end < t1 ? end : t1) - t;
-        attend_heads(a, b, kvh, h, gn, slots, p, p + G * a->K, scores, values);
+        Py_ssize_t b = t / (a->H * a->Q), in_b = t % (a->H * a->Q), kvh = in_b / (G * a->Q);
+        Py_ssize_t qi = in_b % (G * a->Q) / G, g = in_b % G, gn = G - g < t1 - t ? G - g : t1 - t;
+        attend_heads(a, b, qi, kvh, kvh * G + g, gn, slots, p, p + G * a->K, scores, values);
         t += gn;
     }
     free(slots);
@@ -583,7 +591,7 @@ static PyObject *py_attention(PyObject *self, PyObject *const *args, Py_ssize_t 
     Attention a = {p[0], p[1], p[2], p[3], p[4], p[5], s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7], scale};
     if (a.KVH == 0 || a.H % a.KVH) return PyErr_Format(PyExc_ValueError, "heads (%zd) must be a multiple of KV heads", a.H);
     AttentionFn fn = ATTENTION[current_isa];
-    Py_ssize_t units = a.B * a.H;
+    Py_ssize_t units = a.B * a.H * a.Q;
     int failed = 0;
     Py_BEGIN_ALLOW_THREADS
     OVER_ROWS(units, (double)a.B * a.Q * a.H * a.K * a.D * 2, if (fn(&a, r0, r1)) {
@@ -596,9 +604,10 @@ static PyObject *py_attention(PyObject *self, PyObject *const *args, Py_ssize_t 
 
 /* ------------------------------------------------------------------ a whole step's layers */
 
-/* The products, from gemv.c (its module's capsule "product"; set_product() installs it). */
+/* The products, from gemv.c (its module's capsule "product"; set_product() installs it): thread
+ * t of a team of nt computes its share of y's outputs. */
 typedef void (*ProductFn)(const float *x, const void *w, const float *scale, const float *offset, float *y,
-                          Py_ssize_t M, Py_ssize_t K, Py_ssize_t N, Py_ssize_t gs, int kind);
+                          Py_ssize_t M, Py_ssize_t K, Py_ssize_t N, Py_ssize_t gs, int kind, int t, int nt);
 static ProductFn product = NULL;
 
 /* One layer's record (int64 each): for qkv, o, gate_up, down in turn the weight, scale,
@@ -606,9 +615,138 @@ static ProductFn product = NULL;
  * norm, its post-attention norm, and the next layer's input norm (0 for the last layer). */
 enum { PROJ_FIELDS = 5, REC_IN_NORM = 4 * PROJ_FIELDS, REC_POST_NORM, REC_NEXT_NORM, RECORD };
 
-static void run_proj(const int64_t *r, const float *x, float *y, Py_ssize_t M, Py_ssize_t K, Py_ssize_t N) {
-    product(x, (const void *)(intptr_t)r[0], (const float *)(intptr_t)r[1], (const float *)(intptr_t)r[2], y, M, K, N,
-            (Py_ssize_t)r[4], (int)r[3]);
+/* The barrier of layers()' team. A step's operations follow each other every few
+ * microseconds, so a thread that arrives first spins (a pause per check) for up to SPIN_NS
+ * before it sleeps: OpenMP's own barrier under OMP_WAIT_POLICY=PASSIVE (which the entry points
+ * set, so that idle threads never burn a core) sleeps at once, and each wake-up costs tens of
+ * microseconds, ten times a layer. On a quiet machine every wait inside a step is far shorter
+ * than SPIN_NS; where other processes hold the cores, a thread waits for one that was
+ * descheduled, and sleeping then (a futex on Linux, else yielding the core at each check)
+ * leaves the cores to the thread being waited for.
+ *
+ * Sense by phase: the last thread to arrive resets the count and then advances the phase
+ * (release), waking sleepers if there are any; the others wait for the phase to move
+ * (acquire), so every write before the barrier is visible after it. A sleeper registers before
+ * it sleeps and the futex sleeps only while the phase is unchanged, so no wake is lost. */
+#define SPIN_NS 20000
+typedef struct {
+    int count, phase, sleepers;
+} Barrier;
+
+static void cpu_relax(void) {
+#if PLD_X86
+    __builtin_ia32_pause();
+#endif
+}
+
+static long long now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static void team_wait(Barrier *b, int n) {
+    if (n <= 1) return;
+    int phase = __atomic_load_n(&b->phase, __ATOMIC_ACQUIRE);
+    if (__atomic_add_fetch(&b->count, 1, __ATOMIC_ACQ_REL) == n) {
+        __atomic_store_n(&b->count, 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&b->phase, phase + 1, __ATOMIC_SEQ_CST);
+#ifdef __linux__
+        if (__atomic_load_n(&b->sleepers, __ATOMIC_SEQ_CST)) syscall(SYS_futex, &b->phase, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+#endif
+        return;
+    }
+    long long deadline = 0;
+    for (unsigned checks = 1; __atomic_load_n(&b->phase, __ATOMIC_ACQUIRE) == phase; checks++) {
+        if (checks % 64) {
+            cpu_relax();
+            continue;
+        }
+        long long t = now_ns();
+        if (deadline == 0) deadline = t + SPIN_NS;
+        if (t < deadline) continue;
+#ifdef __linux__
+        __atomic_add_fetch(&b->sleepers, 1, __ATOMIC_SEQ_CST);
+        syscall(SYS_futex, &b->phase, FUTEX_WAIT_PRIVATE, phase, NULL, NULL, 0);
+        __atomic_sub_fetch(&b->sleepers, 1, __ATOMIC_SEQ_CST);
+#else
+        sched_yield();
+#endif
+    }
+}
+
+/* What layers() works on; every thread of the team reads it. */
+typedef struct {
+    float *h, *x, *qkv, *q, *o, *tmp, *gu, *act;
+    const float *cos, *sin;
+    const int64_t *pos, *slot, *read, *records, *pools;
+    const uint8_t *mask;
+    Py_ssize_t rows, hidden, H, KVH, D, inter, S, B, Q, K, start, L, width;
+    float eps, scale;
+} Layers;
+
+/* Thread t of nt's share [r0, r1) of `items` independent items (empty for the threads left
+ * out where there are fewer items than threads). The team is running already, so even a small
+ * operation is split: the threads would otherwise wait at the next barrier. */
+static void share(Py_ssize_t items, int t, int nt, Py_ssize_t *r0, Py_ssize_t *r1) {
+    Py_ssize_t used = items < nt ? items : nt;
+    *r0 = t < used ? items * t / used : 0;
+    *r1 = t < used ? items * (t + 1) / used : 0;
+}
+
+/* Thread t's part of every operation of every layer, with the team's barrier after each. */
+static int layers_part(const Layers *a, Barrier *bar, int t, int nt) {
+    RmsFn rms = RMS[current_isa];
+    SiluFn silu = SILU[current_isa];
+    RotaryFn rotary = ROTARY[current_isa];
+    AttentionFn attention = ATTENTION[current_isa];
+    Py_ssize_t rows = a->rows, hidden = a->hidden, HD = a->H * a->D, r0, r1;
+    int failed = 0;
+#define PROJ(rec, in, out, K_, N_) \
+    product(in, (const void *)(intptr_t)(rec)[0], (const float *)(intptr_t)(rec)[1], (const float *)(intptr_t)(rec)[2], \
+            out, rows, K_, N_, (Py_ssize_t)(rec)[4], (int)(rec)[3], t, nt)
+#define NORM(delta, weight)                                                                      \
+    do {                                                                                         \
+        share(rows, t, nt, &r0, &r1);                                                 \
+        if (r0 < r1) rms(a->h, delta, (const float *)(intptr_t)(weight), a->x, r0, r1, hidden, a->eps); \
+    } while (0)
+    NORM(NULL, a->records[REC_IN_NORM]);
+    team_wait(bar, nt);
+    for (Py_ssize_t l = 0; l < a->L; l++) {
+        const int64_t *r = a->records + l * RECORD;
+        float *pk = (float *)(intptr_t)a->pools[2 * l], *pv = (float *)(intptr_t)a->pools[2 * l + 1];
+        PROJ(r, a->x, a->qkv, hidden, a->width);
+        team_wait(bar, nt);
+        Rotary ra = {a->qkv, a->cos, a->sin, a->pos, a->slot, a->q, pk, pv, rows, a->width, a->H, a->KVH, a->D, a->S};
+        share(rows, t, nt, &r0, &r1);
+        if (r0 < r1) rotary(&ra, r0, r1);
+        team_wait(bar, nt);
+        Attention aa = {a->q, pk, pv, a->read, a->mask, a->o, a->B, a->Q, a->H, a->KVH, a->D, a->K, a->S, a->start, a->scale};
+        share(a->B * a->H * a->Q, t, nt, &r0, &r1);
+        if (r0 < r1 && attention(&aa, r0, r1)) failed = 1; /* the team goes on to the end, so no thread waits alone */
+        team_wait(bar, nt);
+        PROJ(r + PROJ_FIELDS, a->o, a->tmp, HD, hidden);
+        team_wait(bar, nt);
+        NORM(a->tmp, r[REC_POST_NORM]);
+        team_wait(bar, nt);
+        PROJ(r + 2 * PROJ_FIELDS, a->x, a->gu, hidden, 2 * a->inter);
+        team_wait(bar, nt);
+        share(rows, t, nt, &r0, &r1);
+        if (r0 < r1) silu(a->gu, a->act, r0, r1, a->inter);
+        team_wait(bar, nt);
+        PROJ(r + 3 * PROJ_FIELDS, a->act, a->tmp, a->inter, hidden);
+        team_wait(bar, nt);
+        if (r[REC_NEXT_NORM]) {
+            NORM(a->tmp, r[REC_NEXT_NORM]);
+        } else {
+            share(rows, t, nt, &r0, &r1);
+            for (Py_ssize_t i = r0 * hidden; i < r1 * hidden; i++) a->h[i] = a->h[i] + a->tmp[i];
+        }
+        team_wait(bar, nt);
+    }
+#undef PROJ
+#undef NORM
+    return failed;
 }
 
 /* layers(h, cos, sin, pos, slot, read, mask, records, pools, rows, hidden, H, KVH, D, inter, S, B, Q, K,
@@ -616,7 +754,9 @@ static void run_proj(const int64_t *r, const float *x, float *y, Py_ssize_t M, P
  * per layer norm, QKV product, rotary + K/V write, attention, O product, residual add + norm,
  * gate/up product, SiLU gate, down product, residual add (+ the next layer's norm): the very
  * operations, in the same order, that PagedLlama._step_ops_forward calls one by one, so the
- * same values bitwise. pools: int64 [L, 2], each layer's K and V pool address. */
+ * same values bitwise. pools: int64 [L, 2], each layer's K and V pool address. One OpenMP
+ * region for the whole call (its team meets at Barrier after each operation), so the threads
+ * are woken once per step, not once per operation. */
 static PyObject *py_layers(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     void *p[9];
     Py_ssize_t s[12];
@@ -625,47 +765,40 @@ static PyObject *py_layers(PyObject *self, PyObject *const *args, Py_ssize_t nar
     if (product == NULL) return PyErr_Format(PyExc_RuntimeError, "set_product() was not called");
     float eps = as_float(args[21], &err1), scale = as_float(args[22], &err2);
     if (err1 || err2 || parse_args(args, 21, 21, p, 9, s, 1) < 0) return NULL;
-    float *h = p[0];
-    const int64_t *records = p[7], *pools = p[8];
-    Py_ssize_t rows = s[0], hidden = s[1], H = s[2], KVH = s[3], D = s[4], inter = s[5], S = s[6];
-    Py_ssize_t B = s[7], Q = s[8], K = s[9], start = s[10], L = s[11], width = (H + 2 * KVH) * D;
-    if (KVH == 0 || H % KVH || B * Q != rows) return PyErr_Format(PyExc_ValueError, "layers: bad shape");
-    size_t floats = (size_t)rows * (size_t)(2 * hidden + width + 2 * H * D + 3 * inter);
-    float *x = malloc(floats * sizeof(float));
-    if (x == NULL) return PyErr_NoMemory();
-    float *qkv = x + rows * hidden, *q = qkv + rows * width, *o = q + rows * H * D, *tmp = o + rows * H * D;
-    float *gu = tmp + rows * hidden, *act = gu + rows * 2 * inter;
-    int failed = 0;
+    Layers a = {.h = p[0], .cos = p[1], .sin = p[2], .pos = p[3], .slot = p[4], .read = p[5], .mask = p[6],
+                .records = p[7], .pools = p[8], .rows = s[0], .hidden = s[1], .H = s[2], .KVH = s[3], .D = s[4],
+                .inter = s[5], .S = s[6], .B = s[7], .Q = s[8], .K = s[9], .start = s[10], .L = s[11],
+                .eps = eps, .scale = scale};
+    Py_ssize_t rows = a.rows, hidden = a.hidden;
+    a.width = (a.H + 2 * a.KVH) * a.D;
+    if (a.KVH == 0 || a.H % a.KVH || a.B * a.Q != rows) return PyErr_Format(PyExc_ValueError, "layers: bad shape");
+    size_t floats = (size_t)rows * (size_t)(2 * hidden + a.width + 2 * a.H * a.D + 3 * a.inter);
+    a.x = malloc(floats * sizeof(float));
+    if (a.x == NULL) return PyErr_NoMemory();
+    a.qkv = a.x + rows * hidden;
+    a.q = a.qkv + rows * a.width;
+    a.o = a.q + rows * a.H * a.D;
+    a.tmp = a.o + rows * a.H * a.D;
+    a.gu = a.tmp + rows * hidden;
+    a.act = a.gu + rows * 2 * a.inter;
+    int failed = 0, team = 1;
+#ifdef _OPENMP
+    /* A team only where the products are split (gemv.c: PARALLEL_MIN_WORK). */
+    if ((double)rows * hidden * a.width >= PARALLEL_MIN_WORK) team = omp_get_max_threads();
+#endif
+    Barrier bar = {0, 0, 0};
     Py_BEGIN_ALLOW_THREADS
-    RmsFn rms = RMS[current_isa];
-    SiluFn silu = SILU[current_isa];
-    RotaryFn rotary = ROTARY[current_isa];
-    AttentionFn attention = ATTENTION[current_isa];
-    double norm_work = (double)rows * hidden * 4;
-    OVER_ROWS(rows, norm_work, rms(h, NULL, (const float *)(intptr_t)records[REC_IN_NORM], x, r0, r1, hidden, eps));
-    for (Py_ssize_t l = 0; l < L && !failed; l++) {
-        const int64_t *r = records + l * RECORD;
-        float *pk = (float *)(intptr_t)pools[2 * l], *pv = (float *)(intptr_t)pools[2 * l + 1];
-        run_proj(r, x, qkv, rows, hidden, width);
-        Rotary ra = {qkv, p[1], p[2], p[3], p[4], q, pk, pv, rows, width, H, KVH, D, S};
-        OVER_ROWS(rows, (double)rows * width * 2, rotary(&ra, r0, r1));
-        Attention aa = {q, pk, pv, p[5], p[6], o, B, Q, H, KVH, D, K, S, start, scale};
-        OVER_ROWS(B * H, (double)rows * H * K * D * 2, if (attention(&aa, r0, r1)) {
-            _Pragma("omp atomic write") failed = 1;
-        });
-        run_proj(r + PROJ_FIELDS, o, tmp, rows, H * D, hidden);
-        OVER_ROWS(rows, norm_work, rms(h, tmp, (const float *)(intptr_t)r[REC_POST_NORM], x, r0, r1, hidden, eps));
-        run_proj(r + 2 * PROJ_FIELDS, x, gu, rows, hidden, 2 * inter);
-        OVER_ROWS(rows, (double)rows * inter * 16, silu(gu, act, r0, r1, inter));
-        run_proj(r + 3 * PROJ_FIELDS, act, tmp, rows, inter, hidden);
-        if (r[REC_NEXT_NORM]) {
-            OVER_ROWS(rows, norm_work, rms(h, tmp, (const float *)(intptr_t)r[REC_NEXT_NORM], x, r0, r1, hidden, eps));
-        } else {
-            for (Py_ssize_t i = 0; i < rows * hidden; i++) h[i] = h[i] + tmp[i];
+    if (team <= 1) {
+        failed = layers_part(&a, &bar, 0, 1);
+    } else {
+        _Pragma("omp parallel num_threads(team)") {
+            if (layers_part(&a, &bar, omp_get_thread_num(), omp_get_num_threads())) {
+                _Pragma("omp atomic write") failed = 1;
+            }
         }
     }
     Py_END_ALLOW_THREADS
-    free(x);
+    free(a.x);
     if (failed) return PyErr_NoMemory();
     Py_RETURN_NONE;
 }
