@@ -1,7 +1,7 @@
 """``y = x @ W.T`` for the few rows of a decode or verification step, on CPU, from one copy of ``W``.
 
 A decode step multiplies every weight matrix by one row; a verification step by
-``1 + draft length`` rows (2 to ~33). PyTorch's default route for these (MKL's sgemm
+``1 + draft length`` rows (2 to ~33), a batch of them several times that. PyTorch's default route for these (MKL's sgemm
 through ``F.linear``) is tuned for large matrices: its cost grows steeply with the row
 count, which would eat most of what verifying a long draft saves.
 
@@ -45,7 +45,7 @@ import torch
 from . import kernels
 from .kernels import step_ops
 
-GEMV_MAX_ROWS = 33  # with the C kernels, products of this many rows or fewer use them (MKL beyond: faster at 48)
+GEMV_MAX_ROWS = 96  # with the C kernels, products of this many rows or fewer use them (as fast as MKL up to 96, slower beyond)
 MKL_MAX_ROWS = 2  # with a shared row-major weight, products of this many rows or fewer use MKL
 ONEDNN_MIN_ROWS = 4  # oneDNN runs fewer rows faster when padded to this many (its small-row kernels are slower)
 

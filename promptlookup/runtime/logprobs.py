@@ -12,7 +12,7 @@ runs for that position (the verification pass feeds the same prefix). Each emitt
 entry is read from the row that chose it: the root's row for the first, then the row of
 each accepted node for the next (:func:`along_path`). Where every kernel of the forward
 pass is row-invariant the values are bitwise plain decoding's; on the CPU in float32 the
-projections are (the C kernels, up to 33 rows) but PyTorch's attention is not, so the
+projections are (the C kernels, up to 96 rows) but PyTorch's attention is not, so the
 values differ from plain decoding's by float32 rounding only (below 1e-5 on the tiny test
 model, tests/decoding/test_logprobs.py), never in which tokens are reported.
 

@@ -3,7 +3,7 @@
 They come from the target's raw logits at the position that chose each token, so prompt
 lookup reports what plain decoding reports for the same prefix: the same computation, with
 one difference of route. On the CPU in float32 the projections are row-invariant (the C
-kernels, up to 33 rows), but PyTorch's ``scaled_dot_product_attention`` is not: a query row
+kernels, up to 96 rows), but PyTorch's ``scaled_dot_product_attention`` is not: a query row
 computed among the rows of a verification pass differs from the same row computed alone by
 float32 rounding (measured here: under 1e-6 on the logits). So the tests compare with a
 tight tolerance (:data:`TOL`, absolute, on log-probabilities of magnitude ~1-10), and

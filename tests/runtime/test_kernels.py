@@ -12,9 +12,10 @@ import torch
 
 from promptlookup.errors import UserError
 from promptlookup.runtime import kernels
+from promptlookup.runtime.cpu_linear import GEMV_MAX_ROWS
 
 PATHS = ("reference", *kernels.ISAS)
-MAX_ROWS = 33
+MAX_ROWS = GEMV_MAX_ROWS  # every row count a step runs through the kernels
 
 
 @pytest.fixture(params=PATHS)
