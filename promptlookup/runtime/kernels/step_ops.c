@@ -616,21 +616,32 @@ static ProductFn product = NULL;
 enum { PROJ_FIELDS = 5, REC_IN_NORM = 4 * PROJ_FIELDS, REC_POST_NORM, REC_NEXT_NORM, RECORD };
 
 /* The barrier of layers()' team. A step's operations follow each other every few
- * microseconds, so a thread that arrives first spins (a pause per check) for up to SPIN_NS
+ * microseconds, so a thread that arrives first spins (a pause per check) for up to a budget
  * before it sleeps: OpenMP's own barrier under OMP_WAIT_POLICY=PASSIVE (which the entry points
  * set, so that idle threads never burn a core) sleeps at once, and each wake-up costs tens of
- * microseconds, ten times a layer. On a quiet machine every wait inside a step is far shorter
- * than SPIN_NS; where other processes hold the cores, a thread waits for one that was
- * descheduled, and sleeping then (a futex on Linux, else yielding the core at each check)
- * leaves the cores to the thread being waited for.
+ * microseconds, ten times a layer. Sleeping is a futex on Linux (else yielding the core at
+ * each check).
+ *
+ * The budget: on a machine to itself almost every wait inside a step is shorter than
+ * SPIN_NS (measured: 2% longer), and spinning that long is what makes two threads read at
+ * twice one thread's rate. Where other processes hold the cores, a thread mostly waits for
+ * one that was descheduled (95% of the waits are longer), and every spin takes CPU from the
+ * thread being waited for; sleeping at once (SHORT_SPIN_NS) is then best. So layers() counts
+ * the waits longer than SPIN_NS in a call made with the full budget; where they are more than
+ * half, the next PROBE_EVERY - 1 calls use the short one, and every PROBE_EVERY-th call looks
+ * again. Only the time a step takes depends on this, never a value.
  *
  * Sense by phase: the last thread to arrive resets the count and then advances the phase
  * (release), waking sleepers if there are any; the others wait for the phase to move
  * (acquire), so every write before the barrier is visible after it. A sleeper registers before
  * it sleeps and the futex sleeps only while the phase is unchanged, so no wake is lost. */
 #define SPIN_NS 20000
+#define SHORT_SPIN_NS 2000
+#define PROBE_EVERY 16
 typedef struct {
     int count, phase, sleepers;
+    long long spin_ns;       /* this call's budget */
+    long waits, long_waits;  /* waits, and those longer than SPIN_NS (atomic counters) */
 } Barrier;
 
 static void cpu_relax(void) {
@@ -656,14 +667,14 @@ static void team_wait(Barrier *b, int n) {
 #endif
         return;
     }
-    long long deadline = 0;
+    long long start = 0, deadline = 0;
     for (unsigned checks = 1; __atomic_load_n(&b->phase, __ATOMIC_ACQUIRE) == phase; checks++) {
         if (checks % 64) {
             cpu_relax();
             continue;
         }
         long long t = now_ns();
-        if (deadline == 0) deadline = t + SPIN_NS;
+        if (start == 0) start = t, deadline = t + b->spin_ns;
         if (t < deadline) continue;
 #ifdef __linux__
         __atomic_add_fetch(&b->sleepers, 1, __ATOMIC_SEQ_CST);
@@ -673,6 +684,8 @@ static void team_wait(Barrier *b, int n) {
         sched_yield();
 #endif
     }
+    __atomic_add_fetch(&b->waits, 1, __ATOMIC_RELAXED);
+    if (start && now_ns() - start >= SPIN_NS) __atomic_add_fetch(&b->long_waits, 1, __ATOMIC_RELAXED);
 }
 
 /* What layers() works on; every thread of the team reads it. */
@@ -786,7 +799,9 @@ static PyObject *py_layers(PyObject *self, PyObject *const *args, Py_ssize_t nar
     /* A team only where the products are split (gemv.c: PARALLEL_MIN_WORK). */
     if ((double)rows * hidden * a.width >= PARALLEL_MIN_WORK) team = omp_get_max_threads();
 #endif
-    Barrier bar = {0, 0, 0};
+    static int calls, short_spins; /* the budget's state (see Barrier); read and written under the GIL */
+    int probe = !short_spins || calls++ % PROBE_EVERY == 0;
+    Barrier bar = {.spin_ns = probe ? SPIN_NS : SHORT_SPIN_NS};
     Py_BEGIN_ALLOW_THREADS
     if (team <= 1) {
         failed = layers_part(&a, &bar, 0, 1);
@@ -798,6 +813,7 @@ static PyObject *py_layers(PyObject *self, PyObject *const *args, Py_ssize_t nar
         }
     }
     Py_END_ALLOW_THREADS
+    if (probe && bar.waits) short_spins = 2 * bar.long_waits > bar.waits;
     free(a.x);
     if (failed) return PyErr_NoMemory();
     Py_RETURN_NONE;
