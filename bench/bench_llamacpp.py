@@ -76,6 +76,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # promptlookup.cli.args sets the OpenMP wait policy, which must come before torch is imported.
 from promptlookup.cli.args import ArgumentParser, parse_prompt_lookup_config  # noqa: E402
 from promptlookup.errors import UserError  # noqa: E402
+from promptlookup.threads import users_environment  # noqa: E402
 
 LLAMACPP_PACKAGE = "llama-cpp-python"
 DEFAULT_LLAMACPP_VERSION = "0.3.36"
@@ -327,7 +328,8 @@ class Measurement:
 
 
 def _run(cmd: list[str]) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(cmd, capture_output=True, text=True, errors="replace")
+    """Run a llama.cpp binary with the user's environment (not the OpenMP policy our scripts set)."""
+    done = subprocess.run(cmd, capture_output=True, text=True, errors="replace", env=users_environment())
     if done.returncode != 0:
         tail = " | ".join(done.stderr.strip().splitlines()[-3:])
         raise RuntimeError(f"{Path(cmd[0]).name} exited {done.returncode}: {tail}")
@@ -706,6 +708,8 @@ def main(argv: list[str] | None = None) -> int:
     from promptlookup.runtime import load_tokenizer
 
     header = cpu_header(args.num_threads)
+    header["omp_wait_policy"] = {"ours": os.environ.get("OMP_WAIT_POLICY"),
+                                   "llama.cpp": users_environment().get("OMP_WAIT_POLICY")}
     tok = load_tokenizer(engines[0][1])
     end_id, end_text = tok.eos_token_id, tok.eos_token or ""
     templated, prompt_ids = prompts(tok, args.num_prompts)
@@ -719,7 +723,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = compare(peers, args.rounds)
 
     print(f"\nmachine: {header['cpu']}, {header['cores']} cores, {' '.join(header['avx_flags']) or 'no AVX'}; "
-          f"{args.num_threads} thread(s) for every peer; "
+          f"{args.num_threads} thread(s) for every peer; OMP_WAIT_POLICY: ours "
+          f"{os.environ.get('OMP_WAIT_POLICY', 'unset')}, llama.cpp {users_environment().get('OMP_WAIT_POLICY', 'unset')}; "
           f"1-minute load at start {fmt(header['load_1min_at_start'], '.1f')}")
     used = f"{LLAMACPP_PACKAGE} {llama_info['version']} (llama.cpp {llama_info['commit']})" if llama_info["used"] \
         else "skipped"

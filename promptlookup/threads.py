@@ -12,10 +12,11 @@ container CPU sets), but two where there are two or three, and at most
 :data:`MAX_DEFAULT_THREADS`. Half leaves room for other load; beyond a few threads, models
 of this size gain little per token. Two on a 2-core machine: there a decoding step is bound
 by memory reads, and two threads read twice what one does (docs/benchmarks.md, "One thread
-or two"): 1.36x the plain and 1.42x the V2 speed on a quiet machine, 0.92-0.97x with
-another process keeping one core busy. The choice depends only on the machine, never on its
-momentary load, so two runs on one machine use the same count (CPU results can depend on
-the thread count).
+or two"): 1.91x the plain and 1.85x the V2 speed on a quiet machine, 0.91-0.93x with
+another process keeping one core busy (the step's layers are one parallel region whose
+barrier stops spinning where other processes hold the cores: ``kernels/step_ops.c``). The
+choice depends only on the machine, never on its momentary load, so two runs on one
+machine use the same count (CPU results can depend on the thread count).
 
 :func:`prefer_passive_wait`: OpenMP threads that finish early spin ("active" waiting) by
 default, burning CPU that other threads and processes need; ``OMP_WAIT_POLICY=PASSIVE``
@@ -53,9 +54,26 @@ def default_num_threads() -> int:
     return max(1, min(MAX_DEFAULT_THREADS, max(min(cpus, 2), cpus // 2)))
 
 
+_POLICY_SET_HERE = False  # prefer_passive_wait() added OMP_WAIT_POLICY (the user had none)
+
+
 def prefer_passive_wait() -> None:
     """Set ``OMP_WAIT_POLICY=PASSIVE`` unless the user chose a policy (call before importing torch)."""
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    global _POLICY_SET_HERE
+    if "OMP_WAIT_POLICY" not in os.environ:
+        os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+        _POLICY_SET_HERE = True
+
+
+def users_environment() -> dict[str, str]:
+    """``os.environ`` without the ``OMP_WAIT_POLICY`` :func:`prefer_passive_wait` added: the
+    environment for another tool run as a subprocess (a benchmark's peer), which must run with
+    its own defaults (llama.cpp's OpenMP threads, made to sleep between its many parallel
+    regions, decode at half their speed)."""
+    env = dict(os.environ)
+    if _POLICY_SET_HERE:
+        env.pop("OMP_WAIT_POLICY", None)
+    return env
 
 
 def resolve_num_threads(num_threads: int | None, flag: str = "--num_threads") -> int:

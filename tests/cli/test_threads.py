@@ -97,3 +97,17 @@ def test_the_llm_api_takes_the_runtime_config_whole(tiny_engine_dir):
             assert torch.get_num_threads() == 2 and llm.runner.describe()["device"] == "cpu"
     finally:
         torch.set_num_threads(before)
+
+
+def test_other_tools_run_with_the_users_wait_policy(monkeypatch):
+    """The PASSIVE policy our scripts add is ours: a peer run as a subprocess (llama.cpp in a
+    benchmark) gets the environment without it, and keeps a policy the user set."""
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    monkeypatch.setattr(threads, "_POLICY_SET_HERE", False)
+    threads.prefer_passive_wait()
+    assert os.environ["OMP_WAIT_POLICY"] == "PASSIVE"
+    assert "OMP_WAIT_POLICY" not in threads.users_environment()
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
+    monkeypatch.setattr(threads, "_POLICY_SET_HERE", False)
+    threads.prefer_passive_wait()
+    assert os.environ["OMP_WAIT_POLICY"] == "ACTIVE" and threads.users_environment()["OMP_WAIT_POLICY"] == "ACTIVE"
