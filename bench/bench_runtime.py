@@ -63,7 +63,10 @@ def machine(device: str) -> str:
 
     model, flags = cpu_model_and_flags(("avx2", "fma", "avx512f", "avx512_bf16", "amx_tile"))
     cpu = f"{platform.machine()} {model} ({' '.join(flags) or 'no avx2'}) {os.cpu_count()} cores"
-    threads = f"{torch.get_num_threads()} torch threads"
+    threads = f"{torch.get_num_threads()} torch threads, OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}"
+    if torch.get_num_threads() > 1 and os.environ.get("OMP_WAIT_POLICY", "").upper() == "PASSIVE":
+        threads += (" (HF runs in this process, so its operators' threads sleep between regions too: about half"
+                    " its 2-thread speed here; OMP_WAIT_POLICY=ACTIVE compares with HF at its best)")
     if device.startswith("cuda"):
         return f"{torch.cuda.get_device_name(torch.device(device))} (host {cpu}, {threads}), torch {torch.__version__}"
     return f"{cpu}, torch {torch.__version__}, {threads}"

@@ -32,6 +32,9 @@ class BatchLayout:
     ``logit_rows``: flat indices into ``B * Q`` of the rows whose logits are wanted.
     ``block_mask``: when set, ``read_slots`` and ``mask`` are unused and attention reads
     the pool in place (:func:`~.paged_attention.pool_attention`).
+    ``real_rows``: where some sequence feeds fewer than ``Q`` tokens, the flat indices of the
+    rows that are not padding (ascending), and ``real_logit_rows`` the logit rows as indices
+    into ``real_rows``, for a forward pass that skips the padding; ``None`` where there is none.
     """
 
     input_ids: torch.Tensor
@@ -43,6 +46,8 @@ class BatchLayout:
     mask: torch.Tensor | None
     logit_rows: torch.Tensor
     block_mask: BlockMask | None = None  # set: attention reads the pool in place (:mod:`.paged_attention`)
+    real_rows: torch.Tensor | None = None
+    real_logit_rows: torch.Tensor | None = None
 
 
 Parents = Sequence[int] | None  # a step's row tree; None: a chain (each row's parent is the row before)
@@ -127,6 +132,7 @@ def build_layout(
     pos: list[int] = []
     write: list[int] = []
     rows: list[int] = []
+    real: list[int] = []
     layouts = []
     for b, (toks, ctx, table) in enumerate(zip(new_tokens, contexts, block_tables)):
         q = len(toks)
@@ -140,7 +146,14 @@ def build_layout(
         write += sr.write_slots
         write += [scratch] * pad
         rows.extend(range(b * Q + q - logits_per_seq[b], b * Q + q))
-    step = torch.tensor(ids + pos + write + rows, dtype=torch.long).to(device)
+        real.extend(range(b * Q, b * Q + q))
+    n_logits = len(rows)
+    if len(real) == B * Q:
+        real = []  # no padding
+    else:  # the logit rows among the real rows (each sequence's logit rows are its last ones)
+        compact = {r: i for i, r in enumerate(real)}
+        rows += [compact[r] for r in rows]
+    step = torch.tensor(ids + pos + write + rows + real, dtype=torch.long).to(device)
     per_row = step[: 3 * B * Q].view(3, B, Q)
 
     read = None
@@ -174,5 +187,7 @@ def build_layout(
         contiguous_start=contiguous_start,
         kv_len=K,
         mask=mask,
-        logit_rows=step[3 * B * Q :],
+        logit_rows=step[3 * B * Q : 3 * B * Q + n_logits],
+        real_rows=step[3 * B * Q + 2 * n_logits :] if real else None,
+        real_logit_rows=step[3 * B * Q + n_logits : 3 * B * Q + 2 * n_logits] if real else None,
     )

@@ -276,18 +276,25 @@ class PagedLlama(nn.Module):
         (prefill, a bias) the same operators are called one by one from Python, with PyTorch's
         SDPA for attention beyond ``MAX_ATTENTION_ROWS`` rows a sequence. Every row is computed
         alone and an attention row from the ordered keys it sees, so a row of a verification
-        step (chain or tree) equals the same row of a plain decoding step bitwise."""
+        step (chain or tree) equals the same row of a plain decoding step bitwise. The one call
+        skips a batch's padding rows (``layout.real_rows``)."""
         B, Q = layout.input_ids.shape
         H, D, rows = self.num_heads, self.head_dim, B * Q
         ids = layout.input_ids.reshape(-1)
-        h = self.embed_table.rows(ids) if self.embed_table is not None else F.embedding(ids, self.embed_weight)
         positions, write = layout.positions.reshape(-1), layout.write_slots.reshape(-1)
         mask = None if layout.mask is None else layout.mask.view(B, Q, layout.kv_len)
-        if self.layer_records is not None and rows <= GEMV_MAX_ROWS and Q <= step_ops.MAX_ATTENTION_ROWS:
+        real, logit_rows = layout.real_rows, layout.logit_rows
+        one_call = self.layer_records is not None and Q <= step_ops.MAX_ATTENTION_ROWS and \
+            (rows if real is None else real.numel()) <= GEMV_MAX_ROWS
+        if one_call and real is not None:
+            ids, positions, write = ids.index_select(0, real), positions.index_select(0, real), write.index_select(0, real)
+            logit_rows = layout.real_logit_rows
+        h = self.embed_table.rows(ids) if self.embed_table is not None else F.embedding(ids, self.embed_weight)
+        if one_call:
             step_ops.layers(h, self.layer_records, pool.k, pool.v, self.rotary.cos, self.rotary.sin, positions, write,
                             heads=H, intermediate=self.intermediate, eps=self.eps, scale=self.scaling, batch=B,
                             kv_len=layout.kv_len, read_slots=layout.read_slots, start=layout.contiguous_start,
-                            mask=mask)
+                            mask=mask, row_at=real, per_seq=Q)
         else:
             x = step_ops.rms_norm(h, self.layers[0].input_norm, self.eps)
             last = len(self.layers) - 1
@@ -306,7 +313,7 @@ class PagedLlama(nn.Module):
                     x = step_ops.rms_norm(h, self.layers[i + 1].input_norm, self.eps, delta=y)
                 else:
                     h.add_(y)
-        return self.lm_head(step_ops.rms_norm(h.index_select(0, layout.logit_rows), self.norm, self.eps))
+        return self.lm_head(step_ops.rms_norm(h.index_select(0, logit_rows), self.norm, self.eps))
 
     def embed(self, layout: BatchLayout) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The step's input rows ``[B*Q, hidden]`` and their rotary ``cos``, ``sin_signed``

@@ -343,3 +343,36 @@ def test_indices_outside_the_tables_are_refused():
         step_ops.rotary_write(qkv, table, table, torch.tensor([0]), torch.tensor([S]), pk, pv, H)
     with pytest.raises(ValueError, match="read_slots"):
         step_ops.attention(torch.randn(1, H, D), pk, pv, 1, 2, 1.0, torch.tensor([[0, S + 5]]))
+
+
+def test_a_padded_batch_names_its_real_rows_and_the_one_call_skips_the_padding():
+    """``build_layout`` lists the rows that are not padding and the logit rows among them; the
+    one-call route runs those rows only and gives bitwise the logits of the padded route."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from promptlookup.runtime.kv_cache import KVPool
+    from promptlookup.runtime.paged_llama import PagedLlama, build_layout
+
+    cpu = torch.device("cpu")
+    lay = build_layout([[7], [8, 9, 10]], [5, 9], [[1], [2]], [1, 2], 16, cpu)
+    assert lay.real_rows.tolist() == [0, 3, 4, 5] and lay.logit_rows.tolist() == [0, 4, 5]
+    assert lay.real_logit_rows.tolist() == [0, 2, 3]
+    full = build_layout([[7, 1], [8, 9]], [5, 9], [[1], [2]], [1, 2], 16, cpu)
+    assert full.real_rows is None and full.real_logit_rows is None
+    if not step_ops.runs_layers():
+        pytest.skip("the products' C module is not built")
+    torch.manual_seed(5)
+    config = LlamaConfig(vocab_size=53, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    hf = LlamaForCausalLM(config).eval()
+    outs = []
+    for fused in (True, False):
+        model = PagedLlama.from_hf(hf)
+        if not fused:
+            model.layer_records = None  # the operators one by one, over the padded rows
+        pool = KVPool(2, 2, 16, 16, 8, zeroed=True)
+        prompts = [[3, 4, 5, 6], [9, 8, 7, 6, 5, 4, 3, 2]]
+        model(build_layout([prompts[0]], [4], [[1]], [1], 16, cpu), pool)
+        model(build_layout([prompts[1]], [8], [[2]], [1], 16, cpu), pool)
+        outs.append(model(build_layout([[7], [8, 9, 10]], [5, 11], [[1], [2]], [1, 3], 16, cpu), pool))
+    assert outs[0].shape == (4, 53) and torch.equal(outs[0], outs[1])

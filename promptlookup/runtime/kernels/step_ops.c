@@ -214,8 +214,9 @@ typedef struct {
     const float *k, *v;      /* pool [KVH, S, D] */
     const int64_t *read;     /* [B, K] slot of each key, or NULL: slot = start + j */
     const uint8_t *mask;     /* [B, Q, K] (nonzero = visible), or NULL: every key visible */
-    float *o;                /* [B * Q, H, D] */
-    Py_ssize_t B, Q, H, KVH, D, K, S, start;
+    float *o;                /* [R, H, D] */
+    const int64_t *row_at;   /* [R]: the place b * Q + qi of q's row r in the step, or NULL (R = B * Q, row r at r) */
+    Py_ssize_t R, B, Q, H, KVH, D, K, S, start;
     float scale;
 } Attention;
 
@@ -409,13 +410,14 @@ T_AVX2 static void values_avx2(const float *p, Py_ssize_t G, Py_ssize_t D, const
 }
 #endif
 
-/* Query row qi of sequence b, heads [h0, h0 + gn) of KV head kvh (a head's values never depend
- * on which of its group's heads share the call); scratch: K slots, gn * K scores, gn * D sums. */
-ALWAYS_INLINE void attend_heads(const Attention *a, Py_ssize_t b, Py_ssize_t qi, Py_ssize_t kvh, Py_ssize_t h0,
+/* Query row `row` of q (at place `at` = b * Q + qi of the step), heads [h0, h0 + gn) of KV head
+ * kvh (a head's values never depend on which of its group's heads share the call); scratch: K
+ * slots, gn * K scores, gn * D sums. */
+ALWAYS_INLINE void attend_heads(const Attention *a, Py_ssize_t row, Py_ssize_t at, Py_ssize_t kvh, Py_ssize_t h0,
                                 Py_ssize_t gn, int64_t *slots, float *p, float *acc, ScoresFn scores, ValuesFn values) {
-    Py_ssize_t D = a->D, K = a->K, row = b * a->Q + qi, n = 0;
+    Py_ssize_t D = a->D, K = a->K, b = at / a->Q, n = 0;
     const float *kh = a->k + kvh * a->S * D, *vh = a->v + kvh * a->S * D;
-    const uint8_t *m = a->mask ? a->mask + row * K : NULL;
+    const uint8_t *m = a->mask ? a->mask + at * K : NULL;
     for (Py_ssize_t j = 0; j < K; j++)
         if (!m || m[j]) slots[n++] = a->read ? a->read[b * K + j] : a->start + j;
     scores(a->q + (row * a->H + h0) * D, gn, D, kh, slots, n, p, K, a->scale);
@@ -431,9 +433,9 @@ ALWAYS_INLINE void attend_heads(const Attention *a, Py_ssize_t b, Py_ssize_t qi,
     }
 }
 
-/* The units [t0, t1) of B * H * Q, numbered sequence, KV head, query row, head of the KV
- * head's group, from the slowest to the fastest: each run of heads of one row and one KV
- * head goes together, so one thread reads the row's keys once for all its heads. */
+/* The units [t0, t1) of R * H, numbered query row, KV head, head of the KV head's group, from
+ * the slowest to the fastest: each run of heads of one row and one KV head goes together, so
+ * one thread reads the row's keys once for all its heads. */
 ALWAYS_INLINE int attention_units(const Attention *a, Py_ssize_t t0, Py_ssize_t t1, ScoresFn scores,
                                   ValuesFn values) {
     Py_ssize_t G = a->H / a->KVH;
@@ -445,9 +447,9 @@ ALWAYS_INLINE int attention_units(const Attention *a, Py_ssize_t t0, Py_ssize_t 
         return -1;
     }
     for (Py_ssize_t t = t0; t < t1;) {
-        Py_ssize_t b = t / (a->H * a->Q), in_b = t % (a->H * a->Q), kvh = in_b / (G * a->Q);
-        Py_ssize_t qi = in_b % (G * a->Q) / G, g = in_b % G, gn = G - g < t1 - t ? G - g : t1 - t;
-        attend_heads(a, b, qi, kvh, kvh * G + g, gn, slots, p, p + G * a->K, scores, values);
+        Py_ssize_t row = t / a->H, kvh = t % a->H / G, g = t % G, gn = G - g < t1 - t ? G - g : t1 - t;
+        attend_heads(a, row, a->row_at ? a->row_at[row] : row, kvh, kvh * G + g, gn, slots, p, p + G * a->K, scores,
+                     values);
         t += gn;
     }
     free(slots);
@@ -588,10 +590,12 @@ static PyObject *py_attention(PyObject *self, PyObject *const *args, Py_ssize_t 
     if (nargs != 15) return PyErr_Format(PyExc_TypeError, "expected 15 arguments, got %zd", nargs);
     float scale = as_float(args[14], &err);
     if (err || parse_args(args, 14, 14, p, 6, s, 1) < 0) return NULL;
-    Attention a = {p[0], p[1], p[2], p[3], p[4], p[5], s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7], scale};
+    Attention a = {.q = p[0], .k = p[1], .v = p[2], .read = p[3], .mask = p[4], .o = p[5], .row_at = NULL,
+                   .R = s[0] * s[1], .B = s[0], .Q = s[1], .H = s[2], .KVH = s[3], .D = s[4], .K = s[5], .S = s[6],
+                   .start = s[7], .scale = scale};
     if (a.KVH == 0 || a.H % a.KVH) return PyErr_Format(PyExc_ValueError, "heads (%zd) must be a multiple of KV heads", a.H);
     AttentionFn fn = ATTENTION[current_isa];
-    Py_ssize_t units = a.B * a.H * a.Q;
+    Py_ssize_t units = a.R * a.H;
     int failed = 0;
     Py_BEGIN_ALLOW_THREADS
     OVER_ROWS(units, (double)a.B * a.Q * a.H * a.K * a.D * 2, if (fn(&a, r0, r1)) {
@@ -692,7 +696,7 @@ static void team_wait(Barrier *b, int n) {
 typedef struct {
     float *h, *x, *qkv, *q, *o, *tmp, *gu, *act;
     const float *cos, *sin;
-    const int64_t *pos, *slot, *read, *records, *pools;
+    const int64_t *pos, *slot, *read, *records, *pools, *row_at;
     const uint8_t *mask;
     Py_ssize_t rows, hidden, H, KVH, D, inter, S, B, Q, K, start, L, width;
     float eps, scale;
@@ -734,8 +738,10 @@ static int layers_part(const Layers *a, Barrier *bar, int t, int nt) {
         share(rows, t, nt, &r0, &r1);
         if (r0 < r1) rotary(&ra, r0, r1);
         team_wait(bar, nt);
-        Attention aa = {a->q, pk, pv, a->read, a->mask, a->o, a->B, a->Q, a->H, a->KVH, a->D, a->K, a->S, a->start, a->scale};
-        share(a->B * a->H * a->Q, t, nt, &r0, &r1);
+        Attention aa = {.q = a->q, .k = pk, .v = pv, .read = a->read, .mask = a->mask, .o = a->o, .row_at = a->row_at,
+                        .R = rows, .B = a->B, .Q = a->Q, .H = a->H, .KVH = a->KVH, .D = a->D, .K = a->K, .S = a->S,
+                        .start = a->start, .scale = a->scale};
+        share(rows * a->H, t, nt, &r0, &r1);
         if (r0 < r1 && attention(&aa, r0, r1)) failed = 1; /* the team goes on to the end, so no thread waits alone */
         team_wait(bar, nt);
         PROJ(r + PROJ_FIELDS, a->o, a->tmp, HD, hidden);
@@ -762,29 +768,33 @@ static int layers_part(const Layers *a, Barrier *bar, int t, int nt) {
     return failed;
 }
 
-/* layers(h, cos, sin, pos, slot, read, mask, records, pools, rows, hidden, H, KVH, D, inter, S, B, Q, K,
- *        start, L, eps, scale): the L decoder layers over the residual rows h [rows, hidden], in place:
+/* layers(h, cos, sin, pos, slot, read, mask, records, pools, row_at, rows, hidden, H, KVH, D, inter, S, B,
+ *        Q, K, start, L, eps, scale): the L decoder layers over the residual rows h [rows, hidden], in place:
  * per layer norm, QKV product, rotary + K/V write, attention, O product, residual add + norm,
  * gate/up product, SiLU gate, down product, residual add (+ the next layer's norm): the very
  * operations, in the same order, that PagedLlama._step_ops_forward calls one by one, so the
- * same values bitwise. pools: int64 [L, 2], each layer's K and V pool address. One OpenMP
+ * same values bitwise. pools: int64 [L, 2], each layer's K and V pool address. row_at: NULL
+ * (rows = B * Q), or int64 [rows], the place b * Q + qi in the step of each row (which mask row
+ * and which sequence's keys it reads): a batch whose sequences feed fewer than Q tokens runs
+ * its real rows only, not the padding. One OpenMP
  * region for the whole call (its team meets at Barrier after each operation), so the threads
  * are woken once per step, not once per operation. */
 static PyObject *py_layers(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    void *p[9];
+    void *p[10];
     Py_ssize_t s[12];
     int err1, err2;
-    if (nargs != 23) return PyErr_Format(PyExc_TypeError, "expected 23 arguments, got %zd", nargs);
+    if (nargs != 24) return PyErr_Format(PyExc_TypeError, "expected 24 arguments, got %zd", nargs);
     if (product == NULL) return PyErr_Format(PyExc_RuntimeError, "set_product() was not called");
-    float eps = as_float(args[21], &err1), scale = as_float(args[22], &err2);
-    if (err1 || err2 || parse_args(args, 21, 21, p, 9, s, 1) < 0) return NULL;
+    float eps = as_float(args[22], &err1), scale = as_float(args[23], &err2);
+    if (err1 || err2 || parse_args(args, 22, 22, p, 10, s, 1) < 0) return NULL;
     Layers a = {.h = p[0], .cos = p[1], .sin = p[2], .pos = p[3], .slot = p[4], .read = p[5], .mask = p[6],
-                .records = p[7], .pools = p[8], .rows = s[0], .hidden = s[1], .H = s[2], .KVH = s[3], .D = s[4],
+                .records = p[7], .pools = p[8], .row_at = p[9], .rows = s[0], .hidden = s[1], .H = s[2], .KVH = s[3], .D = s[4],
                 .inter = s[5], .S = s[6], .B = s[7], .Q = s[8], .K = s[9], .start = s[10], .L = s[11],
                 .eps = eps, .scale = scale};
     Py_ssize_t rows = a.rows, hidden = a.hidden;
     a.width = (a.H + 2 * a.KVH) * a.D;
-    if (a.KVH == 0 || a.H % a.KVH || a.B * a.Q != rows) return PyErr_Format(PyExc_ValueError, "layers: bad shape");
+    if (a.KVH == 0 || a.H % a.KVH || (a.row_at ? rows > a.B * a.Q : a.B * a.Q != rows))
+        return PyErr_Format(PyExc_ValueError, "layers: bad shape");
     size_t floats = (size_t)rows * (size_t)(2 * hidden + a.width + 2 * a.H * a.D + 3 * a.inter);
     a.x = malloc(floats * sizeof(float));
     if (a.x == NULL) return PyErr_NoMemory();
@@ -850,8 +860,8 @@ static PyMethodDef methods[] = {
     {"attention", (PyCFunction)(void (*)(void))py_attention, METH_FASTCALL,
      "attention(q, k, v, read, mask, o, B, Q, H, KVH, D, K, S, start, scale)"},
     {"layers", (PyCFunction)(void (*)(void))py_layers, METH_FASTCALL,
-     "layers(h, cos, sin, pos, slot, read, mask, records, pools, rows, hidden, H, KVH, D, inter, S, B, Q, K, start, L, eps, "
-     "scale)"},
+     "layers(h, cos, sin, pos, slot, read, mask, records, pools, row_at, rows, hidden, H, KVH, D, inter, S, B, Q, K, start, L, "
+     "eps, scale)"},
     {"set_product", py_set_product, METH_O, "set_product(capsule): the products of gemv.c, for layers()"},
     {"set_isa", py_set_isa, METH_O, "set_isa(level): 0 generic, 1 avx2, 2 avx512"},
     {"get_isa", py_get_isa, METH_NOARGS, "the path in use (0, 1 or 2)"},

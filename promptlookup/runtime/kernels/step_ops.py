@@ -208,12 +208,18 @@ def layer_records(layers: list[tuple[tuple[int, ...], ...]], norms: list[tuple[t
 def layers(h: torch.Tensor, records: torch.Tensor, pool_k: list[torch.Tensor], pool_v: list[torch.Tensor],
            cos: torch.Tensor, sin_signed: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor, *,
            heads: int, intermediate: int, eps: float, scale: float, batch: int, kv_len: int,
-           read_slots: torch.Tensor | None = None, start: int = 0, mask: torch.Tensor | None = None) -> None:
+           read_slots: torch.Tensor | None = None, start: int = 0, mask: torch.Tensor | None = None,
+           row_at: torch.Tensor | None = None, per_seq: int | None = None) -> None:
     """Every decoder layer of a step over the residual rows ``h`` ``[batch * Q, hidden]``, in place,
     in one call: the operations of the functions above and of the products (gemv.c), in the
     order ``PagedLlama`` calls them one by one, so bitwise the same values, without a return to
     Python between them. ``records``: :func:`layer_records`; ``pool_k``/``pool_v``: each
-    layer's pool ``[KVH, S, D]``; the rest as :func:`rotary_write` and :func:`attention`."""
+    layer's pool ``[KVH, S, D]``; the rest as :func:`rotary_write` and :func:`attention`.
+
+    A batch's real rows only (its sequences padded to ``per_seq = Q`` rows each): ``h``,
+    ``positions`` and ``slots`` hold those rows, and ``row_at`` ``[rows]`` (int64) gives each
+    one's place ``b * Q + qi`` in the padded step (its mask row and its sequence's keys). A row
+    computes what it computes in the padded step, bitwise; the padding is never computed."""
     _dense(h, "h")
     _dense(records, "records", torch.long)
     n_layers = records.shape[0]
@@ -223,15 +229,21 @@ def layers(h: torch.Tensor, records: torch.Tensor, pool_k: list[torch.Tensor], p
         if t.shape != (kvh, s, d):
             raise ValueError("layers: every layer's pool must have one shape")
         _dense(t, "pool")
-    if len(pool_k) != n_layers or len(pool_v) != n_layers or rows % batch:
+    if len(pool_k) != n_layers or len(pool_v) != n_layers or (row_at is None and rows % batch):
         raise ValueError(f"layers: h {tuple(h.shape)}, {n_layers} records, {len(pool_k)} pools, batch {batch}")
     _check_rotary("layers", cos, sin_signed, positions, slots, rows, d, s)
-    per_seq = rows // batch
+    if row_at is None:
+        per_seq = rows // batch
+    else:
+        _dense(row_at, "row_at", torch.long)
+        if per_seq is None or row_at.shape != (rows,):
+            raise ValueError(f"layers: row_at {tuple(row_at.shape)} for {rows} rows needs per_seq")
+        _in_range("layers", "row_at", row_at, batch * per_seq)
     _check_keys("layers", batch, per_seq, kv_len, s, read_slots, start, mask)
     pools = torch.tensor([[k.data_ptr(), v.data_ptr()] for k, v in zip(pool_k, pool_v)], dtype=torch.long)
     _C.layers(h.data_ptr(), cos.data_ptr(), sin_signed.data_ptr(), positions.data_ptr(), slots.data_ptr(),
               0 if read_slots is None else read_slots.data_ptr(), 0 if mask is None else mask.data_ptr(),
-              records.data_ptr(), pools.data_ptr(), rows, hidden, heads, kvh, d, intermediate, s, batch, per_seq,
+              records.data_ptr(), pools.data_ptr(), 0 if row_at is None else row_at.data_ptr(), rows, hidden, heads, kvh, d, intermediate, s, batch, per_seq,
               kv_len, start, n_layers, eps, scale)
 
 
