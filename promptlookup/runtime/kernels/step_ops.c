@@ -8,7 +8,9 @@
  * bitwise the same whatever the number of rows in the call and the row's place among them.
  * Reductions (a norm's sum of squares, a dot product, a softmax's sum) keep LANES partial
  * sums, lane l taking the terms with index % LANES == l in increasing order, reduced by a
- * fixed tree; the file is built with -ffp-contract=off, so no multiply and add are fused.
+ * fixed tree; the file is built with -ffp-contract=off, so the compiler fuses no multiply and
+ * add: attention's dot products and weighted sums are written as fused multiply-adds on
+ * every path (intrinsics; fmaf in the generic code), everything else as separate ones.
  * The same C is compiled three times (AVX-512, AVX2+FMA, the baseline; chosen at run time,
  * set_isa() as in gemv.c), on GCC's vector lanes (lanes_t); attention's dot products and
  * weighted sums have AVX-512 and AVX2 twins written with intrinsics that perform the very
@@ -105,6 +107,20 @@ ALWAYS_INLINE float dot(const float *a, const float *b, Py_ssize_t n) {
     for (; i + LANES <= n; i += LANES) acc += load_lanes(a + i) * load_lanes(b + i);
     if (i < n) acc += load_tail(a + i, n - i, 0.0f) * load_tail(b + i, n - i, 0.0f);
     return reduce_lanes(&acc);
+}
+
+/* dot() with fused multiply-adds (attention's scores): lane l's running sum takes
+ * fmaf(a[i], b[i], sum) for i % LANES == l in increasing order (rounded once: the hardware
+ * FMA where the path has one, else the C library's, which rounds the same), then the tree. */
+ALWAYS_INLINE float dot_fma(const float *a, const float *b, Py_ssize_t n) {
+    float acc[LANES] = {0};
+    for (Py_ssize_t i = 0; i < n; i += LANES)
+        for (int l = 0; l < LANES; l++) {
+            float x = i + l < n ? a[i + l] : 0.0f, y = i + l < n ? b[i + l] : 0.0f;
+            acc[l] = __builtin_fmaf(x, y, acc[l]);
+        }
+    lanes_t v = load_lanes(acc);
+    return reduce_lanes(&v);
 }
 
 /* The largest of a[0..n) (n >= 1; exact, so any order gives it). */
@@ -228,7 +244,7 @@ ALWAYS_INLINE void scores_generic(const float *q0, Py_ssize_t G, Py_ssize_t D, c
                                   Py_ssize_t n, float *p, Py_ssize_t K, float scale) {
     for (Py_ssize_t c = 0; c < n; c++) {
         const float *kc = kh + slots[c] * D;
-        for (Py_ssize_t g = 0; g < G; g++) p[g * K + c] = dot(q0 + g * D, kc, D) * scale;
+        for (Py_ssize_t g = 0; g < G; g++) p[g * K + c] = dot_fma(q0 + g * D, kc, D) * scale;
     }
 }
 
@@ -275,8 +291,8 @@ T_AVX2 static void scores_avx2(const float *q0, Py_ssize_t G, Py_ssize_t D, cons
             for (Py_ssize_t i = 0; i < D; i += LANES) {
                 __m256 ql = _mm256_loadu_ps(qg + i), qh = _mm256_loadu_ps(qg + i + 8);
                 for (int j = 0; j < 4; j++) {
-                    lo[j] = _mm256_add_ps(lo[j], _mm256_mul_ps(ql, _mm256_loadu_ps(k[j] + i)));
-                    hi[j] = _mm256_add_ps(hi[j], _mm256_mul_ps(qh, _mm256_loadu_ps(k[j] + i + 8)));
+                    lo[j] = _mm256_fmadd_ps(ql, _mm256_loadu_ps(k[j] + i), lo[j]);
+                    hi[j] = _mm256_fmadd_ps(qh, _mm256_loadu_ps(k[j] + i + 8), hi[j]);
                 }
             }
             _mm_storeu_ps(p + g * K + c, _mm_mul_ps(tree16x4_avx2(lo, hi), sc));
@@ -288,8 +304,8 @@ T_AVX2 static void scores_avx2(const float *q0, Py_ssize_t G, Py_ssize_t D, cons
             const float *qg = q0 + g * D;
             __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
             for (Py_ssize_t i = 0; i < D; i += LANES) {
-                lo = _mm256_add_ps(lo, _mm256_mul_ps(_mm256_loadu_ps(qg + i), _mm256_loadu_ps(kc + i)));
-                hi = _mm256_add_ps(hi, _mm256_mul_ps(_mm256_loadu_ps(qg + i + 8), _mm256_loadu_ps(kc + i + 8)));
+                lo = _mm256_fmadd_ps(_mm256_loadu_ps(qg + i), _mm256_loadu_ps(kc + i), lo);
+                hi = _mm256_fmadd_ps(_mm256_loadu_ps(qg + i + 8), _mm256_loadu_ps(kc + i + 8), hi);
             }
             p[g * K + c] = avx2_reduce(_mm256_add_ps(lo, hi)) * scale; /* reduce_lanes' tree */
         }
@@ -324,10 +340,10 @@ T_512 static void scores_avx512(const float *q0, Py_ssize_t G, Py_ssize_t D, con
             __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
             for (Py_ssize_t i = 0; i < D; i += LANES) {
                 __m512 qv = _mm512_loadu_ps(qg + i);
-                a0 = _mm512_add_ps(a0, _mm512_mul_ps(qv, _mm512_loadu_ps(k0 + i)));
-                a1 = _mm512_add_ps(a1, _mm512_mul_ps(qv, _mm512_loadu_ps(k1 + i)));
-                a2 = _mm512_add_ps(a2, _mm512_mul_ps(qv, _mm512_loadu_ps(k2 + i)));
-                a3 = _mm512_add_ps(a3, _mm512_mul_ps(qv, _mm512_loadu_ps(k3 + i)));
+                a0 = _mm512_fmadd_ps(qv, _mm512_loadu_ps(k0 + i), a0);
+                a1 = _mm512_fmadd_ps(qv, _mm512_loadu_ps(k1 + i), a1);
+                a2 = _mm512_fmadd_ps(qv, _mm512_loadu_ps(k2 + i), a2);
+                a3 = _mm512_fmadd_ps(qv, _mm512_loadu_ps(k3 + i), a3);
             }
             _mm_storeu_ps(p + g * K + c, _mm_mul_ps(tree16x4_avx512(a0, a1, a2, a3), sc));
         }
@@ -338,7 +354,7 @@ T_512 static void scores_avx512(const float *q0, Py_ssize_t G, Py_ssize_t D, con
             const float *qg = q0 + g * D;
             __m512 acc = _mm512_setzero_ps();
             for (Py_ssize_t i = 0; i < D; i += LANES)
-                acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_loadu_ps(qg + i), _mm512_loadu_ps(kc + i)));
+                acc = _mm512_fmadd_ps(_mm512_loadu_ps(qg + i), _mm512_loadu_ps(kc + i), acc);
             p[g * K + c] = avx512_reduce(acc) * scale; /* reduce_lanes' tree */
         }
     }
@@ -356,7 +372,7 @@ ALWAYS_INLINE void values_generic(const float *p, Py_ssize_t G, Py_ssize_t D, co
         const float *vc = vh + slots[c] * D;
         for (Py_ssize_t g = 0; g < G; g++) {
             float w = p[g * K + c], *ag = acc + g * D;
-            for (Py_ssize_t d = 0; d < D; d++) ag[d] = ag[d] + w * vc[d];
+            for (Py_ssize_t d = 0; d < D; d++) ag[d] = __builtin_fmaf(w, vc[d], ag[d]);
         }
     }
 }
@@ -376,10 +392,10 @@ T_512 static void values_avx512(const float *p, Py_ssize_t G, Py_ssize_t D, cons
             const float *vc = vh + slots[c] * D;
             if (g == 0 && c + PF_KEYS < n) prefetch_row(vh + slots[c + PF_KEYS] * D, D);
             __m512 w = _mm512_set1_ps(pg[c]);
-            a0 = _mm512_add_ps(a0, _mm512_mul_ps(w, _mm512_loadu_ps(vc)));
-            a1 = _mm512_add_ps(a1, _mm512_mul_ps(w, _mm512_loadu_ps(vc + 16)));
-            a2 = _mm512_add_ps(a2, _mm512_mul_ps(w, _mm512_loadu_ps(vc + 32)));
-            a3 = _mm512_add_ps(a3, _mm512_mul_ps(w, _mm512_loadu_ps(vc + 48)));
+            a0 = _mm512_fmadd_ps(w, _mm512_loadu_ps(vc), a0);
+            a1 = _mm512_fmadd_ps(w, _mm512_loadu_ps(vc + 16), a1);
+            a2 = _mm512_fmadd_ps(w, _mm512_loadu_ps(vc + 32), a2);
+            a3 = _mm512_fmadd_ps(w, _mm512_loadu_ps(vc + 48), a3);
         }
         float *ag = acc + g * D;
         _mm512_storeu_ps(ag, a0);
@@ -403,7 +419,7 @@ T_AVX2 static void values_avx2(const float *p, Py_ssize_t G, Py_ssize_t D, const
             const float *vc = vh + slots[c] * D;
             if (g == 0 && c + PF_KEYS < n) prefetch_row(vh + slots[c + PF_KEYS] * D, D);
             __m256 w = _mm256_set1_ps(pg[c]);
-            for (int i = 0; i < 8; i++) a[i] = _mm256_add_ps(a[i], _mm256_mul_ps(w, _mm256_loadu_ps(vc + 8 * i)));
+            for (int i = 0; i < 8; i++) a[i] = _mm256_fmadd_ps(w, _mm256_loadu_ps(vc + 8 * i), a[i]);
         }
         for (int i = 0; i < 8; i++) _mm256_storeu_ps(acc + g * D + 8 * i, a[i]);
     }
