@@ -378,30 +378,35 @@ ALWAYS_INLINE void values_generic(const float *p, Py_ssize_t G, Py_ssize_t D, co
 }
 
 #if PLD_X86
-/* values_generic with each head's 64 sums in registers (D == 64), the same operations. */
+/* values_generic with the sums of up to four heads in registers (D == 64): one pass over the
+ * keys reads each V row once for every head of the group; each head's sums take the same
+ * operations in the same order as one head alone. */
 T_512 static void values_avx512(const float *p, Py_ssize_t G, Py_ssize_t D, const float *vh, const int64_t *slots,
                                 Py_ssize_t n, Py_ssize_t K, float *acc) {
     if (D != 64) {
         values_generic(p, G, D, vh, slots, n, K, acc);
         return;
     }
-    for (Py_ssize_t g = 0; g < G; g++) {
-        const float *pg = p + g * K;
-        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (Py_ssize_t g0 = 0; g0 < G; g0 += 4) {
+        int gn = G - g0 < 4 ? (int)(G - g0) : 4;
+        __m512 a[4][4];
+        for (int g = 0; g < 4; g++)
+            for (int i = 0; i < 4; i++) a[g][i] = _mm512_setzero_ps();
         for (Py_ssize_t c = 0; c < n; c++) {
             const float *vc = vh + slots[c] * D;
-            if (g == 0 && c + PF_KEYS < n) prefetch_row(vh + slots[c + PF_KEYS] * D, D);
-            __m512 w = _mm512_set1_ps(pg[c]);
-            a0 = _mm512_fmadd_ps(w, _mm512_loadu_ps(vc), a0);
-            a1 = _mm512_fmadd_ps(w, _mm512_loadu_ps(vc + 16), a1);
-            a2 = _mm512_fmadd_ps(w, _mm512_loadu_ps(vc + 32), a2);
-            a3 = _mm512_fmadd_ps(w, _mm512_loadu_ps(vc + 48), a3);
+            if (g0 == 0 && c + PF_KEYS < n) prefetch_row(vh + slots[c + PF_KEYS] * D, D);
+            const __m512 v0 = _mm512_loadu_ps(vc), v1 = _mm512_loadu_ps(vc + 16), v2 = _mm512_loadu_ps(vc + 32),
+                         v3 = _mm512_loadu_ps(vc + 48);
+            for (int g = 0; g < gn; g++) {
+                __m512 w = _mm512_set1_ps(p[(g0 + g) * K + c]);
+                a[g][0] = _mm512_fmadd_ps(w, v0, a[g][0]);
+                a[g][1] = _mm512_fmadd_ps(w, v1, a[g][1]);
+                a[g][2] = _mm512_fmadd_ps(w, v2, a[g][2]);
+                a[g][3] = _mm512_fmadd_ps(w, v3, a[g][3]);
+            }
         }
-        float *ag = acc + g * D;
-        _mm512_storeu_ps(ag, a0);
-        _mm512_storeu_ps(ag + 16, a1);
-        _mm512_storeu_ps(ag + 32, a2);
-        _mm512_storeu_ps(ag + 48, a3);
+        for (int g = 0; g < gn; g++)
+            for (int i = 0; i < 4; i++) _mm512_storeu_ps(acc + (g0 + g) * D + 16 * i, a[g][i]);
     }
 }
 
