@@ -47,6 +47,21 @@ def sdpa(q: torch.Tensor, pk: torch.Tensor, pv: torch.Tensor, slots: torch.Tenso
     return out[0].transpose(0, 1).reshape(q.shape[0], -1)
 
 
+def tiny_llama(seed: int, vocab: int, hidden: int, intermediate: int, layers: int, max_positions: int,
+               needs_layers: bool = False):
+    """A random Hugging Face Llama of 4 heads over 2 KV heads (``needs_layers``: the test skips
+    where ``step_ops.layers`` cannot run)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    if needs_layers and not step_ops.runs_layers():
+        pytest.skip("the products' C module is not built")
+    torch.manual_seed(seed)
+    config = LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=intermediate,
+                         num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=max_positions)
+    return LlamaForCausalLM(config).eval()
+
+
 def test_exp_is_within_two_ulp_of_exp():
     xs = torch.linspace(-87.0, 88.0, 20001, dtype=torch.float64)
     got = torch.tensor([step_ops.exp(float(x)) for x in xs], dtype=torch.float64)
@@ -166,22 +181,17 @@ def test_bad_arguments_are_refused():
 def test_the_model_route_equals_the_pytorch_route():
     """A tiny random Llama: logits of a prefill (over MAX_ATTENTION_ROWS rows, SDPA inside),
     then a plain step and a tree step, through the C route and through PyTorch's."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
     from promptlookup.runtime.kv_cache import KVPool
     from promptlookup.runtime.paged_llama import PagedLlama, build_layout
 
-    torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=97, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
-    hf = LlamaForCausalLM(config).eval()
+    hf = tiny_llama(0, 97, 64, 96, 2, 256)
     prompt = [int(t) for t in torch.randint(0, 97, (step_ops.MAX_ATTENTION_ROWS + 6,))]
     outs = []
     for c_route in (True, False):
         model = PagedLlama.from_hf(hf)
         assert model.uses_step_ops
         model.uses_step_ops = c_route
-        pool = KVPool(config.num_hidden_layers, config.num_key_value_heads, 16, 16, 16, dtype=torch.float32, device="cpu")
+        pool = KVPool(2, 2, 16, 16, 16, dtype=torch.float32, device="cpu")
         table = list(range(1, 12))
         n = len(prompt)
         steps = [model(build_layout([prompt], [n], [table], [1], 16, torch.device("cpu")), pool)]
@@ -196,18 +206,11 @@ def test_the_model_route_equals_the_pytorch_route():
 def test_one_call_for_all_layers_equals_the_calls_one_by_one_bitwise():
     """``step_ops.layers`` (a decoding step's layers in one C call) against the same step run
     op by op from Python: chains, a tree, a padded batch of two; and every fp32/int8/int4 projection."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
     from promptlookup.runtime.kv_cache import KVPool
     from promptlookup.runtime.paged_llama import PagedLlama, build_layout
     from promptlookup.runtime.quant_linear import QuantLinear
 
-    if not step_ops.runs_layers():
-        pytest.skip("the products' C module is not built")
-    torch.manual_seed(1)
-    config = LlamaConfig(vocab_size=97, hidden_size=64, intermediate_size=96, num_hidden_layers=3,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
-    hf = LlamaForCausalLM(config).eval()
+    hf = tiny_llama(1, 97, 64, 96, 3, 256, needs_layers=True)
     prompt = [int(t) for t in torch.randint(0, 97, (40,))]
     cpu = torch.device("cpu")
 
@@ -248,18 +251,11 @@ def test_one_call_runs_one_team_of_threads_and_gives_the_values_of_one_thread():
     """Products big enough to be split: ``layers`` runs its whole step in one parallel region
     (threads meet at a barrier after each operation). Any team size, and the route op by op,
     give bitwise the logits of one thread."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
     from promptlookup.runtime.kv_cache import KVPool
     from promptlookup.runtime.paged_llama import PagedLlama, build_layout
 
-    if not step_ops.runs_layers():
-        pytest.skip("the products' C module is not built")
-    torch.manual_seed(4)
-    config = LlamaConfig(vocab_size=61, hidden_size=256, intermediate_size=384, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
     assert 256 * (4 + 2 * 2) * 64 >= 1 << 16  # one row's QKV product is split over threads (gemv.c)
-    hf = LlamaForCausalLM(config).eval()
+    hf = tiny_llama(4, 61, 256, 384, 2, 128, needs_layers=True)
     prompt = [int(t) for t in torch.randint(0, 61, (20,))]
     cpu = torch.device("cpu")
 
@@ -289,15 +285,10 @@ def test_one_call_runs_one_team_of_threads_and_gives_the_values_of_one_thread():
 def test_without_the_c_modules_the_model_runs_pytorch_operators(monkeypatch):
     """No ``_step_ops``: PyTorch's operators throughout; no products' capsule: the C operators
     one by one from Python. Both give the logits of the full route, within rounding."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
     from promptlookup.runtime.kv_cache import KVPool
     from promptlookup.runtime.paged_llama import PagedLlama, build_layout
 
-    torch.manual_seed(3)
-    config = LlamaConfig(vocab_size=50, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
-    hf = LlamaForCausalLM(config).eval()
+    hf = tiny_llama(3, 50, 32, 64, 2, 64)
 
     def logits(model: PagedLlama) -> torch.Tensor:
         pool = KVPool(2, 2, 8, 16, 4, zeroed=True)
@@ -348,8 +339,6 @@ def test_indices_outside_the_tables_are_refused():
 def test_a_padded_batch_names_its_real_rows_and_the_one_call_skips_the_padding():
     """``build_layout`` lists the rows that are not padding and the logit rows among them; the
     one-call route runs those rows only and gives bitwise the logits of the padded route."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
     from promptlookup.runtime.kv_cache import KVPool
     from promptlookup.runtime.paged_llama import PagedLlama, build_layout
 
@@ -359,12 +348,7 @@ def test_a_padded_batch_names_its_real_rows_and_the_one_call_skips_the_padding()
     assert lay.real_logit_rows.tolist() == [0, 2, 3]
     full = build_layout([[7, 1], [8, 9]], [5, 9], [[1], [2]], [1, 2], 16, cpu)
     assert full.real_rows is None and full.real_logit_rows is None
-    if not step_ops.runs_layers():
-        pytest.skip("the products' C module is not built")
-    torch.manual_seed(5)
-    config = LlamaConfig(vocab_size=53, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
-    hf = LlamaForCausalLM(config).eval()
+    hf = tiny_llama(5, 53, 64, 96, 2, 64, needs_layers=True)
     outs = []
     for fused in (True, False):
         model = PagedLlama.from_hf(hf)
