@@ -62,6 +62,7 @@ def allot_by_cost(
     costs: Sequence[float],
     token_budget: int,
     batch_costs: BatchStepCosts | None = None,
+    ragged: bool = False,
 ) -> list[int]:
     """The budget rule, then only the draft tokens expected to pay for themselves.
 
@@ -79,8 +80,11 @@ def allot_by_cost(
     every sequence padded to the longest draft, so it costs what ``n`` sequences of
     ``1 + longest`` tokens cost, not what ``n + d`` tokens cost: one long draft in a full
     batch is priced as what it costs. That price comes from ``batch_costs`` (measured on
-    batched steps) when given, else from ``costs[n * (1 + longest)]``. Steps the table
-    does not cover are not taken. Cost O(T log T), T the tokens granted by the budget rule.
+    batched steps) when given, else from ``costs[n * (1 + longest)]``. ``ragged``: the
+    runner computes a batch's real rows only, not the padding (the CPU's C route), so a step
+    of ``n + d`` rows in all is priced as the table's steps of that many rows (interpolated
+    between the two whole numbers of rows per sequence around ``(n + d) / n``). Steps the
+    table does not cover are not taken. Cost O(T log T), T the tokens granted by the budget rule.
     """
     n = len(proposal_lengths)
     granted = allot(proposal_lengths, token_budget)
@@ -103,6 +107,10 @@ def allot_by_cost(
         cost = price(n, 1 + longest)  # the step pads every sequence to the longest draft
         if math.isinf(cost):
             break
+        if ragged:  # it computes n + d rows
+            per_seq = (n + d) / n
+            lo = price(n, math.floor(per_seq))
+            cost = lo + (per_seq - math.floor(per_seq)) * (price(n, math.ceil(per_seq)) - lo)
         gain += value
         rate = gain / cost
         if rate > best_rate:
@@ -131,12 +139,13 @@ class BatchBudget:
     k: int = 0
     max_concurrency: int | None = None
     draft_len_schedule: Schedule | None = None
+    ragged: bool = False  # the runner skips a batch's padding rows (allot_by_cost)
 
     def grant(self, wanted: Sequence[int], rates: Sequence[tuple[float, float] | None]) -> list[int]:
         """Draft tokens granted per request, ``granted[i] <= wanted[i]``. O(n log n)."""
         if self.step_costs and all(r is not None for r in rates):  # the budget, then what pays off here
             granted = allot_by_cost(wanted, rates, self.step_costs, self.token_budget,  # type: ignore[arg-type]
-                                    self.batch_costs)
+                                    self.batch_costs, self.ragged)
         else:
             granted = allot(wanted, self.token_budget)
         if self.max_concurrency is not None or self.draft_len_schedule is not None:

@@ -203,7 +203,8 @@ class Scheduler:
         self.batch_costs = batch_costs if self.step_costs else None
         # trees (Lookahead, several candidates) are sized by each request's proposer alone
         self.budget = None if self.trees else BatchBudget(self.token_budget, self.step_costs, self.batch_costs, self.k,
-                                                          self.max_concurrency, self.draft_len_schedule)
+                                                          self.max_concurrency, self.draft_len_schedule,
+                                                          ragged=bool(getattr(runner, "skips_padding", False)))
         self.stats = SchedulerStats()
         self._ids = itertools.count()
         self._lock = threading.Condition()

@@ -382,6 +382,13 @@ class TorchRunner:
                 "cuda_graphs": self.graphs is not None,
                 "compile": self.compile_setup.as_json() if self.compile_setup is not None else None}
 
+    @property
+    def skips_padding(self) -> bool:
+        """Whether a batched step computes its real rows only, not the padding up to its longest
+        sequence (the CPU's C route, :func:`~.kernels.step_ops.layers`): the draft budget then
+        prices a step by its rows (:func:`~promptlookup.decoding.draft_budget.allot_by_cost`)."""
+        return self.model.layer_records is not None
+
     def open(
         self,
         prompts: Sequence[Sequence[int]],

@@ -44,6 +44,25 @@ def test_the_budget_prices_batched_steps_from_the_batched_table():
     assert allot_by_cost(lengths, rates, single_flat, 13, cheap) == allot(lengths, 13)
 
 
+def test_a_runner_that_skips_padding_is_priced_by_its_rows():
+    """One sequence with a good draft and one with a poor one: padded, the poor draft rides
+    free in the rows the good one pays for; ragged, every row is priced, so it is dropped."""
+    table = BatchStepCosts((1, 2), ((0.0,) + (1.0,) * 9, (0.0, 1.0) + tuple(1.0 + 0.2 * q for q in range(1, 8))))
+    lengths, rates = [6, 6], [(0.95, 0.95), (0.05, 0.05)]
+    padded = allot_by_cost(lengths, rates, [0.0] + [1.0] * 20, 13, table)
+    ragged = allot_by_cost(lengths, rates, [0.0] + [1.0] * 20, 13, table, ragged=True)
+    assert padded == [5, 5] and ragged == [5, 0]  # 5: the token budget's share
+    # a ragged step of 2 + 3 rows between the table's 2 x 2 and 2 x 3 rows
+    per_row = allot_by_cost([3, 0], [(1.0, 1.0), (0.0, 0.0)], [0.0] + [1.0] * 20, 13, table, ragged=True)
+    assert per_row == [3, 0]
+
+
+def test_the_c_route_skips_padding():
+    limits = EngineLimits(max_batch_size=2, max_input_len=16, max_seq_len=32, max_draft_len=4, vocab_size=512)
+    runner = TorchRunner(tiny_llama(seed=0), limits, tokens_per_block=8, max_tokens_in_paged_kv_cache=64)
+    assert runner.skips_padding == (runner.model.layer_records is not None)
+
+
 def test_measured_table_has_the_documented_shape():
     limits = EngineLimits(max_batch_size=4, max_input_len=64, max_seq_len=128, max_draft_len=8, vocab_size=512)
     runner = TorchRunner(tiny_llama(seed=0), limits, tokens_per_block=8, max_tokens_in_paged_kv_cache=512)
