@@ -204,7 +204,7 @@ class Scheduler:
         # trees (Lookahead, several candidates) are sized by each request's proposer alone
         self.budget = None if self.trees else BatchBudget(self.token_budget, self.step_costs, self.batch_costs, self.k,
                                                           self.max_concurrency, self.draft_len_schedule,
-                                                          ragged=bool(getattr(runner, "skips_padding", False)))
+                                                          ragged=runner.skips_padding)
         self.stats = SchedulerStats()
         self._ids = itertools.count()
         self._lock = threading.Condition()

@@ -39,12 +39,11 @@ def run_single_call(
                             sampling=sampling, step_costs=step_costs, max_candidates=max_candidates,
                             lookahead=lookahead, trees=True, live=True)
     budget = None
-    batch_costs = getattr(runner, "batch_step_costs", None)
-    if step_costs and batch_costs is not None and drafter is not None and lookahead is None and max_candidates == 1 \
-            and len(prompts) > 1:
+    if step_costs and runner.batch_step_costs is not None and drafter is not None and lookahead is None \
+            and max_candidates == 1 and len(prompts) > 1:
         k = drafter.config.prompt_lookup_num_tokens
-        budget = BatchBudget(len(prompts) * (k + 1), step_costs, batch_costs, k,
-                             ragged=bool(getattr(runner, "skips_padding", False)))
+        budget = BatchBudget(len(prompts) * (k + 1), step_costs, runner.batch_step_costs, k,
+                             ragged=runner.skips_padding)
     batch = runner.open(prompts)
     try:
         live = states

@@ -248,6 +248,7 @@ class LiveBatchRunner(TreeRunner, Protocol):
     pool: "KVPool"  # num_blocks, block_size: what the scheduler reserves at admission
     blocks: "BlockManager"  # the pool's prefix-reuse registry: the scheduler's admission reads it
     batch_step_costs: "BatchStepCosts | None"  # batched steps' costs (the server's draft budget)
+    skips_padding: bool  # a batched step computes its real rows only: the draft budget prices it by its rows
 
     def open(self, prompts: Sequence[Sequence[int]], requests: Sequence[int] | None = None, *,
              max_new_tokens: int | None = None, resubmitted: bool = False) -> LiveBatch:

@@ -17,6 +17,10 @@
 
 enum { ISA_GENERIC = 0, ISA_AVX2 = 1, ISA_AVX512 = 2 };
 
+/* Less work than this many multiply-adds runs on one thread: a product (gemv.c) or an operation
+ * of step_ops.c alone, and step_ops' layers() forms no team where its products would not split. */
+#define PARALLEL_MIN_WORK (1 << 16)
+
 #if PLD_X86
 /* The 8 lanes of a summed by a fixed tree: l + (l + 4), then l + (l + 2), then l + (l + 1). */
 T_AVX2 ALWAYS_INLINE float avx2_reduce(__m256 a) {

@@ -990,9 +990,6 @@ static RangeFn range_fn(int isa, int kind, Py_ssize_t gs) {
 #endif
 }
 
-/* Products smaller than this many multiply-adds run on the calling thread alone. */
-#define PARALLEL_MIN_WORK (1 << 16)
-
 /* The threads a product uses out of `available`: one below PARALLEL_MIN_WORK multiply-adds,
  * never more than its blocks of SPLIT outputs. */
 static int product_threads(const Product *p, int available) {

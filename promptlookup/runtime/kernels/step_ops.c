@@ -34,8 +34,8 @@
  *
  * layers() runs all of these and the products (gemv.c's, through its capsule) for every
  * decoder layer of a step in one call, with the GIL released, in one OpenMP parallel region
- * whose threads meet at a barrier that spins before it sleeps, after each operation (so they are woken once per
- * step, not once per operation; see Barrier).
+ * whose threads meet after each operation at a barrier that spins before it sleeps (so they
+ * are woken once per step, not once per operation; see Barrier).
  *
  * Cost per call: rms_norm and silu_mul O(rows * width); rotary_write O(rows * (H + 2 KVH) * D);
  * attention, per query row and head, two passes over its visible keys' K and V rows
@@ -67,7 +67,6 @@ static int omp_get_num_threads(void) { return 1; }
 #ifndef PF_KEYS
 #define PF_KEYS 16 /* attention prefetches the K/V rows this many keys ahead */
 #endif
-#define PARALLEL_MIN_WORK (1 << 16) /* less work than this many multiply-adds runs on one thread */
 
 #include "cpu_kernels.h" /* PLD_X86, T_AVX2/T_512, ALWAYS_INLINE, ISA levels, best_isa(), the reductions, parse_args() */
 static int current_isa = ISA_GENERIC;
@@ -743,9 +742,9 @@ static int layers_part(const Layers *a, Barrier *bar, int t, int nt) {
 #define PROJ(rec, in, out, K_, N_) \
     product(in, (const void *)(intptr_t)(rec)[0], (const float *)(intptr_t)(rec)[1], (const float *)(intptr_t)(rec)[2], \
             out, rows, K_, N_, (Py_ssize_t)(rec)[4], (int)(rec)[3], t, nt)
-#define NORM(delta, weight)                                                                      \
-    do {                                                                                         \
-        share(rows, t, nt, &r0, &r1);                                                 \
+#define NORM(delta, weight)                                                                          \
+    do {                                                                                             \
+        share(rows, t, nt, &r0, &r1);                                                                \
         if (r0 < r1) rms(a->h, delta, (const float *)(intptr_t)(weight), a->x, r0, r1, hidden, a->eps); \
     } while (0)
     NORM(NULL, a->records[REC_IN_NORM]);
@@ -797,9 +796,9 @@ static int layers_part(const Layers *a, Barrier *bar, int t, int nt) {
  * same values bitwise. pools: int64 [L, 2], each layer's K and V pool address. row_at: NULL
  * (rows = B * Q), or int64 [rows], the place b * Q + qi in the step of each row (which mask row
  * and which sequence's keys it reads): a batch whose sequences feed fewer than Q tokens runs
- * its real rows only, not the padding. One OpenMP
- * region for the whole call (its team meets at Barrier after each operation), so the threads
- * are woken once per step, not once per operation. */
+ * its real rows only, not the padding. One OpenMP region for the whole call (its team meets
+ * at Barrier after each operation), so the threads are woken once per step, not once per
+ * operation. */
 static PyObject *py_layers(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     void *p[10];
     Py_ssize_t s[12];
@@ -827,7 +826,7 @@ static PyObject *py_layers(PyObject *self, PyObject *const *args, Py_ssize_t nar
     a.act = a.gu + rows * 2 * a.inter;
     int failed = 0, team = 1;
 #ifdef _OPENMP
-    /* A team only where the products are split (gemv.c: PARALLEL_MIN_WORK). */
+    /* A team only where the products are split (gemv.c's product_threads: the QKV product's work). */
     if ((double)rows * hidden * a.width >= PARALLEL_MIN_WORK) team = omp_get_max_threads();
 #endif
     static int calls, short_spins; /* the budget's state (see Barrier); read and written under the GIL */
