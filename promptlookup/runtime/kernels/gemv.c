@@ -20,7 +20,8 @@
  * kernels (*_row4): the same operations as the general blocks, in the same order, with the
  * weight rows prefetched PF_BLOCKS blocks ahead. int4 steps go a group at a time; AVX-512
  * looks int4 weights up in a per-group table of the 16 values code * scale + offset (one
- * FMA per group, so each the value an FMA per element gives). AVX2's int4 sums instead, per
+ * FMA per group, so each the value an FMA per element gives; one row reads x permuted so
+ * that the lookup's indices need one shift, avx512_i4_deq_perm). AVX2's int4 sums instead, per
  * group, x times the codes and scales that sum (plus offset times the group's sum of x): no
  * dequantizing per weight; its own order, the same for every row count (see avx2_i4_prep).
  * One-row fp32 blocks prefetch their weight rows F32_PF bytes ahead (same operations).
@@ -685,7 +686,8 @@ T_512 ALWAYS_INLINE __m512 avx512_w(const Product *p, Py_ssize_t n, Py_ssize_t k
  * Where the CPU has AVX512-VBMI (use_vbmi), one vpmultishiftqb puts the 4 bits of column l
  * (bit 4l of the 8 bytes, broadcast to every quadword) in the low bits of lane l instead of
  * vpshufb + vpsrlvd: the same indices, so bitwise the same weights, one port-5 and one
- * port-0 operation fewer per 16 weights (int4, one row: 1.06-1.07x a step). */
+ * port-0 operation fewer per 16 weights (blocks of 2-4 rows and the dequantization; one row
+ * decodes with avx512_i4_deq_perm, one port-5 operation per 16 weights, on any AVX-512). */
 static int use_vbmi; /* set at import: __builtin_cpu_supports("avx512vbmi"), unless PLD_KERNEL_NO_VBMI is set (tests of the other decode) */
 T_512 ALWAYS_INLINE __m512 avx512_i4_table(float scale, float offset) {
     const __m512 codes = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
@@ -818,13 +820,41 @@ T_512 static void avx512_i8_row4(const Product *p, Py_ssize_t m0, Py_ssize_t n0)
     y[3] = avx512_reduce(a3) * p->scale[n0 + 3];
 }
 
-T_512 ALWAYS_INLINE void avx512_i4_row4_gs(const Product *p, Py_ssize_t m0, Py_ssize_t n0, const Py_ssize_t gs,
-                                          const int vb) {
+/* int4, one row times 4 weight rows, decoded on the shift port instead of the shuffle port.
+ * The 8 bytes of 16 columns broadcast to every quadword put their low dword (columns 0-7) in
+ * the even 32-bit lanes and their high dword (columns 8-15) in the odd ones, so one vpsrlvd
+ * by 4i brings column i to the low 4 bits of lane 2i and column 8 + i to those of lane
+ * 2i + 1, where the table's vpermps reads them. Lane l thus holds column I4_PERM(l): x is
+ * permuted the same way once per call (xp, from i4_permute_x), and each accumulator is
+ * permuted back before its reduction, so lane c sums the very products of column class c in
+ * the very order of avx512_i4_block: bitwise the same results, with one shuffle-port
+ * operation per 16 weights instead of two (the FMAs share that port). */
+T_512 ALWAYS_INLINE __m512 avx512_i4_deq_perm(const uint8_t *w, __m512 table) {
+    const __m512i shift = _mm512_set_epi32(28, 28, 24, 24, 20, 20, 16, 16, 12, 12, 8, 8, 4, 4, 0, 0);
+    int64_t q;
+    memcpy(&q, w, 8);
+    return _mm512_permutexvar_ps(_mm512_srlv_epi32(_mm512_set1_epi64(q), shift), table);
+}
+
+/* xp[16b + l] = x[16b + I4_PERM(l)], I4_PERM(2i) = i, I4_PERM(2i + 1) = 8 + i (K % 16 == 0). */
+T_512 static void i4_permute_x(const float *x, Py_ssize_t K, float *xp) {
+    const __m512i perm = _mm512_setr_epi32(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15);
+    for (Py_ssize_t k = 0; k < K; k += 16) _mm512_storeu_ps(xp + k, _mm512_permutexvar_ps(perm, _mm512_loadu_ps(x + k)));
+}
+
+/* avx512_reduce of acc with lane c moved back to where column class c belongs (I4_PERM's inverse) */
+T_512 ALWAYS_INLINE float avx512_reduce_unperm(__m512 acc) {
+    const __m512i inv = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+    return avx512_reduce(_mm512_permutexvar_ps(inv, acc));
+}
+
+T_512 ALWAYS_INLINE void avx512_i4_row4_gs(const Product *p, const float *xp, Py_ssize_t m0, Py_ssize_t n0,
+                                          const Py_ssize_t gs) {
     const Py_ssize_t K = p->K, groups = K / gs;
     const uint8_t *w0 = (const uint8_t *)p->w + n0 * (K / 2), *w1 = w0 + K / 2, *w2 = w1 + K / 2, *w3 = w2 + K / 2;
     const uint8_t *pf = w0 + PF_BLOCKS * 4 * (K / 2);
     const float *s0 = p->scale + n0 * groups, *o0 = p->offset + n0 * groups;
-    const float *x = p->x + m0 * K;
+    const float *x = xp;
     __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
     for (Py_ssize_t g = 0; g < groups; g++) {
         const __m512 t0 = avx512_i4_table(s0[g], o0[g]), t1 = avx512_i4_table(s0[groups + g], o0[groups + g]);
@@ -833,30 +863,24 @@ T_512 ALWAYS_INLINE void avx512_i4_row4_gs(const Product *p, Py_ssize_t m0, Py_s
         for (Py_ssize_t c = 0; c < gs; c += 16, x += 16, w0 += 8, w1 += 8, w2 += 8, w3 += 8, pf += 32) {
             _mm_prefetch((const char *)pf, _MM_HINT_T0); /* the next blocks' rows */
             __m512 xv = _mm512_loadu_ps(x);
-            a0 = _mm512_fmadd_ps(xv, avx512_i4_deq(w0, t0, vb), a0);
-            a1 = _mm512_fmadd_ps(xv, avx512_i4_deq(w1, t1, vb), a1);
-            a2 = _mm512_fmadd_ps(xv, avx512_i4_deq(w2, t2, vb), a2);
-            a3 = _mm512_fmadd_ps(xv, avx512_i4_deq(w3, t3, vb), a3);
+            a0 = _mm512_fmadd_ps(xv, avx512_i4_deq_perm(w0, t0), a0);
+            a1 = _mm512_fmadd_ps(xv, avx512_i4_deq_perm(w1, t1), a1);
+            a2 = _mm512_fmadd_ps(xv, avx512_i4_deq_perm(w2, t2), a2);
+            a3 = _mm512_fmadd_ps(xv, avx512_i4_deq_perm(w3, t3), a3);
         }
     }
     float *y = p->y + m0 * p->N + n0;
-    y[0] = avx512_reduce(a0);
-    y[1] = avx512_reduce(a1);
-    y[2] = avx512_reduce(a2);
-    y[3] = avx512_reduce(a3);
+    y[0] = avx512_reduce_unperm(a0);
+    y[1] = avx512_reduce_unperm(a1);
+    y[2] = avx512_reduce_unperm(a2);
+    y[3] = avx512_reduce_unperm(a3);
 }
 
-/* the common group sizes as constants, so their steps unroll */
-T_512 static void avx512_i4_row4(const Product *p, Py_ssize_t m0, Py_ssize_t n0) {
-    if (use_vbmi) {
-        if (p->gs == 32) avx512_i4_row4_gs(p, m0, n0, 32, 1);
-        else if (p->gs == 128) avx512_i4_row4_gs(p, m0, n0, 128, 1);
-        else avx512_i4_row4_gs(p, m0, n0, p->gs, 1);
-    } else {
-        if (p->gs == 32) avx512_i4_row4_gs(p, m0, n0, 32, 0);
-        else if (p->gs == 128) avx512_i4_row4_gs(p, m0, n0, 128, 0);
-        else avx512_i4_row4_gs(p, m0, n0, p->gs, 0);
-    }
+/* the common group sizes as constants, so their steps unroll; xp: row m0 of x, permuted */
+T_512 static void avx512_i4_row4(const Product *p, const float *xp, Py_ssize_t m0, Py_ssize_t n0) {
+    if (p->gs == 32) avx512_i4_row4_gs(p, xp, m0, n0, 32);
+    else if (p->gs == 128) avx512_i4_row4_gs(p, xp, m0, n0, 128);
+    else avx512_i4_row4_gs(p, xp, m0, n0, p->gs);
 }
 
 
@@ -937,6 +961,11 @@ T_512 static void avx512_dequant(const Product *p, Py_ssize_t n0, int nb, int ki
         }                                                                                   \
         if (KIND != 0 && p->M > AVX512_MB)                                                  \
             scr = aligned_alloc(64, ((size_t)AVX512_NB * p->K * sizeof(float) + 63) / 64 * 64); \
+        float *xp = NULL; /* int4, one row: x permuted for avx512_i4_row4 */                \
+        if (KIND == 2 && p->M == 1 && n0 + AVX512_NB <= n1) {                               \
+            xp = aligned_alloc(64, ((size_t)p->K * sizeof(float) + 63) / 64 * 64);          \
+            i4_permute_x(p->x, p->K, xp);                                                   \
+        }                                                                                   \
         Py_ssize_t n = n0;                                                                  \
         for (; n + AVX512_NB <= n1; n += AVX512_NB) {                                             \
             const char *pf = NULL; /* the next block's weight rows, prefetched by the first block of rows */ \
@@ -951,11 +980,12 @@ T_512 static void avx512_dequant(const Product *p, Py_ssize_t n0, int nb, int ki
         }                                                                                   \
         for (; n < n1; n++) { const char *pf = NULL; AVX512_ROWS(DIRECT_512, 1); }          \
         free(scr);                                                                          \
+        free(xp);                                                                           \
     }
 #define DIRECT_512(m, mb, nb)                                                               \
     do {                                                                                    \
         if (kind == 1 && mb == 1 && nb == AVX512_NB) avx512_i8_row4(p, m, n);               \
-        else if (kind == 2 && mb == 1 && nb == AVX512_NB) avx512_i4_row4(p, m, n);          \
+        else if (kind == 2 && mb == 1 && nb == AVX512_NB) avx512_i4_row4(p, xp, m, n);      \
         else if (kind == 2 && use_vbmi) avx512_i4_block(p, m, mb, n, nb, 1);                \
         else if (kind == 2) avx512_i4_block(p, m, mb, n, nb, 0);                            \
         else avx512_block(p, m, mb, n, nb, kind, NULL, pf, PF_LINES(kind));                 \
