@@ -430,16 +430,32 @@ T_AVX2 static void values_avx2(const float *p, Py_ssize_t G, Py_ssize_t D, const
 }
 #endif
 
-/* Query row `row` of q (at place `at` = b * Q + qi of the step), heads [h0, h0 + gn) of KV head
- * kvh (a head's values never depend on which of its group's heads share the call); scratch: K
- * slots, gn * K scores, gn * D sums. */
-ALWAYS_INLINE void attend_heads(const Attention *a, Py_ssize_t row, Py_ssize_t at, Py_ssize_t kvh, Py_ssize_t h0,
-                                Py_ssize_t gn, int64_t *slots, float *p, float *acc, ScoresFn scores, ValuesFn values) {
-    Py_ssize_t D = a->D, K = a->K, b = at / a->Q, n = 0;
-    const float *kh = a->k + kvh * a->S * D, *vh = a->v + kvh * a->S * D;
+/* The slots of the keys visible to the step's row at place `at` = b * Q + qi, in key order,
+ * into slots; returns their count. Branch-free: each key's slot is written, and kept when the
+ * mask shows the key. */
+ALWAYS_INLINE Py_ssize_t visible_slots(const Attention *a, Py_ssize_t at, int64_t *slots) {
+    Py_ssize_t K = a->K, b = at / a->Q, n = 0;
     const uint8_t *m = a->mask ? a->mask + at * K : NULL;
-    for (Py_ssize_t j = 0; j < K; j++)
-        if (!m || m[j]) slots[n++] = a->read ? a->read[b * K + j] : a->start + j;
+    const int64_t *read = a->read ? a->read + b * K : NULL;
+    if (!m) {
+        for (Py_ssize_t j = 0; j < K; j++) slots[j] = read ? read[j] : a->start + j;
+        return K;
+    }
+    for (Py_ssize_t j = 0; j < K; j++) {
+        slots[n] = read ? read[j] : a->start + j;
+        n += m[j] != 0;
+    }
+    return n;
+}
+
+/* Query row `row` of q, heads [h0, h0 + gn) of KV head kvh (a head's values never depend on
+ * which of its group's heads share the call), over the n keys at `slots` (visible_slots of the
+ * row); scratch: gn * K scores, gn * D sums. */
+ALWAYS_INLINE void attend_heads(const Attention *a, Py_ssize_t row, Py_ssize_t kvh, Py_ssize_t h0, Py_ssize_t gn,
+                                const int64_t *slots, Py_ssize_t n, float *p, float *acc, ScoresFn scores,
+                                ValuesFn values) {
+    Py_ssize_t D = a->D, K = a->K;
+    const float *kh = a->k + kvh * a->S * D, *vh = a->v + kvh * a->S * D;
     scores(a->q + (row * a->H + h0) * D, gn, D, kh, slots, n, p, K, a->scale);
     for (Py_ssize_t g = 0; g < gn; g++) {
         float *pg = p + g * K, top = max_of(pg, n);
@@ -455,7 +471,8 @@ ALWAYS_INLINE void attend_heads(const Attention *a, Py_ssize_t row, Py_ssize_t a
 
 /* The units [t0, t1) of R * H, numbered query row, KV head, head of the KV head's group, from
  * the slowest to the fastest: each run of heads of one row and one KV head goes together, so
- * one thread reads the row's keys once for all its heads. */
+ * one thread reads the row's keys once for all its heads, and a row's visible slots are
+ * listed once for all its units. */
 ALWAYS_INLINE int attention_units(const Attention *a, Py_ssize_t t0, Py_ssize_t t1, ScoresFn scores,
                                   ValuesFn values) {
     Py_ssize_t G = a->H / a->KVH;
@@ -466,10 +483,14 @@ ALWAYS_INLINE int attention_units(const Attention *a, Py_ssize_t t0, Py_ssize_t 
         free(p);
         return -1;
     }
+    Py_ssize_t listed = -1, n = 0; /* the row whose slots `slots` holds, and their count */
     for (Py_ssize_t t = t0; t < t1;) {
         Py_ssize_t row = t / a->H, kvh = t % a->H / G, g = t % G, gn = G - g < t1 - t ? G - g : t1 - t;
-        attend_heads(a, row, a->row_at ? a->row_at[row] : row, kvh, kvh * G + g, gn, slots, p, p + G * a->K, scores,
-                     values);
+        if (row != listed) {
+            n = visible_slots(a, a->row_at ? a->row_at[row] : row, slots);
+            listed = row;
+        }
+        attend_heads(a, row, kvh, kvh * G + g, gn, slots, n, p, p + G * a->K, scores, values);
         t += gn;
     }
     free(slots);
