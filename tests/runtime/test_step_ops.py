@@ -71,6 +71,20 @@ def test_exp_is_within_two_ulp_of_exp():
 
 
 @pytest.mark.parametrize("level", levels())
+def test_exp_on_vector_lanes_is_exp_one_bitwise(level):
+    """SiLU and the softmax take e^x sixteen lanes at a time (exp_lanes); each lane must be
+    exactly the scalar exp_one's value, across the clamps (below -87.34, above 88) too."""
+    kernels.set_isa(level)
+    specials = [-1000.0, -200.0, -88.0, -87.4, -87.33654, -50.5, -1.0, -1e-30, -0.0, 0.0, 1e-30, 0.5, 3.25,
+                40.0, 87.9, 88.0, 88.5, 200.0]
+    g = torch.cat([torch.tensor(specials), torch.linspace(-100.0, 100.0, 478)]).float()  # 496 = 31 x 16
+    up = torch.ones_like(g)
+    got = step_ops.silu_mul(torch.cat([g, up]).view(1, -1))[0]
+    e = torch.tensor([step_ops.exp(float(-x)) for x in g], dtype=torch.float32)
+    assert torch.equal(got, g / (1.0 + e))  # float32 operations, one rounding each, as in C
+
+
+@pytest.mark.parametrize("level", levels())
 def test_norm_and_activation_equal_the_formulas_and_are_row_invariant(level):
     kernels.set_isa(level)
     g = torch.Generator().manual_seed(1)
