@@ -26,8 +26,8 @@
  *
  * exp is computed here (exp_one): a range reduction by ln 2 and a degree-6 polynomial
  * (Cephes' expf coefficients), within 2 ulp of expf over the inputs a softmax or SiLU meets,
- * the same on every path; softmax and SiLU take it LANES at a time (exp_lanes: the same
- * operations on the vector lanes, so the same values).
+ * the same on every path (softmax and SiLU run it 8 or 16 lanes at a time on the SIMD paths:
+ * exp_block_avx2/avx512, the same operations, so the same values).
  *
  * Threads: attention splits its (sequence, query row, head) triples over OpenMP threads (a
  * thread takes a run of heads of one KV head together), the other functions their rows; a split
@@ -170,10 +170,8 @@ ALWAYS_INLINE float exp_one(float x) {
     return p * scale;
 }
 
-/* exp_one of each lane: the very operations of exp_one, lane by lane (the clamps as compares
- * and selects, so a NaN passes through as there), so the same values; written on the vector
- * lanes because GCC vectorises exp_one's loop for AVX-512 but not for AVX2, where a softmax
- * then took 9x its AVX-512 time. */
+/* exp_one of each lane: its very operations, lane by lane (the clamps as compares and
+ * selects, so a NaN passes through as there), so the same values. */
 ALWAYS_INLINE lanes_t exp_lanes(lanes_t x) {
     const lanes_t lo = (lanes_t){0} - 87.33654f, hi = (lanes_t){0} + 88.0f;
     lane_mask_t below = x < lo, above = x > hi;
@@ -193,14 +191,17 @@ ALWAYS_INLINE lanes_t exp_lanes(lanes_t x) {
     return p * (lanes_t)bits;
 }
 
-/* a[i] = exp_one(a[i] - shift) for i < n, LANES at a time. */
-ALWAYS_INLINE void exp_shifted(float *a, Py_ssize_t n, float shift) {
+/* a[i] = exp_one(a[i]) for i < n: the generic path's, LANES at a time on GCC's vector lanes;
+ * the x86 paths have twins written with intrinsics (exp_block_avx2/avx512), as GCC lowers
+ * these lanes' compares to scalar code for AVX2. */
+typedef void (*ExpFn)(float *a, Py_ssize_t n);
+static void exp_block_generic(float *a, Py_ssize_t n) {
     Py_ssize_t i = 0;
     for (; i + LANES <= n; i += LANES) {
-        lanes_t v = exp_lanes(load_lanes(a + i) - shift);
+        lanes_t v = exp_lanes(load_lanes(a + i));
         memcpy(a + i, &v, sizeof v);
     }
-    for (; i < n; i++) a[i] = exp_one(a[i] - shift);
+    for (; i < n; i++) a[i] = exp_one(a[i]);
 }
 
 /* ------------------------------------------------------------------ the kernels' bodies */
@@ -220,16 +221,13 @@ ALWAYS_INLINE void rms_rows(float *h, const float *delta, const float *w, float 
     }
 }
 
-ALWAYS_INLINE void silu_rows(const float *gu, float *out, Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t n) {
+ALWAYS_INLINE void silu_rows(const float *gu, float *out, Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t n, ExpFn exp_block) {
     for (Py_ssize_t r = r0; r < r1; r++) {
         const float *g = gu + r * 2 * n, *u = g + n;
         float *o = out + r * n;
-        Py_ssize_t i = 0;
-        for (; i + LANES <= n; i += LANES) { /* exp_one's values, LANES at a time (exp_lanes) */
-            lanes_t gv = load_lanes(g + i), v = gv / (1.0f + exp_lanes(-gv));
-            memcpy(o + i, &v, sizeof v);
-        }
-        for (; i < n; i++) o[i] = g[i] / (1.0f + exp_one(-g[i]));
+        for (Py_ssize_t i = 0; i < n; i++) o[i] = -g[i];
+        exp_block(o, n);
+        for (Py_ssize_t i = 0; i < n; i++) o[i] = g[i] / (1.0f + o[i]);
         for (Py_ssize_t i = 0; i < n; i++) o[i] = o[i] * u[i];
     }
 }
@@ -467,6 +465,52 @@ T_AVX2 static void values_avx2(const float *p, Py_ssize_t G, Py_ssize_t D, const
         for (int i = 0; i < 8; i++) _mm256_storeu_ps(acc + g * D + 8 * i, a[i]);
     }
 }
+/* exp_one on 8 (AVX2) or 16 (AVX-512) lanes: its very operations, in its order, without
+ * fused multiply-adds; its clamps as max(lo, x) and min(hi, x), which give x itself where x is
+ * NaN, as exp_one's compares do. So each lane is exp_one's value (a test holds them to it);
+ * written out because GCC leaves exp_one's loop scalar on AVX2. The tail runs exp_one. */
+#define EXP_STEPS(V, set1, add, sub, mul, max, min, cvtt, addi, slli, cast)                         \
+    do {                                                                                            \
+        V = min(set1(88.0f), max(set1(-87.33654f), V));                                             \
+        __typeof__(V) n_ = sub(add(mul(V, set1(1.44269504088896341f)), set1(12582912.0f)), set1(12582912.0f)); \
+        __typeof__(V) r_ = sub(V, mul(n_, set1(0.693359375f)));                                     \
+        r_ = sub(r_, mul(n_, set1(-2.12194440e-4f)));                                               \
+        __typeof__(V) p_ = set1(1.9875691500e-4f);                                                  \
+        p_ = add(mul(p_, r_), set1(1.3981999507e-3f));                                              \
+        p_ = add(mul(p_, r_), set1(8.3334519073e-3f));                                              \
+        p_ = add(mul(p_, r_), set1(4.1665795894e-2f));                                              \
+        p_ = add(mul(p_, r_), set1(1.6666665459e-1f));                                              \
+        p_ = add(mul(p_, r_), set1(5.0000001201e-1f));                                              \
+        p_ = add(add(mul(p_, mul(r_, r_)), r_), set1(1.0f));                                        \
+        V = mul(p_, cast(slli(addi(cvtt(n_), 127), 23)));                                           \
+    } while (0)
+
+T_AVX2 static void exp_block_avx2(float *a, Py_ssize_t n) {
+    Py_ssize_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_loadu_ps(a + i);
+#define ADDI(x, c) _mm256_add_epi32(x, _mm256_set1_epi32(c))
+        EXP_STEPS(v, _mm256_set1_ps, _mm256_add_ps, _mm256_sub_ps, _mm256_mul_ps, _mm256_max_ps, _mm256_min_ps,
+                  _mm256_cvttps_epi32, ADDI, _mm256_slli_epi32, _mm256_castsi256_ps);
+#undef ADDI
+        _mm256_storeu_ps(a + i, v);
+    }
+    for (; i < n; i++) a[i] = exp_one(a[i]);
+}
+
+T_512 static void exp_block_avx512(float *a, Py_ssize_t n) {
+    Py_ssize_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512 v = _mm512_loadu_ps(a + i);
+#define ADDI(x, c) _mm512_add_epi32(x, _mm512_set1_epi32(c))
+        EXP_STEPS(v, _mm512_set1_ps, _mm512_add_ps, _mm512_sub_ps, _mm512_mul_ps, _mm512_max_ps, _mm512_min_ps,
+                  _mm512_cvttps_epi32, ADDI, _mm512_slli_epi32, _mm512_castsi512_ps);
+#undef ADDI
+        _mm512_storeu_ps(a + i, v);
+    }
+    for (; i < n; i++) a[i] = exp_one(a[i]);
+}
+#undef EXP_STEPS
 #endif
 
 /* The slots of the keys visible to the step's row at place `at` = b * Q + qi, in key order,
@@ -492,13 +536,14 @@ ALWAYS_INLINE Py_ssize_t visible_slots(const Attention *a, Py_ssize_t at, int64_
  * row); scratch: gn * K scores, gn * D sums. */
 ALWAYS_INLINE void attend_heads(const Attention *a, Py_ssize_t row, Py_ssize_t kvh, Py_ssize_t h0, Py_ssize_t gn,
                                 const int64_t *slots, Py_ssize_t n, float *p, float *acc, ScoresFn scores,
-                                ValuesFn values) {
+                                ValuesFn values, ExpFn exp_block) {
     Py_ssize_t D = a->D, K = a->K;
     const float *kh = a->k + kvh * a->S * D, *vh = a->v + kvh * a->S * D;
     scores(a->q + (row * a->H + h0) * D, gn, D, kh, slots, n, p, K, a->scale);
     for (Py_ssize_t g = 0; g < gn; g++) {
         float *pg = p + g * K, top = max_of(pg, n);
-        exp_shifted(pg, n, top);
+        for (Py_ssize_t c = 0; c < n; c++) pg[c] = pg[c] - top;
+        exp_block(pg, n);
     }
     values(p, gn, D, vh, slots, n, K, acc);
     for (Py_ssize_t g = 0; g < gn; g++) {
@@ -513,7 +558,7 @@ ALWAYS_INLINE void attend_heads(const Attention *a, Py_ssize_t row, Py_ssize_t k
  * one thread reads the row's keys once for all its heads, and a row's visible slots are
  * listed once for all its units. */
 ALWAYS_INLINE int attention_units(const Attention *a, Py_ssize_t t0, Py_ssize_t t1, ScoresFn scores,
-                                  ValuesFn values) {
+                                  ValuesFn values, ExpFn exp_block) {
     Py_ssize_t G = a->H / a->KVH;
     int64_t *slots = malloc((size_t)a->K * sizeof(int64_t));
     float *p = malloc((size_t)(G * a->K + G * a->D) * sizeof(float));
@@ -529,7 +574,7 @@ ALWAYS_INLINE int attention_units(const Attention *a, Py_ssize_t t0, Py_ssize_t 
             n = visible_slots(a, a->row_at ? a->row_at[row] : row, slots);
             listed = row;
         }
-        attend_heads(a, row, kvh, kvh * G + g, gn, slots, n, p, p + G * a->K, scores, values);
+        attend_heads(a, row, kvh, kvh * G + g, gn, slots, n, p, p + G * a->K, scores, values, exp_block);
         t += gn;
     }
     free(slots);
@@ -545,11 +590,11 @@ ALWAYS_INLINE int attention_units(const Attention *a, Py_ssize_t t0, Py_ssize_t 
         rms_rows(h, delta, w, y, r0, r1, n, eps);                                                          \
     }                                                                                                      \
     TARGET static void silu_##SUFFIX(const float *gu, float *out, Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t n) { \
-        silu_rows(gu, out, r0, r1, n);                                                                     \
+        silu_rows(gu, out, r0, r1, n, exp_block_##SUFFIX);                                                 \
     }                                                                                                      \
     TARGET static void rotary_##SUFFIX(const Rotary *a, Py_ssize_t r0, Py_ssize_t r1) { rotary_rows(a, r0, r1); } \
     TARGET static int attention_##SUFFIX(const Attention *a, Py_ssize_t t0, Py_ssize_t t1) {              \
-        return attention_units(a, t0, t1, scores_##SUFFIX, values_##SUFFIX);                               \
+        return attention_units(a, t0, t1, scores_##SUFFIX, values_##SUFFIX, exp_block_##SUFFIX);           \
     }
 
 static void scores_generic_fn(const float *q0, Py_ssize_t G, Py_ssize_t D, const float *kh, const int64_t *slots,
