@@ -195,6 +195,8 @@ ALWAYS_INLINE lanes_t exp_lanes(lanes_t x) {
  * the x86 paths have twins written with intrinsics (exp_block_avx2/avx512), as GCC lowers
  * these lanes' compares to scalar code for AVX2. */
 typedef void (*ExpFn)(float *a, Py_ssize_t n);
+typedef float (*MaxFn)(const float *a, Py_ssize_t n); /* max_of and its x86 twins */
+static float max_generic(const float *a, Py_ssize_t n) { return max_of(a, n); }
 static void exp_block_generic(float *a, Py_ssize_t n) {
     Py_ssize_t i = 0;
     for (; i + LANES <= n; i += LANES) {
@@ -511,6 +513,37 @@ T_512 static void exp_block_avx512(float *a, Py_ssize_t n) {
     for (; i < n; i++) a[i] = exp_one(a[i]);
 }
 #undef EXP_STEPS
+
+/* max_of with intrinsics (GCC lowers max_of's lane compares to scalar code for AVX2): the
+ * same 16 running maxima, lane l over the indices = l mod 16 (max_ps(x, m) is exactly
+ * x > m ? x : m, NaN and signed zeros included), combined in max_of's order. */
+T_AVX2 static float max_avx2(const float *a, Py_ssize_t n) {
+    __m256 m0 = _mm256_set1_ps(a[0]), m1 = m0;
+    Py_ssize_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        m0 = _mm256_max_ps(_mm256_loadu_ps(a + i), m0);
+        m1 = _mm256_max_ps(_mm256_loadu_ps(a + i + 8), m1);
+    }
+    float top[16];
+    _mm256_storeu_ps(top, m0);
+    _mm256_storeu_ps(top + 8, m1);
+    float best = top[0];
+    for (int l = 1; l < 16; l++) best = top[l] > best ? top[l] : best;
+    for (; i < n; i++) best = a[i] > best ? a[i] : best;
+    return best;
+}
+
+T_512 static float max_avx512(const float *a, Py_ssize_t n) {
+    __m512 m = _mm512_set1_ps(a[0]);
+    Py_ssize_t i = 0;
+    for (; i + 16 <= n; i += 16) m = _mm512_max_ps(_mm512_loadu_ps(a + i), m);
+    float top[16];
+    _mm512_storeu_ps(top, m);
+    float best = top[0];
+    for (int l = 1; l < 16; l++) best = top[l] > best ? top[l] : best;
+    for (; i < n; i++) best = a[i] > best ? a[i] : best;
+    return best;
+}
 #endif
 
 /* The slots of the keys visible to the step's row at place `at` = b * Q + qi, in key order,
@@ -536,12 +569,12 @@ ALWAYS_INLINE Py_ssize_t visible_slots(const Attention *a, Py_ssize_t at, int64_
  * row); scratch: gn * K scores, gn * D sums. */
 ALWAYS_INLINE void attend_heads(const Attention *a, Py_ssize_t row, Py_ssize_t kvh, Py_ssize_t h0, Py_ssize_t gn,
                                 const int64_t *slots, Py_ssize_t n, float *p, float *acc, ScoresFn scores,
-                                ValuesFn values, ExpFn exp_block) {
+                                ValuesFn values, ExpFn exp_block, MaxFn max_fn) {
     Py_ssize_t D = a->D, K = a->K;
     const float *kh = a->k + kvh * a->S * D, *vh = a->v + kvh * a->S * D;
     scores(a->q + (row * a->H + h0) * D, gn, D, kh, slots, n, p, K, a->scale);
     for (Py_ssize_t g = 0; g < gn; g++) {
-        float *pg = p + g * K, top = max_of(pg, n);
+        float *pg = p + g * K, top = max_fn(pg, n);
         for (Py_ssize_t c = 0; c < n; c++) pg[c] = pg[c] - top;
         exp_block(pg, n);
     }
@@ -558,7 +591,7 @@ ALWAYS_INLINE void attend_heads(const Attention *a, Py_ssize_t row, Py_ssize_t k
  * one thread reads the row's keys once for all its heads, and a row's visible slots are
  * listed once for all its units. */
 ALWAYS_INLINE int attention_units(const Attention *a, Py_ssize_t t0, Py_ssize_t t1, ScoresFn scores,
-                                  ValuesFn values, ExpFn exp_block) {
+                                  ValuesFn values, ExpFn exp_block, MaxFn max_fn) {
     Py_ssize_t G = a->H / a->KVH;
     int64_t *slots = malloc((size_t)a->K * sizeof(int64_t));
     float *p = malloc((size_t)(G * a->K + G * a->D) * sizeof(float));
@@ -574,7 +607,7 @@ ALWAYS_INLINE int attention_units(const Attention *a, Py_ssize_t t0, Py_ssize_t 
             n = visible_slots(a, a->row_at ? a->row_at[row] : row, slots);
             listed = row;
         }
-        attend_heads(a, row, kvh, kvh * G + g, gn, slots, n, p, p + G * a->K, scores, values, exp_block);
+        attend_heads(a, row, kvh, kvh * G + g, gn, slots, n, p, p + G * a->K, scores, values, exp_block, max_fn);
         t += gn;
     }
     free(slots);
@@ -594,7 +627,7 @@ ALWAYS_INLINE int attention_units(const Attention *a, Py_ssize_t t0, Py_ssize_t 
     }                                                                                                      \
     TARGET static void rotary_##SUFFIX(const Rotary *a, Py_ssize_t r0, Py_ssize_t r1) { rotary_rows(a, r0, r1); } \
     TARGET static int attention_##SUFFIX(const Attention *a, Py_ssize_t t0, Py_ssize_t t1) {              \
-        return attention_units(a, t0, t1, scores_##SUFFIX, values_##SUFFIX, exp_block_##SUFFIX);           \
+        return attention_units(a, t0, t1, scores_##SUFFIX, values_##SUFFIX, exp_block_##SUFFIX, max_##SUFFIX); \
     }
 
 static void scores_generic_fn(const float *q0, Py_ssize_t G, Py_ssize_t D, const float *kh, const int64_t *slots,
