@@ -150,34 +150,14 @@ ALWAYS_INLINE float sum(const float *a, Py_ssize_t n) {
     return reduce_lanes(&acc);
 }
 
-/* e^x: x = n ln2 + r, |r| <= ln2 / 2, e^r by a polynomial, 2^n into the exponent bits. */
-ALWAYS_INLINE float exp_one(float x) {
-    x = x < -87.33654f ? -87.33654f : x;  /* e^x then 2^-126 (normal); the true value is smaller still */
-    x = x > 88.0f ? 88.0f : x;            /* n <= 127: finite (e^88 = 1.65e38) */
-    float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round to nearest */
-    float r = x - n * 0.693359375f;
-    r = r - n * -2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * (r * r) + r + 1.0f;
-    int32_t bits = ((int32_t)n + 127) << 23;
-    float scale;
-    memcpy(&scale, &bits, sizeof scale);
-    return p * scale;
-}
-
-/* exp_one of each lane: its very operations, lane by lane (the clamps as compares and
- * selects, so a NaN passes through as there), so the same values. */
+/* e^x of each lane: x = n ln2 + r, |r| <= ln2 / 2, e^r by a polynomial, 2^n into the exponent
+ * bits. The clamps are compares and selects, so a NaN passes through. */
 ALWAYS_INLINE lanes_t exp_lanes(lanes_t x) {
     const lanes_t lo = (lanes_t){0} - 87.33654f, hi = (lanes_t){0} + 88.0f;
-    lane_mask_t below = x < lo, above = x > hi;
+    lane_mask_t below = x < lo, above = x > hi; /* below: e^x then 2^-126 (normal); the true value is smaller still */
     x = (lanes_t)(((lane_mask_t)lo & below) | ((lane_mask_t)x & ~below));
-    x = (lanes_t)(((lane_mask_t)hi & above) | ((lane_mask_t)x & ~above));
-    lanes_t n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+    x = (lanes_t)(((lane_mask_t)hi & above) | ((lane_mask_t)x & ~above)); /* n <= 127: finite (e^88 = 1.65e38) */
+    lanes_t n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round to nearest */
     lanes_t r = x - n * 0.693359375f;
     r = r - n * -2.12194440e-4f;
     lanes_t p = (lanes_t){0} + 1.9875691500e-4f;
@@ -190,6 +170,9 @@ ALWAYS_INLINE lanes_t exp_lanes(lanes_t x) {
     lane_mask_t bits = (__builtin_convertvector(n, lane_mask_t) + 127) << 23;
     return p * (lanes_t)bits;
 }
+
+/* e^x of one float: exp_lanes' lane 0 (the tails of the loops below; a test's reference). */
+ALWAYS_INLINE float exp_one(float x) { return exp_lanes((lanes_t){0} + x)[0]; }
 
 /* a[i] = exp_one(a[i]) for i < n: the generic path's, LANES at a time on GCC's vector lanes;
  * the x86 paths have twins written with intrinsics (exp_block_avx2/avx512), as GCC lowers
@@ -467,52 +450,38 @@ T_AVX2 static void values_avx2(const float *p, Py_ssize_t G, Py_ssize_t D, const
         for (int i = 0; i < 8; i++) _mm256_storeu_ps(acc + g * D + 8 * i, a[i]);
     }
 }
-/* exp_one on 8 (AVX2) or 16 (AVX-512) lanes: its very operations, in its order, without
- * fused multiply-adds; its clamps as max(lo, x) and min(hi, x), which give x itself where x is
- * NaN, as exp_one's compares do. So each lane is exp_one's value (a test holds them to it);
- * written out because GCC leaves exp_one's loop scalar on AVX2. The tail runs exp_one. */
-#define EXP_STEPS(V, set1, add, sub, mul, max, min, cvtt, addi, slli, cast)                         \
-    do {                                                                                            \
-        V = min(set1(88.0f), max(set1(-87.33654f), V));                                             \
-        __typeof__(V) n_ = sub(add(mul(V, set1(1.44269504088896341f)), set1(12582912.0f)), set1(12582912.0f)); \
-        __typeof__(V) r_ = sub(V, mul(n_, set1(0.693359375f)));                                     \
-        r_ = sub(r_, mul(n_, set1(-2.12194440e-4f)));                                               \
-        __typeof__(V) p_ = set1(1.9875691500e-4f);                                                  \
-        p_ = add(mul(p_, r_), set1(1.3981999507e-3f));                                              \
-        p_ = add(mul(p_, r_), set1(8.3334519073e-3f));                                              \
-        p_ = add(mul(p_, r_), set1(4.1665795894e-2f));                                              \
-        p_ = add(mul(p_, r_), set1(1.6666665459e-1f));                                              \
-        p_ = add(mul(p_, r_), set1(5.0000001201e-1f));                                              \
-        p_ = add(add(mul(p_, mul(r_, r_)), r_), set1(1.0f));                                        \
-        V = mul(p_, cast(slli(addi(cvtt(n_), 127), 23)));                                           \
-    } while (0)
 
-T_AVX2 static void exp_block_avx2(float *a, Py_ssize_t n) {
-    Py_ssize_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m256 v = _mm256_loadu_ps(a + i);
-#define ADDI(x, c) _mm256_add_epi32(x, _mm256_set1_epi32(c))
-        EXP_STEPS(v, _mm256_set1_ps, _mm256_add_ps, _mm256_sub_ps, _mm256_mul_ps, _mm256_max_ps, _mm256_min_ps,
-                  _mm256_cvttps_epi32, ADDI, _mm256_slli_epi32, _mm256_castsi256_ps);
-#undef ADDI
-        _mm256_storeu_ps(a + i, v);
+/* exp_one on 8 (AVX2) or 16 (AVX-512) lanes, a[i] = exp_one(a[i]) for i < n: its very
+ * operations, in its order, without fused multiply-adds; its clamps as max(lo, x) and
+ * min(hi, x), which give x itself where x is NaN, as exp_one's compares do. So each lane is
+ * exp_one's value (a test holds them to it); written out because GCC leaves exp_one's loop
+ * scalar on AVX2. The tail runs exp_one. VT, SI: the float and integer vectors of W bits;
+ * P: the intrinsics' prefix. */
+#define EXP_BLOCK(NAME, TARGET, L, VT, SI, P, W)                                                     \
+    TARGET static void NAME(float *a, Py_ssize_t n) {                                                \
+        Py_ssize_t i = 0;                                                                            \
+        for (; i + L <= n; i += L) {                                                                 \
+            VT x = P##_loadu_ps(a + i);                                                              \
+            x = P##_min_ps(P##_set1_ps(88.0f), P##_max_ps(P##_set1_ps(-87.33654f), x));              \
+            VT k = P##_sub_ps(P##_add_ps(P##_mul_ps(x, P##_set1_ps(1.44269504088896341f)),           \
+                                         P##_set1_ps(12582912.0f)), P##_set1_ps(12582912.0f));       \
+            VT r = P##_sub_ps(x, P##_mul_ps(k, P##_set1_ps(0.693359375f)));                          \
+            r = P##_sub_ps(r, P##_mul_ps(k, P##_set1_ps(-2.12194440e-4f)));                          \
+            VT p = P##_set1_ps(1.9875691500e-4f);                                                    \
+            p = P##_add_ps(P##_mul_ps(p, r), P##_set1_ps(1.3981999507e-3f));                         \
+            p = P##_add_ps(P##_mul_ps(p, r), P##_set1_ps(8.3334519073e-3f));                         \
+            p = P##_add_ps(P##_mul_ps(p, r), P##_set1_ps(4.1665795894e-2f));                         \
+            p = P##_add_ps(P##_mul_ps(p, r), P##_set1_ps(1.6666665459e-1f));                         \
+            p = P##_add_ps(P##_mul_ps(p, r), P##_set1_ps(5.0000001201e-1f));                         \
+            p = P##_add_ps(P##_add_ps(P##_mul_ps(p, P##_mul_ps(r, r)), r), P##_set1_ps(1.0f));       \
+            SI bits = P##_slli_epi32(P##_add_epi32(P##_cvttps_epi32(k), P##_set1_epi32(127)), 23);   \
+            P##_storeu_ps(a + i, P##_mul_ps(p, P##_castsi##W##_ps(bits)));                           \
+        }                                                                                            \
+        for (; i < n; i++) a[i] = exp_one(a[i]);                                                     \
     }
-    for (; i < n; i++) a[i] = exp_one(a[i]);
-}
-
-T_512 static void exp_block_avx512(float *a, Py_ssize_t n) {
-    Py_ssize_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        __m512 v = _mm512_loadu_ps(a + i);
-#define ADDI(x, c) _mm512_add_epi32(x, _mm512_set1_epi32(c))
-        EXP_STEPS(v, _mm512_set1_ps, _mm512_add_ps, _mm512_sub_ps, _mm512_mul_ps, _mm512_max_ps, _mm512_min_ps,
-                  _mm512_cvttps_epi32, ADDI, _mm512_slli_epi32, _mm512_castsi512_ps);
-#undef ADDI
-        _mm512_storeu_ps(a + i, v);
-    }
-    for (; i < n; i++) a[i] = exp_one(a[i]);
-}
-#undef EXP_STEPS
+EXP_BLOCK(exp_block_avx2, T_AVX2, 8, __m256, __m256i, _mm256, 256)
+EXP_BLOCK(exp_block_avx512, T_512, 16, __m512, __m512i, _mm512, 512)
+#undef EXP_BLOCK
 
 /* max_of with intrinsics (GCC lowers max_of's lane compares to scalar code for AVX2): the
  * same 16 running maxima, lane l over the indices = l mod 16 (max_ps(x, m) is exactly
