@@ -152,7 +152,8 @@ ALWAYS_INLINE float sum(const float *a, Py_ssize_t n) {
 
 /* e^x of each lane: x = n ln2 + r, |r| <= ln2 / 2, e^r by a polynomial, 2^n into the exponent
  * bits. The clamps are compares and selects, so a NaN passes through. */
-ALWAYS_INLINE lanes_t exp_lanes(lanes_t x) {
+ALWAYS_INLINE lanes_t exp_lanes(const lanes_t *in) { /* by address: GCC notes an ABI change for 64-byte vector arguments */
+    lanes_t x = *in;
     const lanes_t lo = (lanes_t){0} - 87.33654f, hi = (lanes_t){0} + 88.0f;
     lane_mask_t below = x < lo, above = x > hi; /* below: e^x then 2^-126 (normal); the true value is smaller still */
     x = (lanes_t)(((lane_mask_t)lo & below) | ((lane_mask_t)x & ~below));
@@ -172,7 +173,10 @@ ALWAYS_INLINE lanes_t exp_lanes(lanes_t x) {
 }
 
 /* e^x of one float: exp_lanes' lane 0 (the tails of the loops below; a test's reference). */
-ALWAYS_INLINE float exp_one(float x) { return exp_lanes((lanes_t){0} + x)[0]; }
+ALWAYS_INLINE float exp_one(float x) {
+    lanes_t v = (lanes_t){0} + x;
+    return exp_lanes(&v)[0];
+}
 
 /* a[i] = exp_one(a[i]) for i < n: the generic path's, LANES at a time on GCC's vector lanes;
  * the x86 paths have twins written with intrinsics (exp_block_avx2/avx512), as GCC lowers
@@ -183,7 +187,8 @@ static float max_generic(const float *a, Py_ssize_t n) { return max_of(a, n); }
 static void exp_block_generic(float *a, Py_ssize_t n) {
     Py_ssize_t i = 0;
     for (; i + LANES <= n; i += LANES) {
-        lanes_t v = exp_lanes(load_lanes(a + i));
+        lanes_t v = load_lanes(a + i);
+        v = exp_lanes(&v);
         memcpy(a + i, &v, sizeof v);
     }
     for (; i < n; i++) a[i] = exp_one(a[i]);
