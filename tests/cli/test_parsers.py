@@ -39,6 +39,7 @@ def _parsers() -> dict[str, argparse.ArgumentParser]:
         parsers["bench_cpu_routes"] = _bench("bench_cpu_routes")
         parsers["bench_llamacpp"] = _bench("bench_llamacpp")
         parsers["bench_limit"] = _bench("bench_limit")
+        parsers["bench_attention"] = _bench("bench_attention")
     for action in list(parsers["ngram_cache"]._actions):  # the subcommands' own parsers
         if isinstance(action, argparse._SubParsersAction):
             for name, sub in action.choices.items():
