@@ -172,7 +172,7 @@ ALWAYS_INLINE lanes_t exp_lanes(const lanes_t *in) { /* by address: GCC notes an
     return p * (lanes_t)bits;
 }
 
-/* e^x of one float: exp_lanes' lane 0 (the tails of the loops below; a test's reference). */
+/* e^x of one float: exp_lanes' lane 0 (the tests' reference, through step_ops.exp). */
 ALWAYS_INLINE float exp_one(float x) {
     lanes_t v = (lanes_t){0} + x;
     return exp_lanes(&v)[0];
@@ -191,7 +191,11 @@ static void exp_block_generic(float *a, Py_ssize_t n) {
         v = exp_lanes(&v);
         memcpy(a + i, &v, sizeof v);
     }
-    for (; i < n; i++) a[i] = exp_one(a[i]);
+    if (i < n) { /* the last n - i in one more pass, the other lanes zero */
+        lanes_t v = load_tail(a + i, n - i, 0.0f);
+        v = exp_lanes(&v);
+        memcpy(a + i, &v, (size_t)(n - i) * sizeof(float));
+    }
 }
 
 /* ------------------------------------------------------------------ the kernels' bodies */
@@ -460,13 +464,18 @@ T_AVX2 static void values_avx2(const float *p, Py_ssize_t G, Py_ssize_t D, const
  * operations, in its order, without fused multiply-adds; its clamps as max(lo, x) and
  * min(hi, x), which give x itself where x is NaN, as exp_one's compares do. So each lane is
  * exp_one's value (a test holds them to it); written out because GCC leaves exp_one's loop
- * scalar on AVX2. The tail runs exp_one. VT, SI: the float and integer vectors of W bits;
- * P: the intrinsics' prefix. */
+ * scalar on AVX2. The last n % L go through one more pass, padded with zeros. VT, SI: the
+ * float and integer vectors of W bits; P: the intrinsics' prefix. */
 #define EXP_BLOCK(NAME, TARGET, L, VT, SI, P, W)                                                     \
     TARGET static void NAME(float *a, Py_ssize_t n) {                                                \
-        Py_ssize_t i = 0;                                                                            \
-        for (; i + L <= n; i += L) {                                                                 \
-            VT x = P##_loadu_ps(a + i);                                                              \
+        for (Py_ssize_t i = 0; i < n; i += L) {                                                      \
+            float t[L]; /* the tail, padded */                                                       \
+            const int full = i + L <= n;                                                             \
+            if (!full) {                                                                             \
+                memset(t, 0, sizeof t);                                                              \
+                memcpy(t, a + i, (size_t)(n - i) * sizeof(float));                                   \
+            }                                                                                        \
+            VT x = P##_loadu_ps(full ? a + i : t);                                                   \
             x = P##_min_ps(P##_set1_ps(88.0f), P##_max_ps(P##_set1_ps(-87.33654f), x));              \
             VT k = P##_sub_ps(P##_add_ps(P##_mul_ps(x, P##_set1_ps(1.44269504088896341f)),           \
                                          P##_set1_ps(12582912.0f)), P##_set1_ps(12582912.0f));       \
@@ -480,9 +489,9 @@ T_AVX2 static void values_avx2(const float *p, Py_ssize_t G, Py_ssize_t D, const
             p = P##_add_ps(P##_mul_ps(p, r), P##_set1_ps(5.0000001201e-1f));                         \
             p = P##_add_ps(P##_add_ps(P##_mul_ps(p, P##_mul_ps(r, r)), r), P##_set1_ps(1.0f));       \
             SI bits = P##_slli_epi32(P##_add_epi32(P##_cvttps_epi32(k), P##_set1_epi32(127)), 23);   \
-            P##_storeu_ps(a + i, P##_mul_ps(p, P##_castsi##W##_ps(bits)));                           \
+            P##_storeu_ps(full ? a + i : t, P##_mul_ps(p, P##_castsi##W##_ps(bits)));                \
+            if (!full) memcpy(a + i, t, (size_t)(n - i) * sizeof(float));                           \
         }                                                                                            \
-        for (; i < n; i++) a[i] = exp_one(a[i]);                                                     \
     }
 EXP_BLOCK(exp_block_avx2, T_AVX2, 8, __m256, __m256i, _mm256, 256)
 EXP_BLOCK(exp_block_avx512, T_512, 16, __m512, __m512i, _mm512, 512)
