@@ -724,7 +724,7 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"\nmachine: {header['cpu']}, {header['cores']} cores, {' '.join(header['avx_flags']) or 'no AVX'}; "
           f"{args.num_threads} thread(s) for every peer; OMP_WAIT_POLICY: ours "
-          f"{os.environ.get('OMP_WAIT_POLICY', 'unset')}, llama.cpp {users_environment().get('OMP_WAIT_POLICY', 'unset')}; "
+          f"{header['omp_wait_policy']['ours'] or 'unset'}, llama.cpp {header['omp_wait_policy']['llama.cpp'] or 'unset'}; "
           f"1-minute load at start {fmt(header['load_1min_at_start'], '.1f')}")
     used = f"{LLAMACPP_PACKAGE} {llama_info['version']} (llama.cpp {llama_info['commit']})" if llama_info["used"] \
         else "skipped"

@@ -52,10 +52,10 @@
 
 #define NB_MAX 4 /* weight rows per block (generic and AVX2; AVX-512: AVX512_NB) */
 #ifndef PF_BLOCKS
+#define PF_BLOCKS 2 /* the one-row quantized kernels prefetch the weight rows this many blocks ahead */
+#endif
 #ifndef FAR_BLOCKS
 #define FAR_BLOCKS 4 /* ... and this many blocks ahead into L2 */
-#endif
-#define PF_BLOCKS 2 /* the one-row quantized kernels prefetch the weight rows this many blocks ahead */
 #endif
 #ifndef F32_NB
 #define F32_NB 4 /* weight rows per block of the one-row fp32 kernels */
@@ -987,10 +987,10 @@ T_512 static void avx512_dequant(const Product *p, Py_ssize_t n0, int nb, int ki
         }                                                                                   \
         if (KIND != 0 && p->M > AVX512_MB)                                                  \
             scr = aligned_alloc(64, ((size_t)AVX512_NB * p->K * sizeof(float) + 63) / 64 * 64); \
-        float *xp = NULL; /* int4, one row: x permuted for avx512_i4_row4 */                \
-        if (KIND == 2 && p->M == 1 && n0 + AVX512_NB <= n1) {                               \
-            xp = aligned_alloc(64, ((size_t)p->K * sizeof(float) + 63) / 64 * 64);          \
-            i4_permute_x(p->x, p->K, xp);                                                   \
+        float *xp = NULL; /* int4, one row: x permuted for avx512_i4_row4 (without it, */    \
+        if (KIND == 2 && p->M == 1 && n0 + AVX512_NB <= n1) { /* avx512_i4_block: the same */ \
+            xp = aligned_alloc(64, ((size_t)p->K * sizeof(float) + 63) / 64 * 64); /* values) */ \
+            if (xp != NULL) i4_permute_x(p->x, p->K, xp);                                   \
         }                                                                                   \
         Py_ssize_t n = n0;                                                                  \
         for (; n + AVX512_NB <= n1; n += AVX512_NB) {                                             \
@@ -1011,7 +1011,7 @@ T_512 static void avx512_dequant(const Product *p, Py_ssize_t n0, int nb, int ki
 #define DIRECT_512(m, mb, nb)                                                               \
     do {                                                                                    \
         if (kind == 1 && mb == 1 && nb == AVX512_NB) avx512_i8_row4(p, m, n);               \
-        else if (kind == 2 && mb == 1 && nb == AVX512_NB) avx512_i4_row4(p, xp, m, n);      \
+        else if (kind == 2 && mb == 1 && nb == AVX512_NB && xp) avx512_i4_row4(p, xp, m, n); \
         else if (kind == 2 && use_vbmi) avx512_i4_block(p, m, mb, n, nb, 1);                \
         else if (kind == 2) avx512_i4_block(p, m, mb, n, nb, 0);                            \
         else avx512_block(p, m, mb, n, nb, kind, NULL, pf, PF_LINES(kind));                 \

@@ -123,6 +123,15 @@ ALWAYS_INLINE float dot_fma(const float *a, const float *b, Py_ssize_t n) {
     return reduce_lanes(&v);
 }
 
+/* max_of's end, shared by its x86 twins: the LANES running maxima `top` (lane l over the
+ * indices i < done with i % LANES == l) combined in lane order, then a[done..n) in order. */
+ALWAYS_INLINE float max_finish(const float *top, const float *a, Py_ssize_t done, Py_ssize_t n) {
+    float best = top[0];
+    for (int l = 1; l < LANES; l++) best = top[l] > best ? top[l] : best;
+    for (Py_ssize_t i = done; i < n; i++) best = a[i] > best ? a[i] : best;
+    return best;
+}
+
 /* The largest of a[0..n) (n >= 1; exact, so any order gives it). */
 ALWAYS_INLINE float max_of(const float *a, Py_ssize_t n) {
     lanes_t m = load_tail(a, 0, a[0]);
@@ -134,10 +143,7 @@ ALWAYS_INLINE float max_of(const float *a, Py_ssize_t n) {
     }
     float top[LANES];
     memcpy(top, &m, sizeof top);
-    float best = top[0];
-    for (int l = 1; l < LANES; l++) best = top[l] > best ? top[l] : best;
-    for (; i < n; i++) best = a[i] > best ? a[i] : best;
-    return best;
+    return max_finish(top, a, i, n);
 }
 
 ALWAYS_INLINE float sum_squares(const float *a, Py_ssize_t n) { return dot(a, a, n); }
@@ -498,8 +504,8 @@ EXP_BLOCK(exp_block_avx512, T_512, 16, __m512, __m512i, _mm512, 512)
 #undef EXP_BLOCK
 
 /* max_of with intrinsics (GCC lowers max_of's lane compares to scalar code for AVX2): the
- * same 16 running maxima, lane l over the indices = l mod 16 (max_ps(x, m) is exactly
- * x > m ? x : m, NaN and signed zeros included), combined in max_of's order. */
+ * same LANES (16) running maxima, lane l over the indices = l mod 16 (max_ps(x, m) is exactly
+ * x > m ? x : m, NaN and signed zeros included), combined by max_finish, as max_of does. */
 T_AVX2 static float max_avx2(const float *a, Py_ssize_t n) {
     __m256 m0 = _mm256_set1_ps(a[0]), m1 = m0;
     Py_ssize_t i = 0;
@@ -507,25 +513,19 @@ T_AVX2 static float max_avx2(const float *a, Py_ssize_t n) {
         m0 = _mm256_max_ps(_mm256_loadu_ps(a + i), m0);
         m1 = _mm256_max_ps(_mm256_loadu_ps(a + i + 8), m1);
     }
-    float top[16];
+    float top[LANES];
     _mm256_storeu_ps(top, m0);
     _mm256_storeu_ps(top + 8, m1);
-    float best = top[0];
-    for (int l = 1; l < 16; l++) best = top[l] > best ? top[l] : best;
-    for (; i < n; i++) best = a[i] > best ? a[i] : best;
-    return best;
+    return max_finish(top, a, i, n);
 }
 
 T_512 static float max_avx512(const float *a, Py_ssize_t n) {
     __m512 m = _mm512_set1_ps(a[0]);
     Py_ssize_t i = 0;
     for (; i + 16 <= n; i += 16) m = _mm512_max_ps(_mm512_loadu_ps(a + i), m);
-    float top[16];
+    float top[LANES];
     _mm512_storeu_ps(top, m);
-    float best = top[0];
-    for (int l = 1; l < 16; l++) best = top[l] > best ? top[l] : best;
-    for (; i < n; i++) best = a[i] > best ? a[i] : best;
-    return best;
+    return max_finish(top, a, i, n);
 }
 #endif
 

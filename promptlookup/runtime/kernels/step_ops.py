@@ -243,8 +243,8 @@ def layers(h: torch.Tensor, records: torch.Tensor, pool_k: list[torch.Tensor], p
     pools = torch.tensor([[k.data_ptr(), v.data_ptr()] for k, v in zip(pool_k, pool_v)], dtype=torch.long)
     _C.layers(h.data_ptr(), cos.data_ptr(), sin_signed.data_ptr(), positions.data_ptr(), slots.data_ptr(),
               0 if read_slots is None else read_slots.data_ptr(), 0 if mask is None else mask.data_ptr(),
-              records.data_ptr(), pools.data_ptr(), 0 if row_at is None else row_at.data_ptr(), rows, hidden, heads, kvh, d, intermediate, s, batch, per_seq,
-              kv_len, start, n_layers, eps, scale)
+              records.data_ptr(), pools.data_ptr(), 0 if row_at is None else row_at.data_ptr(), rows, hidden, heads,
+              kvh, d, intermediate, s, batch, per_seq, kv_len, start, n_layers, eps, scale)
 
 
 def exp(x: float) -> float:
