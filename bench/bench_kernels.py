@@ -12,8 +12,9 @@ repetition (a busy machine slows them alike). Candidates:
   :func:`promptlookup.runtime.cpu_linear._mkl`, MKL's fastest route for few rows);
 - ``onednn``: ``torch.ops.mkldnn._linear_pointwise`` on the weight reordered once, fewer
   than 4 rows padded to 4 (as :mod:`promptlookup.runtime.cpu_linear` runs it);
-- ``c_fp32``, ``c_int8``, ``c_int4`` (group 32): :mod:`promptlookup.runtime.kernels` on the
-  path in use (``--isa`` adds the same candidates on narrower paths, e.g. ``c_fp32@avx2``);
+- ``c_fp32``, ``c_int8``, ``c_int4`` and ``c_int8g`` (int4 and int8 in groups of 32):
+  :mod:`promptlookup.runtime.kernels` on the path in use (``--isa`` adds the same candidates
+  on narrower paths, e.g. ``c_fp32@avx2``);
 - ``aten_int8``, ``aten_int4``: ``torch.ops.aten._weight_int8pack_mm`` and
   ``_weight_int4pack_mm_for_cpu`` (group 32), where this PyTorch runs them.
 
@@ -91,6 +92,9 @@ class Weights:
             scale = torch.rand(out, in_ // GROUP, generator=g) * 1e-2
             packed = (codes[:, 0::2] | (codes[:, 1::2] << 4)).to(torch.uint8)
             self.int4.append((codes, packed, scale, -8 * scale))
+        self.int8g = [(torch.randint(-128, 128, (out, in_), dtype=torch.int8, generator=g),
+                       torch.rand(out, in_ // GROUP, generator=g) * 1e-3, torch.randn(out, in_ // GROUP, generator=g) * 1e-3)
+                      for _ in range(count)]
         self.onednn = self.aten_int8 = self.aten_int4 = None
 
     def pack_onednn(self) -> bool:
@@ -147,6 +151,8 @@ def products(w: Weights, isas: list[str]) -> dict[str, list[tuple[Product, int]]
         out[f"c_int8{tag}"] = [((lambda x, q=q, s=s: kernels.linear_int8(x, q, s)), nbytes(q, s)) for q, s in w.int8]
         out[f"c_int4{tag}"] = [((lambda x, q=q, s=s, o=o: kernels.linear_int4(x, q, s, o, GROUP)), nbytes(q, s, o))
                                for q, s, o in w.int4]
+        out[f"c_int8g{tag}"] = [((lambda x, q=q, s=s, o=o: kernels.linear_int8_groups(x, q, s, o, GROUP)),
+                                 nbytes(q, s, o)) for q, s, o in w.int8g]
     if w.aten_int8 is not None:
         out["aten_int8"] = [((lambda x, q=q, s=s: torch.ops.aten._weight_int8pack_mm(x, q, s)), nbytes(q, s))
                             for q, s in w.aten_int8]

@@ -236,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     greedy = SamplingConfig()
     batch = runner.open([prompt])
     batch.step([0], [[]], -1, greedy)  # the prompt's forward pass
-    draft = DraftTree.chain(prompt[100 : 100 + DRAFT_ROWS])
+    draft = DraftTree.chain((prompt[100:] + prompt * DRAFT_ROWS)[:DRAFT_ROWS])  # a short --context repeats itself
     plain = lambda: batch.step([0], [[]], -1, greedy)  # noqa: E731  (end_id -1: never finishes)
     verify = lambda: verify_only(batch, draft, greedy)  # noqa: E731  (commits nothing)
 

@@ -12,8 +12,10 @@ from promptlookup.checkpoint.quant_spec import QuantSpec
 from promptlookup.runtime.paged_llama import PagedLlama
 
 # pytest ids -> the quantization: int8 per channel (W8A16), int4 in groups of 32 (W4A16_GPTQ),
-# int4 per channel (W4A16); ``_lm``: with --quantize_lm_head (the embedding table and LM head too)
+# int4 per channel (W4A16), int8 in groups of 32 (W8A16_GPTQ); ``_lm``: with --quantize_lm_head
+# (the embedding table and LM head too)
 SPECS = {"int8": QuantSpec("int8"), "int4": QuantSpec("int4", 32), "int4ch": QuantSpec("int4"),
+         "int8g": QuantSpec("int8", 32),
          "int8_lm": QuantSpec("int8", lm_head=True), "int4_lm": QuantSpec("int4", 32, lm_head=True)}
 
 

@@ -73,9 +73,10 @@ def _stage_tensors(state: dict[str, torch.Tensor], layout: L.Layout, pp_rank: in
         if progress is not None:
             progress.update(1)
     table = quant is not None and quant.lm_head  # --quantize_lm_head: the table and head too
+    pre = prequantized or {}
     if layout.is_first_stage(pp_rank):
         if table:  # replicated on every rank, as the float table
-            parts = quantize_weight(quant, source[L.HF_EMBEDDING])
+            parts = pre.get(L.HF_EMBEDDING) or quantize_weight(quant, source[L.HF_EMBEDDING])
             for rank in ranks:
                 rank.update({_named(L.EMBEDDING, part): t for part, t in parts.items()})
         else:
@@ -84,7 +85,9 @@ def _stage_tensors(state: dict[str, torch.Tensor], layout: L.Layout, pp_rank: in
     if layout.is_last_stage(pp_rank):
         if table:  # a tied head is the table: the same codes (quantization is deterministic)
             head = source.get(L.HF_LM_HEAD, source[L.HF_EMBEDDING])
-            heads = shard_quantized_lm_head(quant, quantize_weight(quant, head), layout)
+            tied = _same_storage(head, source[L.HF_EMBEDDING])
+            parts = pre.get(L.HF_LM_HEAD) or (pre.get(L.HF_EMBEDDING) if tied else None) or quantize_weight(quant, head)
+            heads = shard_quantized_lm_head(quant, parts, layout)
             for rank, parts in zip(ranks, heads):
                 rank.update({_named(L.LM_HEAD, part): t for part, t in parts.items()})
         else:
@@ -93,6 +96,10 @@ def _stage_tensors(state: dict[str, torch.Tensor], layout: L.Layout, pp_rank: in
         for rank in ranks:
             rank[L.FINAL_NORM] = state[L.HF_FINAL_NORM]
     return ranks
+
+
+def _same_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.shape == b.shape and a.data_ptr() == b.data_ptr()
 
 
 def _named(weight_name: str, part: str) -> str:

@@ -5,8 +5,9 @@ flags with it before anything is loaded. The numerics and the tensor placement l
 
 TensorRT-LLM's ``convert_checkpoint.py --use_weight_only --weight_only_precision P`` writes
 ``quant_algo`` ``W8A16`` (int8) or ``W4A16`` (int4), both one scale per output channel;
-its grouped int4 with zero points is ``W4A16_GPTQ`` (``group_size``, ``has_zero_point``),
-which ``--per_group`` selects here.
+its grouped forms with zero points are ``W8A16_GPTQ`` and ``W4A16_GPTQ`` (``group_size``,
+``has_zero_point``), which ``--per_group`` selects here (int8 per group is what GGUF's
+``Q8_0``/``Q4_0``/``Q4_1`` blocks are, with groups of 32).
 
 TensorRT-LLM keeps the LM head and the embedding table in the float dtype by default
 (``exclude_modules`` lists them); ``examples/quantization/quantize.py --quantize_lm_head``
@@ -38,7 +39,8 @@ EXCLUDED_BY_DEFAULT = ("lm_head", "transformer.vocab_embedding")  # what the def
 TRTLLM_DEFAULT_EXCLUDES = ("*lm_head", "*router", "*vocab_embedding", "*position_embedding", "*block_embedding",
                            "*shared_expert_gate")
 WITH_LM_HEAD = tuple(p for p in TRTLLM_DEFAULT_EXCLUDES if p not in ("*lm_head", "*vocab_embedding"))
-ALGOS = {("int8", False): "W8A16", ("int4", False): "W4A16", ("int4", True): "W4A16_GPTQ"}
+ALGOS = {("int8", False): "W8A16", ("int4", False): "W4A16", ("int8", True): "W8A16_GPTQ",
+         ("int4", True): "W4A16_GPTQ"}
 
 
 @dataclass(frozen=True)
@@ -86,8 +88,8 @@ class QuantSpec:
         for (precision, grouped), name in ALGOS.items():
             if name == algo:
                 return cls(precision, int(quant.get("group_size") or DEFAULT_GROUP_SIZE) if grouped else None, lm_head)
-        raise UserError(f"quant_algo {algo} is not supported by the PyTorch runtime; it runs W8A16, W4A16 and "
-                        f"W4A16_GPTQ (convert_checkpoint.py --use_weight_only)")
+        raise UserError(f"quant_algo {algo} is not supported by the PyTorch runtime; it runs "
+                        f"{', '.join(ALGOS.values())} (convert_checkpoint.py --use_weight_only)")
 
     def tensor_suffixes(self) -> tuple[str, ...]:
         """The scale tensors stored beside each quantized ``weight``."""
@@ -113,7 +115,7 @@ def check_spec(spec: QuantSpec, layout: Layout) -> None:
                 raise UserError(f"--group_size {g} does not divide the model's {what} {width}; "
                                 f"choose a group size that divides it (e.g. 32 or 64)")
             if per_rank % g:
-                raise UserError(f"--tp_size {tp} cuts the int4 groups: each rank holds {per_rank} columns of the "
+                raise UserError(f"--tp_size {tp} cuts the {spec.precision} groups: each rank holds {per_rank} columns of the "
                                 f"{what} {width}, not a multiple of --group_size {g}; choose a smaller group size "
                                 f"or tp_size")
     elif spec.precision == "int4":

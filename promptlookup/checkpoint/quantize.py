@@ -10,9 +10,13 @@ quant_algo    ``P.weight``                 scales
 W8A16         int8 ``[out, in]``           ``P.per_channel_scale`` f32 ``[out]``
 W4A16         uint8 ``[out, in // 2]``     ``P.per_channel_scale`` f32 ``[out]`` (symmetric:
                                            offset ``-8 * scale``)
-W4A16_GPTQ    uint8 ``[out, in // 2]``     ``P.weights_scaling_factor`` and ``P.zero``, f32
+W8A16_GPTQ    int8 ``[out, in]``           ``P.weights_scaling_factor`` and ``P.zero``, f32
                                            ``[out, in // group_size]``
+W4A16_GPTQ    uint8 ``[out, in // 2]``     the same
 ============  ===========================  ===============================================
+
+int8 per group: ``W = code * scale + offset`` per group, codes -128..127 (``P.zero`` is that
+additive ``offset``, TensorRT-LLM's GPTQ ``zero`` for signed codes).
 
 int4 codes are 0..15, two per byte (column ``2j`` in the low nibble); ``W = code * scale +
 offset`` per group. ``P.zero`` holds that additive ``offset`` (TensorRT-LLM's GPTQ ``zero``
@@ -20,8 +24,8 @@ is the additive term for signed codes, ``code - 8``: ours is theirs minus ``8 * 
 
 Quantization is round-to-nearest, so every element lies within half a step of its
 dequantized value: int8 and int4 per channel are symmetric (``scale = max|w| / 127`` and
-``/ 7``, as TensorRT-LLM's ``symmetric_quantize``), int4 per group is asymmetric
-(``scale = (max - min) / 15``, ``offset = min``). Cost: O(weights), a few temporaries the
+``/ 7``, as TensorRT-LLM's ``symmetric_quantize``), int4 and int8 per group are asymmetric
+(``scale = (max - min) / 15`` or ``/ 255``, the group's minimum at the lowest code). Cost: O(weights), a few temporaries the
 size of one matrix in float32.
 """
 from __future__ import annotations
@@ -30,6 +34,7 @@ from typing import Mapping
 
 import torch
 
+from ..runtime import kernels
 from .layout import EMBEDDING, LM_HEAD, Layout
 from .quant_spec import GROUP_SCALE, GROUP_ZERO, PER_CHANNEL_SCALE, QUANT_LINEARS, QuantSpec
 from .sharding import shard_lm_head, shard_linears, unshard_lm_head, unshard_linears
@@ -78,6 +83,23 @@ def quantize_int4_groups(weight: torch.Tensor, group_size: int) -> tuple[torch.T
     return pack_int4(codes.view(out, width)), scale.contiguous(), lo.contiguous()
 
 
+def quantize_int8_groups(weight: torch.Tensor, group_size: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(codes int8 [out, in], scale f32 [out, groups], offset f32 [out, groups])``,
+    asymmetric per group of ``group_size`` input columns: code ``c`` in -128..127 stands for
+    ``c * scale + offset``, ``offset = min + 128 * scale`` (the minimum at code -128; a
+    constant group has ``scale`` 0, so its value is ``offset`` exactly)."""
+    w = weight.detach().float()
+    out, width = w.shape
+    groups = w.view(out, width // group_size, group_size)
+    lo, hi = groups.amin(dim=-1), groups.amax(dim=-1)
+    scale = (hi - lo) / 255.0  # 0 for a constant group: code 0 and offset = its value, exactly
+    offset = lo + 128.0 * scale
+    step = torch.where(scale > 0, scale, torch.ones_like(scale)).unsqueeze(-1)
+    codes = torch.round((groups - offset.unsqueeze(-1)) / step).clamp_(-128, 127)
+    codes = torch.where(scale.unsqueeze(-1) > 0, codes, torch.zeros_like(codes)).to(torch.int8)
+    return codes.view(out, width).contiguous(), scale.contiguous(), offset.contiguous()
+
+
 def int4_offset(spec: QuantSpec, tensors: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, int]:
     """``(scale, offset, group_size)`` of one int4 linear's stored tensors (suffix -> tensor)
     in the contract's ``[out, groups]`` form; per channel is one group of the whole row."""
@@ -90,9 +112,12 @@ def int4_offset(spec: QuantSpec, tensors: Mapping[str, torch.Tensor]) -> tuple[t
 
 def quantize_weight(spec: QuantSpec, weight: torch.Tensor) -> dict[str, torch.Tensor]:
     """One float weight ``[out, in]`` -> its stored tensors, suffix (``weight``, scales) -> tensor."""
-    if spec.precision == "int8":
+    if spec.precision == "int8" and spec.group_size is None:
         q, scale = quantize_int8(weight)
         return {"weight": q, PER_CHANNEL_SCALE: scale}
+    if spec.precision == "int8":
+        q, scale, offset = quantize_int8_groups(weight, spec.group_size)
+        return {"weight": q, GROUP_SCALE: scale, GROUP_ZERO: offset}
     if spec.group_size is None:
         q, scale = quantize_int4_channel(weight)
         return {"weight": q, PER_CHANNEL_SCALE: scale}
@@ -102,14 +127,15 @@ def quantize_weight(spec: QuantSpec, weight: torch.Tensor) -> dict[str, torch.Te
 
 def dequantize(spec: QuantSpec, tensors: Mapping[str, torch.Tensor]) -> torch.Tensor:
     """The float32 ``[out, in]`` weight that stored tensors (suffix -> tensor) stand for:
-    the same float32 operations as ``runtime.kernels.dequantize_int4`` (so bitwise equal)."""
+    ``runtime.kernels``' dequantizers themselves."""
     q = tensors["weight"]
-    if spec.precision == "int8":
+    if spec.precision == "int8" and spec.group_size is None:
         return q.float() * tensors[PER_CHANNEL_SCALE].float().view(-1, 1)
+    if spec.precision == "int8":
+        return kernels.dequantize_int8_groups(q, tensors[GROUP_SCALE].float(), tensors[GROUP_ZERO].float(),
+                                              spec.group_size)
     scale, offset, group = int4_offset(spec, tensors)
-    out = q.shape[0]
-    groups = unpack_int4(q).float().view(out, -1, group)
-    return (groups * scale.unsqueeze(-1) + offset.unsqueeze(-1)).view(out, -1)
+    return kernels.dequantize_int4(q, scale, offset, group)
 
 
 # --- placement in the rank files ------------------------------------------------------------

@@ -46,14 +46,14 @@ def build_parser() -> ArgumentParser:
                        help="quantize the decoder's projections to int8/int4 (the embedding, LM head and norms stay "
                             "in --dtype)")
     quant.add_argument("--weight_only_precision", choices=WEIGHT_ONLY_PRECISIONS, default=None,
-                       help="int8 (W8A16, per channel) or int4 (W4A16_GPTQ, needs --per_group: per-channel int4 "
-                            "is refused as too inaccurate); default int8")
+                       help="int8 (W8A16 per channel; W8A16_GPTQ with --per_group) or int4 (W4A16_GPTQ, needs "
+                            "--per_group: per-channel int4 is refused as too inaccurate); default int8")
     quant.add_argument("--per_group", action="store_true",
-                       help="int4 (required there): one scale and zero per group of --group_size input columns "
-                            "(W4A16_GPTQ)")
+                       help="one scale and zero per group of --group_size input columns (int8: W8A16_GPTQ, the "
+                            "more accurate int8; int4: W4A16_GPTQ, required there)")
     quant.add_argument("--group_size", type=_positive_int, default=None,
-                       help=f"columns per int4 group with --per_group (default: {DEFAULT_GROUP_SIZE}; 32 takes a "
-                            f"GGUF's Q4_0/Q4_1 blocks over exactly)")
+                       help=f"columns per group with --per_group (default: {DEFAULT_GROUP_SIZE}; 32 takes a GGUF's "
+                            f"Q4_0/Q4_1 blocks over exactly, and into int8 its Q8_0 blocks too)")
     quant.add_argument("--quantize_lm_head", action="store_true",
                        help="with --use_weight_only: quantize the LM head and the embedding table too, per vocabulary "
                             "row with the projections' precision and groups (one table when tied; TensorRT-LLM's "
@@ -76,11 +76,8 @@ def quant_spec_from_args(args: argparse.Namespace) -> "QuantSpec | None":
             raise UserError(f"{given[0]} needs --use_weight_only (without it the checkpoint is not quantized)")
         return None
     precision = args.weight_only_precision or "int8"
-    if precision == "int8" and args.per_group:
-        raise UserError("--per_group applies to int4 (W4A16_GPTQ); int8 is per channel (W8A16): drop --per_group "
-                        "or pass --weight_only_precision int4")
     if args.group_size is not None and not args.per_group:
-        raise UserError("--group_size applies with --per_group (int4 W4A16_GPTQ); add --per_group or drop it")
+        raise UserError("--group_size applies with --per_group (W8A16_GPTQ/W4A16_GPTQ); add --per_group or drop it")
     if precision == "int4" and not args.per_group:
         raise UserError(f"--weight_only_precision int4 needs --per_group (per-channel int4 is too inaccurate: SmolLM2's "
                         f"ROUGE-1 falls from 16.2 to 4.7); add --per_group [--group_size N], default "

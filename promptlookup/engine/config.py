@@ -69,7 +69,7 @@ class EngineConfig:
 
 def weights_of(pretrained: dict[str, Any]) -> dict[str, Any]:
     """What an engine's weights are, for reports: ``{"weights": "int8" | "int4" | <dtype>,
-    "quant_algo": "W8A16" | "W4A16" | "W4A16_GPTQ" | None, "group_size": int | None}``."""
+    "quant_algo": "W8A16" | "W4A16" | "W8A16_GPTQ" | "W4A16_GPTQ" | None, "group_size": int | None}``."""
     from ..checkpoint.config import quant_spec_of
 
     quant = quant_spec_of(pretrained)

@@ -393,18 +393,18 @@ def _quant_part(qweight: torch.Tensor, base: str, take: Callable[[str], torch.Te
     """One quantized projection from its codes and the parts stored beside them (names as
     :func:`promptlookup.checkpoint.load.merge_ranks` gives them, ``base`` = the name before
     ``weight``): int8 or int4 with ``per_channel_scale`` (int4 symmetric: one group of the
-    whole row, offset ``-8 * scale``), or int4 with ``weights_scaling_factor`` and ``zero``."""
+    whole row, offset ``-8 * scale``), or int8/int4 with ``weights_scaling_factor`` and ``zero``."""
     bias = take(base + "bias")
     per_channel = take(base + "per_channel_scale")
-    if qweight.dtype == torch.int8:
+    if qweight.dtype == torch.int8 and per_channel is not None:
         return QuantLinear(qweight, per_channel, bias=bias)
-    width = qweight.shape[1] * 2
+    width = qweight.shape[1] * (1 if qweight.dtype == torch.int8 else 2)
     if per_channel is not None:
         scale = per_channel.float().view(-1, 1)
         return QuantLinear(qweight, scale, -8.0 * scale, width, bias)
     scale, offset = take(base + "weights_scaling_factor"), take(base + "zero")
     if scale is None or offset is None:
-        raise ValueError(f"int4 weight {base}weight has no scales beside it")
+        raise ValueError(f"quantized weight {base}weight has no scales beside it")
     return QuantLinear(qweight, scale, offset, width // scale.shape[1], bias)
 
 

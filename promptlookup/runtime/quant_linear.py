@@ -1,9 +1,10 @@
 """A weight-only int8/int4 linear layer: ``y = x @ W.T`` with ``W`` held as its codes and scales.
 
 Holds exactly the tensors of :mod:`promptlookup.runtime.kernels`' contract (int8
-``qweight [out, in]`` + ``scale [out]``; int4 ``qweight [out, in // 2]`` + ``scale`` and
-``offset [out, in // group_size]``), nothing else: no float copy of ``W`` stays resident.
-On the CPU every product goes through ``kernels.linear_int8`` / ``kernels.linear_int4``
+``qweight [out, in]`` + ``scale [out]``; int8 per group ``qweight [out, in]`` and int4
+``qweight [out, in // 2]``, each + ``scale`` and ``offset [out, in // group_size]``), nothing
+else: no float copy of ``W`` stays resident. On the CPU every product goes through
+``kernels.linear_int8`` / ``linear_int8_groups`` / ``linear_int4``
 (row-invariant, so greedy speculative output equals plain output on a quantized engine);
 the activations are taken to float32 for the call and the result returned in ``x``'s dtype.
 On a GPU the weight is dequantized to ``x``'s dtype for each call and multiplied by
@@ -22,7 +23,8 @@ from .kernels import step_ops
 
 
 class QuantLinear:
-    """One projection on int8 (``group_size is None``) or int4 weights.
+    """One projection on int8 weights (per output channel: ``group_size is None``; per group:
+    with ``offset`` and ``group_size``) or int4 weights (per group).
 
     Cost per call on the CPU: the kernel's, about one pass over ``qweight`` per call
     (the reference dequantizes the matrix once per call).
@@ -32,15 +34,16 @@ class QuantLinear:
 
     def __init__(self, qweight: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor | None = None,
                  group_size: int | None = None, bias: torch.Tensor | None = None) -> None:
-        if qweight.dtype == torch.int8:
-            if offset is not None or scale.dim() != 1 or scale.shape[0] != qweight.shape[0]:
-                raise ValueError("int8 weights take one float32 scale per output row and no offset")
-        elif qweight.dtype == torch.uint8:
-            if offset is None or group_size is None or (qweight.shape[1] * 2) % group_size or group_size % 2:
-                raise ValueError("int4 weights take per-group scale and offset with an even group size dividing the row")
-            groups = qweight.shape[1] * 2 // group_size
-            if tuple(scale.shape) != (qweight.shape[0], groups) or scale.shape != offset.shape:
-                raise ValueError(f"int4 scale/offset must be [{qweight.shape[0]}, {groups}]")
+        if qweight.dtype == torch.int8 and offset is None:
+            if group_size is not None or scale.dim() != 1 or scale.shape[0] != qweight.shape[0]:
+                raise ValueError("int8 weights per channel take one float32 scale per output row and no offset")
+        elif qweight.dtype in (torch.int8, torch.uint8):
+            name, width = ("int8", qweight.shape[1]) if qweight.dtype == torch.int8 else ("int4", qweight.shape[1] * 2)
+            if group_size is None or group_size < 1 or width % group_size or (name == "int4" and group_size % 2):
+                raise ValueError(f"{name} weights per group take a group size dividing the row (even for int4)")
+            groups = width // group_size
+            if offset is None or tuple(scale.shape) != (qweight.shape[0], groups) or scale.shape != offset.shape:
+                raise ValueError(f"{name} per-group scale/offset must be [{qweight.shape[0]}, {groups}]")
         else:
             raise ValueError(f"quantized weights are int8 or uint8 (packed int4), not {qweight.dtype}")
         self.qweight = qweight.contiguous()
@@ -73,20 +76,21 @@ class QuantLinear:
 
     def dequantize(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         """The ``[out, in]`` weight this layer stands for (a new tensor)."""
-        if self.offset is None:
-            return (self.qweight.float() * self.scale.view(-1, 1)).to(dtype)
-        return kernels.dequantize_int4(self.qweight, self.scale, self.offset, self.group_size).to(dtype)
+        return self._dequantize(self.qweight, self.scale, self.offset).to(dtype)
+
+    def _dequantize(self, q: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor | None) -> torch.Tensor:
+        if offset is None:
+            return q.float() * scale.view(-1, 1)
+        if q.dtype == torch.int8:
+            return kernels.dequantize_int8_groups(q, scale, offset, self.group_size)
+        return kernels.dequantize_int4(q, scale, offset, self.group_size)
 
     def rows(self, index: torch.Tensor) -> torch.Tensor:
         """float32 rows ``index`` of the weight (``codes[row] * scale[row] (+ offset[row])``):
         an embedding lookup on a quantized table, equal to ``dequantize()[index]``. Cost:
         O(len(index) * in)."""
-        q = self.qweight.index_select(0, index)
-        scale = self.scale.index_select(0, index)
-        if self.offset is None:
-            return q.float() * scale.view(-1, 1)
-        offset = self.offset.index_select(0, index)
-        return kernels.dequantize_int4(q, scale, offset, self.group_size)
+        offset = None if self.offset is None else self.offset.index_select(0, index)
+        return self._dequantize(self.qweight.index_select(0, index), self.scale.index_select(0, index), offset)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if x.device.type != "cpu":
@@ -95,6 +99,8 @@ class QuantLinear:
         x32 = x.float().contiguous()
         if self.offset is None:
             y = kernels.linear_int8(x32, self.qweight, self.scale)
+        elif self.qweight.dtype == torch.int8:
+            y = kernels.linear_int8_groups(x32, self.qweight, self.scale, self.offset, self.group_size)
         else:
             y = kernels.linear_int4(x32, self.qweight, self.scale, self.offset, self.group_size)
         if self.bias is not None:
@@ -103,15 +109,15 @@ class QuantLinear:
 
     def kernel_operands(self) -> tuple[int, int, int, int, int] | None:
         """``(codes, scale, offset, kind, group size)`` (addresses, then sizes; 0 where absent;
-        kind 1 int8, 2 int4) of the C kernel's product, as
+        kind 1 int8, 2 int4, 3 int8 per group) of the C kernel's product, as
         :func:`~promptlookup.runtime.kernels.step_ops.layer_records` takes it; ``None`` where this
         layer does not run it (not on the CPU, no C kernels, a bias)."""
         if self.bias is not None or self.qweight.device.type != "cpu" or kernels.isa() == "reference":
             return None
         if self.offset is None:
             return (self.qweight.data_ptr(), self.scale.data_ptr(), 0, step_ops.KINDS["int8"], 0)
-        return (self.qweight.data_ptr(), self.scale.data_ptr(), self.offset.data_ptr(), step_ops.KINDS["int4"],
-                self.group_size)
+        kind = step_ops.KINDS["int8g" if self.qweight.dtype == torch.int8 else "int4"]
+        return (self.qweight.data_ptr(), self.scale.data_ptr(), self.offset.data_ptr(), kind, self.group_size)
 
     def to(self, device: torch.device | str) -> "QuantLinear":
         """This layer's tensors on ``device`` (a new layer; self when already there)."""

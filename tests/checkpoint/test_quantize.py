@@ -11,7 +11,7 @@ from safetensors.torch import load_file
 
 from promptlookup.checkpoint import layout as L
 from promptlookup.checkpoint.convert import convert_model
-from promptlookup.checkpoint.gguf_blocks import blocks_to_int4, unpermute_rows
+from promptlookup.checkpoint.gguf_blocks import blocks_to_int4, blocks_to_int8, prequantized_from_gguf, unpermute_rows
 from promptlookup.checkpoint.load import load_checkpoint, load_checkpoint_state
 from promptlookup.checkpoint.quant_spec import QuantSpec, check_spec
 from promptlookup.checkpoint.quantize import (
@@ -20,6 +20,7 @@ from promptlookup.checkpoint.quantize import (
     quantize_int4_channel,
     quantize_int4_groups,
     quantize_int8,
+    quantize_int8_groups,
     quantize_weight,
     unpack_int4,
 )
@@ -29,8 +30,9 @@ from promptlookup.runtime.quant_linear import QuantLinear
 from tests.tiny import tiny_llama
 
 SPECS = {"int8": QuantSpec("int8"), "int4": QuantSpec("int4"), "int4_g16": QuantSpec("int4", 16),
-         "int4_g32": QuantSpec("int4", 32)}
-ALGOS = {"int8": "W8A16", "int4": "W4A16", "int4_g16": "W4A16_GPTQ", "int4_g32": "W4A16_GPTQ"}
+         "int4_g32": QuantSpec("int4", 32), "int8_g32": QuantSpec("int8", 32)}
+ALGOS = {"int8": "W8A16", "int4": "W4A16", "int4_g16": "W4A16_GPTQ", "int4_g32": "W4A16_GPTQ",
+         "int8_g32": "W8A16_GPTQ"}
 
 
 def _weight(seed: int, rows: int = 24, cols: int = 64) -> torch.Tensor:
@@ -71,6 +73,20 @@ def test_int4_per_group_is_within_half_a_step_of_its_group(seed, group):
     _bound((w - deq).abs(), scale.repeat_interleave(group, dim=1))
 
 
+@pytest.mark.parametrize("group", [2, 16, 32, 64])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_int8_per_group_is_within_half_a_step_of_its_group(seed, group):
+    w = _weight(seed)
+    codes, scale, offset = quantize_int8_groups(w, group)
+    assert codes.dtype == torch.int8 and scale.shape == offset.shape == (w.shape[0], w.shape[1] // group)
+    deq = kernels.dequantize_int8_groups(codes, scale, offset, group)
+    _bound((w - deq).abs(), scale.repeat_interleave(group, dim=1))
+    # the grid spans each group: its minimum and maximum are (within rounding) the end codes
+    lo = w.view(w.shape[0], -1, group).amin(-1)
+    torch.testing.assert_close(offset - 128 * scale, lo, rtol=1e-5, atol=1e-6)
+    assert group > 32 or bool((deq[1, :32] == w[1, :32]).all())  # a constant group is exact
+
+
 def test_pack_int4_matches_the_contract_nibbles():
     codes = torch.randint(0, 16, (5, 12), dtype=torch.uint8)
     packed = pack_int4(codes)
@@ -85,7 +101,7 @@ def test_dequantize_equals_the_kernels_products(name):
     stored = quantize_weight(spec, w)
     deq = dequantize(spec, stored)
     x = torch.randn(3, w.shape[1])
-    if spec.precision == "int8":
+    if spec.precision == "int8" and spec.group_size is None:
         layer = QuantLinear(stored["weight"], stored["per_channel_scale"])
     elif spec.group_size is None:
         s = stored["per_channel_scale"].view(-1, 1)
@@ -162,7 +178,7 @@ def test_group_checks_cover_every_input_width():
 
 def _random_blocks(kind: str, rows: int, blocks: int, seed: int) -> np.ndarray:
     rng = np.random.default_rng(seed)
-    size = {"Q4_0": 18, "Q4_1": 20}[kind]
+    size = {"Q4_0": 18, "Q4_1": 20, "Q8_0": 34}[kind]
     raw = rng.integers(0, 256, size=(rows, blocks, size), dtype=np.uint8)
     halves = 2 if kind == "Q4_1" else 1
     scales = (rng.standard_normal((rows, blocks, halves)) * 0.05).astype(np.float16)
@@ -180,6 +196,62 @@ def test_gguf_4bit_blocks_become_int4_groups_of_32_exactly(kind, seed):
     ours = kernels.dequantize_int4(pack_int4(codes), scale, offset, 32)
     theirs = torch.from_numpy(gguf.quants.dequantize(raw, getattr(gguf.GGMLQuantizationType, kind)).copy())
     assert torch.equal(ours, theirs.reshape(ours.shape))
+
+
+@pytest.mark.parametrize("kind", ["Q4_0", "Q4_1", "Q8_0"])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_gguf_blocks_become_int8_groups_of_32_exactly(kind, seed):
+    import gguf
+
+    raw = _random_blocks(kind, rows=6, blocks=4, seed=seed)
+    codes, scale, offset = blocks_to_int8(raw, kind)
+    assert codes.dtype == torch.int8 and codes.shape == (6, 128)
+    ours = kernels.dequantize_int8_groups(codes, scale, offset, 32)
+    theirs = torch.from_numpy(gguf.quants.dequantize(raw, getattr(gguf.GGMLQuantizationType, kind)).copy())
+    assert torch.equal(ours, theirs.reshape(ours.shape))
+    x = torch.randn(3, 128)  # and the kernels' product is that weight's
+    torch.testing.assert_close(kernels.linear_int8_groups(x, codes, scale, offset, 32), x @ ours.T, rtol=1e-5, atol=1e-5)
+
+
+def _gguf_with_blocks(path, tensors):
+    """A GGUF file holding ``tensors`` (name -> (block kind, raw rows)); no metadata beyond the arch."""
+    import gguf
+
+    writer = gguf.GGUFWriter(str(path), "llama")
+    for name, (kind, raw) in tensors.items():
+        writer.add_tensor(name, raw, raw_dtype=getattr(gguf.GGMLQuantizationType, kind))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+@pytest.mark.parametrize("spec, taken", [
+    (QuantSpec("int8", 32, lm_head=True), {"table", "up", "down"}),  # every block kind
+    (QuantSpec("int8", 32), {"up", "down"}),  # the table stays float
+    (QuantSpec("int4", 32, lm_head=True), {"up", "down"}),  # Q8_0 is not an int4 grid
+    (QuantSpec("int8", 64), set()),  # another group size is no block's grid
+])
+def test_gguf_blocks_are_taken_over_where_the_grid_is_theirs(tmp_path, spec, taken):
+    import gguf
+
+    raws = {"table": ("Q8_0", _random_blocks("Q8_0", rows=16, blocks=2, seed=0)),
+            "up": ("Q4_1", _random_blocks("Q4_1", rows=8, blocks=2, seed=1)),
+            "down": ("Q4_0", _random_blocks("Q4_0", rows=8, blocks=2, seed=2))}
+    names = {"table": ("token_embd.weight", L.HF_EMBEDDING), "up": ("blk.0.ffn_up.weight", L.hf_layer_name(0, L.HF_UP)),
+             "down": ("blk.0.ffn_down.weight", L.hf_layer_name(0, L.HF_DOWN))}
+    path = _gguf_with_blocks(tmp_path / "m.gguf", {names[k][0]: raws[k] for k in raws})
+    config = type("Config", (), {"num_attention_heads": 4, "num_key_value_heads": 2})()
+    out, notes = prequantized_from_gguf(path, spec, config)
+    assert set(out) == {names[k][1] for k in taken}
+    for key in taken:
+        kind, raw = raws[key]
+        stored = out[names[key][1]]
+        theirs = torch.from_numpy(gguf.quants.dequantize(raw, getattr(gguf.GGMLQuantizationType, kind)).copy())
+        assert torch.equal(dequantize(spec, stored), theirs.reshape(theirs.shape[0], -1))
+    assert len(notes) == (1 if taken else 0) + len({raws[k][0] for k in raws if k not in taken and
+                                                    (k != "table" or spec.lm_head)})
 
 
 def test_unpermute_rows_inverts_llama_cpp_permutation():
@@ -201,7 +273,8 @@ def test_pipeline_stages_carry_their_layers_quantized(tmp_path):
 
 @pytest.mark.parametrize("tied", [True, False])
 @pytest.mark.parametrize("spec", [QuantSpec("int8", lm_head=True), QuantSpec("int4", 32, lm_head=True),
-                                  QuantSpec("int4", lm_head=True)], ids=["int8", "int4g32", "int4ch"])
+                                  QuantSpec("int4", lm_head=True), QuantSpec("int8", 32, lm_head=True)],
+                         ids=["int8", "int4g32", "int4ch", "int8g32"])
 @pytest.mark.parametrize("tp,pp", [(1, 1), (2, 2)])
 def test_quantize_lm_head_round_trips_over_ranks(tmp_path, tied, spec, tp, pp):
     """--quantize_lm_head: the head is split by vocabulary rows (padded: vocab 101 over 2
@@ -222,3 +295,21 @@ def test_quantize_lm_head_round_trips_over_ranks(tmp_path, tied, spec, tp, pp):
     ids = torch.tensor([0, 3, 100, 3])
     assert torch.equal(paged.embed_table.rows(ids), float_model.model.embed_tokens.weight[ids])
     assert torch.equal(paged.lm_head.dequantize(), float_model.lm_head.weight)
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_a_table_taken_over_from_the_gguf_is_the_one_stored(tmp_path, tied):
+    """With the table's blocks taken over (``prequantized``), the embedding and a tied head
+    store those very codes, not a requantization of the float table; an untied head without
+    blocks of its own is quantized from its float weight."""
+    spec = QuantSpec("int8", 32, lm_head=True)
+    model = tiny_llama(seed=2, tie_word_embeddings=tied)
+    vocab, hidden = model.model.embed_tokens.weight.shape
+    taken = quantize_weight(spec, torch.randn(vocab, hidden))  # not the model's own table: tells them apart
+    out = convert_model(model, None, tmp_path / "c", dtype="float32", quant=spec,
+                        prequantized={L.HF_EMBEDDING: taken})
+    _, state = load_checkpoint_state(out, dtype="auto")
+    head = taken if tied else quantize_weight(spec, model.lm_head.weight)
+    for part in taken:
+        assert torch.equal(state["model.embed_tokens." + part], taken[part])
+        assert torch.equal(state["lm_head." + part], head[part])

@@ -120,9 +120,9 @@ def test_bad_configs_are_one_line_errors(text, fragment):
     assert fragment in str(err.value) and "\n" not in str(err.value)
 
 
-@pytest.fixture(scope="module", params=[0, 1, "int8", "int4"])
+@pytest.fixture(scope="module", params=[0, 1, "int8", "int4", "int8g"])
 def model_and_plain(request):
-    """A tiny model (seeds 0, 1; ``int8``/``int4``: seed 0's weight-only quantized engine model)."""
+    """A tiny model (seeds 0, 1; ``int8``/``int4``/``int8g``: seed 0's weight-only quantized engine model)."""
     quantized = isinstance(request.param, str)
     model = quantized_model(tiny_llama(seed=0), request.param) if quantized else tiny_llama(seed=request.param)
     prompts = make_prompts(0 if quantized else request.param)

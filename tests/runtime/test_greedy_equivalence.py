@@ -37,7 +37,7 @@ def make_prompts(seed: int, count: int = 5) -> list[list[int]]:
     return prompts
 
 
-@pytest.fixture(scope="module", params=[0, 1, "int8", "int4", "int4_lm", "int8_lm"])
+@pytest.fixture(scope="module", params=[0, 1, "int8", "int4", "int4_lm", "int8_lm", "int8g"])
 def model_and_reference(request):
     if isinstance(request.param, str):  # a quantized engine: plain decoding, one prompt at a time
         tied = request.param == "int4_lm"

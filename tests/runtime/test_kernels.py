@@ -61,10 +61,14 @@ def _cases(out: int, in_: int, group: int, seed: int):
     q8 = torch.randint(-127, 128, (out, in_), dtype=torch.int8, generator=g)
     s8 = torch.rand(out, generator=g) * 0.01
     q4, s4, o4 = _int4(out, in_, group, g)
+    s8g = torch.rand(out, in_ // group, generator=g) * 0.01
+    o8g = torch.randn(out, in_ // group, generator=g) * 0.01
     return [
         ("fp32", lambda x: kernels.linear_fp32(x, w), w),
         ("int8", lambda x: kernels.linear_int8(x, q8, s8), q8.float() * s8[:, None]),
         ("int4", lambda x: kernels.linear_int4(x, q4, s4, o4, group), kernels.dequantize_int4(q4, s4, o4, group)),
+        ("int8g", lambda x: kernels.linear_int8_groups(x, q8, s8g, o8g, group),
+         kernels.dequantize_int8_groups(q8, s8g, o8g, group)),
     ]
 
 
@@ -124,6 +128,13 @@ def test_what_the_c_code_would_misread_is_refused():
         kernels.linear_int4(torch.randn(2, 32), q4, s4, o4, 12)
     with pytest.raises(ValueError, match=r"\[24, 2\]"):
         kernels.linear_int4(torch.randn(2, 32), q4, s4[:, :1], o4, 16)
+    q8 = torch.zeros(24, 32, dtype=torch.int8)
+    with pytest.raises(ValueError, match="group_size"):
+        kernels.linear_int8_groups(torch.randn(2, 32), q8, s4, o4, 12)
+    with pytest.raises(ValueError, match=r"\[24, 2\]"):
+        kernels.linear_int8_groups(torch.randn(2, 32), q8, s4, o4[:, :1], 16)
+    with pytest.raises(ValueError, match="int8"):
+        kernels.linear_int8_groups(torch.randn(2, 32), q8.view(torch.uint8), s4, o4, 16)
 
 
 def test_unknown_or_unavailable_paths_are_refused_in_one_line(monkeypatch):

@@ -11,6 +11,9 @@ The contract every implementation here keeps (the C kernels and the reference be
   in the high nibble, codes 0..15; ``scale`` and ``offset`` float32 ``[out, in // group_size]``;
   ``W[o, i] = code[o, i] * scale[o, g] + offset[o, g]`` with ``g = i // group_size``
   (TensorRT-LLM's symmetric int4 is ``offset = -8 * scale``; GGUF's Q4_1 is its ``min``).
+- int8 per group (``in % group_size == 0``): ``qweight`` int8 ``[out, in]``, ``scale`` and
+  ``offset`` float32 ``[out, in // group_size]``; ``W[o, i] = qweight[o, i] * scale[o, g] +
+  offset[o, g]`` (GGUF's ``Q8_0``, ``Q4_0`` and ``Q4_1`` blocks are all this with groups of 32).
 - **Row invariance**: each output element is bitwise the same whatever the number of rows
   in the call and the row's place among them, so a one-row decoding step and a many-row
   verification step compute the same logits for the same prefix, and greedy speculative
@@ -203,6 +206,36 @@ def linear_int4(x: torch.Tensor, qweight: torch.Tensor, scale: torch.Tensor, off
     if y.numel():
         c.int4(x.data_ptr(), qweight.data_ptr(), scale.data_ptr(), offset.data_ptr(), y.data_ptr(), x.shape[0], in_,
                out, group_size)
+    return y
+
+
+def dequantize_int8_groups(qweight: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor,
+                           group_size: int) -> torch.Tensor:
+    """The float32 ``[out, in]`` weight of an int8 layer with per-group scales and offsets."""
+    out, in_ = qweight.shape
+    groups = qweight.float().view(out, -1, group_size)
+    return (groups * scale.unsqueeze(-1) + offset.unsqueeze(-1)).view(out, in_)
+
+
+def linear_int8_groups(x: torch.Tensor, qweight: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor,
+                       group_size: int) -> torch.Tensor:
+    """``x @ W.T`` for an int8 weight with per-group scales and offsets (row-invariant; the
+    reference: dequantize, then one row at a time). As for int4, a ``group_size`` that is not
+    a multiple of 16 runs the generic C code."""
+    c = _native()
+    out, in_ = qweight.shape
+    if group_size < 1 or in_ % group_size:
+        raise ValueError(f"group_size must divide in ({in_}), got {group_size}")
+    groups = (out, in_ // group_size)
+    _check(x, out, in_, (qweight, torch.int8, (out, in_)), (scale, torch.float32, groups),
+           (offset, torch.float32, groups))
+    if c is None:
+        return _rows_reference(dequantize_int8_groups(qweight, scale, offset, group_size), x)
+    x = x.contiguous()
+    y = torch.empty(x.shape[0], out)
+    if y.numel():
+        c.int8g(x.data_ptr(), qweight.data_ptr(), scale.data_ptr(), offset.data_ptr(), y.data_ptr(), x.shape[0], in_,
+                out, group_size)
     return y
 
 

@@ -1,5 +1,6 @@
-/* y = x @ W.T for the few rows of a decode or verification step: fp32, int8 and int4
- * weights, fp32 activations (the contract: promptlookup/runtime/kernels/__init__.py).
+/* y = x @ W.T for the few rows of a decode or verification step: fp32, int8 (per channel or
+ * per group) and int4 weights, fp32 activations (the contract:
+ * promptlookup/runtime/kernels/__init__.py).
  *
  * Instruction sets, chosen at run time: AVX-512 (avx512f+bw+vl), AVX2+FMA, and a portable
  * generic path. Each kernel family is written once per path; set_isa() selects one, and
@@ -26,6 +27,9 @@
  * that the lookup's indices need one shift, avx512_i4_deq_perm). AVX2's int4 sums instead, per
  * group, x times the codes and scales that sum (plus offset times the group's sum of x): no
  * dequantizing per weight; its own order, the same for every row count (see avx2_i4_prep).
+ * int8 per group (kind 3) dequantizes each weight by one FMA (code * scale + offset, a group's
+ * scale and offset broadcast once) and then runs the fp32 block's operations on it, on both
+ * SIMD paths: the one-row kernels (*_i8g_row4), the small blocks and the scratch alike.
  * One-row fp32 blocks prefetch their weight rows F32_PF bytes ahead, and F32_FAR bytes beyond
  * that into L2 (a plain step 0.95-0.97x the time of the near stream alone; same operations).
  * Blocks of several rows prefetch the next block of weight rows while their first block of
@@ -77,9 +81,9 @@ static const char *const ISA_NAMES[] = {"generic", "avx2", "avx512"};
 /* One call's operands. A kernel computes outputs [n0, n1) of every row. */
 typedef struct {
     const float *x;      /* [M, K] */
-    const void *w;       /* fp32 [N, K]; int8 [N, K]; int4 uint8 [N, K / 2] */
-    const float *scale;  /* int8: [N]; int4: [N, K / gs] */
-    const float *offset; /* int4: [N, K / gs] */
+    const void *w;       /* fp32 [N, K]; int8 and int8 per group [N, K]; int4 uint8 [N, K / 2] */
+    const float *scale;  /* int8: [N]; int4 and int8 per group: [N, K / gs] */
+    const float *offset; /* int4 and int8 per group: [N, K / gs] */
     float *y;            /* [M, N] */
     Py_ssize_t M, K, N, gs;
 } Product;
@@ -137,6 +141,16 @@ static void gen_load_i4(const Product *p, Py_ssize_t n, Py_ssize_t k, Py_ssize_t
     }
 }
 
+/* int8 per group: code * scale + offset (two roundings: the file is built without contraction) */
+static void gen_load_i8g(const Product *p, Py_ssize_t n, Py_ssize_t k, Py_ssize_t len, float *out) {
+    const int8_t *w = (const int8_t *)p->w + n * p->K + k;
+    Py_ssize_t groups = p->K / p->gs;
+    for (int l = 0; l < GL; l++) {
+        Py_ssize_t gi = n * groups + (k + l) / p->gs;
+        out[l] = l < len ? (float)w[l] * p->scale[gi] + p->offset[gi] : 0.0f;
+    }
+}
+
 /* Rows in blocks of 4, then the 1-3 left; outputs in blocks of NB_MAX, then one at a time. */
 #define GEN_RANGE(NAME, LOAD)                                                               \
     static void NAME(const Product *p, Py_ssize_t n0, Py_ssize_t n1) {                      \
@@ -152,6 +166,7 @@ static void gen_load_i4(const Product *p, Py_ssize_t n, Py_ssize_t k, Py_ssize_t
 GEN_RANGE(gen_f32, gen_load_f32)
 GEN_RANGE(gen_i8, gen_load_i8)
 GEN_RANGE(gen_i4, gen_load_i4)
+GEN_RANGE(gen_i8g, gen_load_i8g)
 
 /* int8 and int4 scale their sums per output (int8) -- the generic loads above dequantize
  * int8 to the code only, so the scale is applied here, once per output, as the SIMD paths do. */
@@ -178,7 +193,7 @@ static void scale_outputs(const Product *p, Py_ssize_t n0, int nb) {
 #define PF_LINES(kind) ((kind) == 0 ? 4 : 1)
 static const char *next_block(const Product *p, Py_ssize_t n, int kind) {
     if (kind == 0) return (const char *)((const float *)p->w + n * p->K);
-    if (kind == 1) return (const char *)p->w + n * p->K;
+    if (kind == 1 || kind == 3) return (const char *)p->w + n * p->K;
     return (const char *)p->w + n * (p->K / 2);
 }
 
@@ -221,7 +236,15 @@ T_AVX2 ALWAYS_INLINE __m256 avx2_w_i8(const Product *p, Py_ssize_t n, Py_ssize_t
     return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b));
 }
 
-/* Tail (len < 8 columns left): zero-padded copies, so no load reads past the row. */
+/* int8 per group (group_size % 16 == 0, so 8 columns never cross a group): code * scale +
+ * offset by one FMA. */
+T_AVX2 ALWAYS_INLINE __m256 avx2_w_i8g(const Product *p, Py_ssize_t n, Py_ssize_t k) {
+    const Py_ssize_t gi = n * (p->K / p->gs) + k / p->gs;
+    return _mm256_fmadd_ps(avx2_w_i8(p, n, k), _mm256_broadcast_ss(p->scale + gi), _mm256_broadcast_ss(p->offset + gi));
+}
+
+/* Tail (len < 8 columns left; fp32 and int8 only: int8 per group has none): zero-padded
+ * copies, so no load reads past the row. */
 T_AVX2 ALWAYS_INLINE __m256 avx2_w_tail(const Product *p, Py_ssize_t n, Py_ssize_t k, Py_ssize_t len, int kind) {
     float buf[8];
     if (kind == 0) {
@@ -232,8 +255,8 @@ T_AVX2 ALWAYS_INLINE __m256 avx2_w_tail(const Product *p, Py_ssize_t n, Py_ssize
     return _mm256_loadu_ps(buf);
 }
 
-/* kind 0: fp32, 1: int8 (sums scaled per output at the end); with `scr` (rows of weights
- * already as floats, from avx2_dequant) also 2: int4. */
+/* kind 0: fp32, 1: int8 (sums scaled per output at the end), 3: int8 per group; with `scr`
+ * (rows of weights already as floats, from avx2_dequant) any kind. */
 T_AVX2 ALWAYS_INLINE void avx2_block(const Product *p, Py_ssize_t m0, int mb, Py_ssize_t n0, int nb, int kind,
                                      const float *scr, const char *pf, int pfl) {
     __m256 acc[AVX2_MB][NB_MAX], wv[NB_MAX];
@@ -248,7 +271,8 @@ T_AVX2 ALWAYS_INLINE void avx2_block(const Product *p, Py_ssize_t m0, int mb, Py
         }
         for (int j = 0; j < nb; j++)
             wv[j] = scr != NULL ? _mm256_loadu_ps(scr + j * p->K + k)
-                    : kind == 0 ? avx2_w_f32(p, n0 + j, k) : avx2_w_i8(p, n0 + j, k);
+                    : kind == 0 ? avx2_w_f32(p, n0 + j, k) : kind == 3 ? avx2_w_i8g(p, n0 + j, k)
+                                                                        : avx2_w_i8(p, n0 + j, k);
         for (int i = 0; i < mb; i++) {
             __m256 xv = _mm256_loadu_ps(x + i * p->K + k);
             for (int j = 0; j < nb; j++) acc[i][j] = _mm256_fmadd_ps(xv, wv[j], acc[i][j]);
@@ -309,6 +333,42 @@ T_AVX2 static void avx2_i8_row4(const Product *p, Py_ssize_t m0, Py_ssize_t n0) 
     y[1] = avx2_reduce(a1) * p->scale[n0 + 1];
     y[2] = avx2_reduce(a2) * p->scale[n0 + 2];
     y[3] = avx2_reduce(a3) * p->scale[n0 + 3];
+}
+
+/* int8 per group, one row times 4 weight rows: the operations of avx2_block (kind 3, mb = 1,
+ * nb = 4) on each output in the same order, so the same results; a group's scales and
+ * offsets broadcast once, the weight rows prefetched as avx2_i8_row4 does. */
+T_AVX2 ALWAYS_INLINE void avx2_i8g_row4_gs(const Product *p, Py_ssize_t m0, Py_ssize_t n0, const Py_ssize_t gs) {
+    const Py_ssize_t K = p->K, groups = K / gs;
+    const int8_t *w0 = (const int8_t *)p->w + n0 * K, *w1 = w0 + K, *w2 = w1 + K, *w3 = w2 + K;
+    const float *s0 = p->scale + n0 * groups, *o0 = p->offset + n0 * groups, *x = p->x + m0 * K;
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+#define I8G(w, k, j) _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)((w) + (k))))), \
+                                     _mm256_broadcast_ss(s0 + (j) * groups + g), _mm256_broadcast_ss(o0 + (j) * groups + g))
+    for (Py_ssize_t g = 0, k = 0; g < groups; g++) {
+        for (Py_ssize_t end = k + gs; k < end; k += 8) {
+            _mm_prefetch((const char *)w0 + PF_BLOCKS * 4 * K + 4 * k, _MM_HINT_T0); /* the next blocks' rows */
+            _mm_prefetch((const char *)w0 + FAR_BLOCKS * 4 * K + 4 * k, _MM_HINT_T1); /* and further ones into L2 */
+            const __m256 xv = _mm256_loadu_ps(x + k);
+            a0 = _mm256_fmadd_ps(xv, I8G(w0, k, 0), a0);
+            a1 = _mm256_fmadd_ps(xv, I8G(w1, k, 1), a1);
+            a2 = _mm256_fmadd_ps(xv, I8G(w2, k, 2), a2);
+            a3 = _mm256_fmadd_ps(xv, I8G(w3, k, 3), a3);
+        }
+    }
+#undef I8G
+    float *y = p->y + m0 * p->N + n0;
+    y[0] = avx2_reduce(a0);
+    y[1] = avx2_reduce(a1);
+    y[2] = avx2_reduce(a2);
+    y[3] = avx2_reduce(a3);
+}
+
+/* the common group sizes as constants, so their steps unroll */
+T_AVX2 static void avx2_i8g_row4(const Product *p, Py_ssize_t m0, Py_ssize_t n0) {
+    if (p->gs == 32) avx2_i8g_row4_gs(p, m0, n0, 32);
+    else if (p->gs == 128) avx2_i8g_row4_gs(p, m0, n0, 128);
+    else avx2_i8g_row4_gs(p, m0, n0, p->gs);
 }
 
 /* int4 on AVX2, group_size % 16 == 0 (so K % 16 == 0), as a dot product per group:
@@ -573,12 +633,23 @@ T_AVX2 static void avx2_i4(const Product *p, Py_ssize_t n0, Py_ssize_t n1) {
     free(buf);
 }
 
-/* Rows [n0, n0 + nb) of an int8 weight as floats into scr [nb][K]: the values the direct
- * loads give. */
+/* Rows [n0, n0 + nb) of an int8 weight (kind 1, or 3: per group) as floats into scr [nb][K]:
+ * the values the direct loads give. */
 T_AVX2 static void avx2_dequant(const Product *p, Py_ssize_t n0, int nb, int kind, float *scr) {
     for (int j = 0; j < nb; j++) {
         float *row = scr + j * p->K;
         Py_ssize_t k = 0;
+        if (kind == 3) { /* a group at a time: its scale and offset broadcast once */
+            const int8_t *w = (const int8_t *)p->w + (n0 + j) * p->K;
+            const float *sc = p->scale + (n0 + j) * (p->K / p->gs), *of = p->offset + (n0 + j) * (p->K / p->gs);
+            for (Py_ssize_t g = 0; k < p->K; g++) {
+                const __m256 sv = _mm256_set1_ps(sc[g]), ov = _mm256_set1_ps(of[g]);
+                for (Py_ssize_t end = k + p->gs; k < end; k += 8)
+                    _mm256_storeu_ps(row + k, _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
+                                                                  _mm_loadl_epi64((const __m128i *)(w + k)))), sv, ov));
+            }
+            continue;
+        }
         for (; k + 8 <= p->K; k += 8) _mm256_storeu_ps(row + k, avx2_w_i8(p, n0 + j, k));
         if (k < p->K) _mm256_maskstore_ps(row + k, avx2_tail_mask(p->K - k), avx2_w_tail(p, n0 + j, k, p->K - k, 1));
     }
@@ -625,7 +696,7 @@ T_AVX2 static void avx2_f32_row(const Product *p, Py_ssize_t m0, Py_ssize_t n0) 
         if (KIND == 0 && p->M == 1) {                                                       \
             for (; n0 + F32_NB <= n1; n0 += F32_NB) avx2_f32_row(p, 0, n0);                 \
         }                                                                                   \
-        if (KIND != 0 && p->M > AVX2_MB)                                                    \
+        if (KIND != 0 && p->M > (KIND == 3 ? 1 : AVX2_MB)) /* int8 per group: any block of rows */ \
             scr = aligned_alloc(64, ((size_t)NB_MAX * p->K * sizeof(float) + 63) / 64 * 64); \
         for (Py_ssize_t n = n0; n < n1; n += NB_MAX) {                                      \
             int nb = n1 - n < NB_MAX ? (int)(n1 - n) : NB_MAX;                              \
@@ -649,10 +720,12 @@ T_AVX2 static void avx2_f32_row(const Product *p, Py_ssize_t m0, Py_ssize_t n0) 
     do {                                                                                    \
         if (scr != NULL) avx2_block(p, m, mb, n, nb, 0, scr, pf, PF_LINES(KIND));           \
         else if (KIND == 1 && mb == 1 && nb == NB_MAX) avx2_i8_row4(p, m, n);               \
+        else if (KIND == 3 && mb == 1 && nb == NB_MAX) avx2_i8g_row4(p, m, n);              \
         else avx2_block(p, m, mb, n, nb, KIND, NULL, pf, PF_LINES(KIND));                   \
     } while (0)
 AVX2_RANGE(avx2_f32, 0)
 AVX2_RANGE(avx2_i8, 1)
+AVX2_RANGE(avx2_i8g, 3)
 
 /* ------------------------------------------------------------------ AVX-512 (16 lanes) */
 
@@ -699,6 +772,13 @@ T_512 ALWAYS_INLINE __m512 avx512_w(const Product *p, Py_ssize_t n, Py_ssize_t k
     if (kind == 0) return _mm512_maskz_loadu_ps(mask, (const float *)p->w + n * p->K + k);
     __m128i b = _mm_maskz_loadu_epi8(mask, (const int8_t *)p->w + n * p->K + k);
     return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b));
+}
+
+/* int8 per group (group_size % 16 == 0): the 16 weights of row n at columns [k, k + 16),
+ * code * scale + offset by one FMA. */
+T_512 ALWAYS_INLINE __m512 avx512_i8g_w(const Product *p, Py_ssize_t n, Py_ssize_t k) {
+    const Py_ssize_t gi = n * (p->K / p->gs) + k / p->gs;
+    return _mm512_fmadd_ps(avx512_w(p, n, k, 0xFFFF, 1), _mm512_set1_ps(p->scale[gi]), _mm512_set1_ps(p->offset[gi]));
 }
 
 /* int4, group_size % 16 == 0. A group's 16 possible weights, code * scale + offset for the
@@ -777,10 +857,11 @@ T_512 ALWAYS_INLINE __m512 avx512_load_w(const Product *p, Py_ssize_t n0, int j,
                                          const float *scr) {
     if (scr != NULL) return _mm512_maskz_loadu_ps(mask, scr + j * p->K + k);
     if (kind == 2) return avx512_i4_w(p, n0 + j, k);
+    if (kind == 3) return avx512_i8g_w(p, n0 + j, k); /* no tail: K % 16 == 0 */
     return avx512_w(p, n0 + j, k, mask, kind);
 }
 
-/* kind 0: fp32; 1: int8 (sums scaled per output at the end); 2: int4. */
+/* kind 0: fp32; 1: int8 (sums scaled per output at the end); 2: int4; 3: int8 per group. */
 T_512 ALWAYS_INLINE void avx512_block(const Product *p, Py_ssize_t m0, int mb, Py_ssize_t n0, int nb, int kind,
                                       const float *scr, const char *pf, int pfl) {
     __m512 acc[AVX512_MB][AVX512_NB], wv[AVX512_NB];
@@ -842,6 +923,44 @@ T_512 static void avx512_i8_row4(const Product *p, Py_ssize_t m0, Py_ssize_t n0)
     y[1] = avx512_reduce(a1) * p->scale[n0 + 1];
     y[2] = avx512_reduce(a2) * p->scale[n0 + 2];
     y[3] = avx512_reduce(a3) * p->scale[n0 + 3];
+}
+
+/* int8 per group, one row times 4 weight rows: the operations of avx512_block (kind 3, mb = 1,
+ * nb = 4) on each output in the same order, so the same results; a group's scales and
+ * offsets broadcast once, the weight rows prefetched as avx512_i8_row4 does. */
+T_512 ALWAYS_INLINE void avx512_i8g_row4_gs(const Product *p, Py_ssize_t m0, Py_ssize_t n0, const Py_ssize_t gs) {
+    const Py_ssize_t K = p->K, groups = K / gs;
+    const int8_t *w0 = (const int8_t *)p->w + n0 * K, *w1 = w0 + K, *w2 = w1 + K, *w3 = w2 + K;
+    const float *s0 = p->scale + n0 * groups, *o0 = p->offset + n0 * groups, *x = p->x + m0 * K;
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+#define I8G(w, k, s, o) _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)((w) + (k))))), s, o)
+    for (Py_ssize_t g = 0, k = 0; g < groups; g++) {
+        const __m512 sc0 = _mm512_set1_ps(s0[g]), sc1 = _mm512_set1_ps(s0[groups + g]);
+        const __m512 sc2 = _mm512_set1_ps(s0[2 * groups + g]), sc3 = _mm512_set1_ps(s0[3 * groups + g]);
+        const __m512 of0 = _mm512_set1_ps(o0[g]), of1 = _mm512_set1_ps(o0[groups + g]);
+        const __m512 of2 = _mm512_set1_ps(o0[2 * groups + g]), of3 = _mm512_set1_ps(o0[3 * groups + g]);
+        for (Py_ssize_t end = k + gs; k < end; k += 16) {
+            _mm_prefetch((const char *)w0 + PF_BLOCKS * 4 * K + 4 * k, _MM_HINT_T0); /* the next blocks' rows */
+            _mm_prefetch((const char *)w0 + FAR_BLOCKS * 4 * K + 4 * k, _MM_HINT_T1); /* and further ones into L2 */
+            const __m512 xv = _mm512_loadu_ps(x + k);
+            a0 = _mm512_fmadd_ps(xv, I8G(w0, k, sc0, of0), a0);
+            a1 = _mm512_fmadd_ps(xv, I8G(w1, k, sc1, of1), a1);
+            a2 = _mm512_fmadd_ps(xv, I8G(w2, k, sc2, of2), a2);
+            a3 = _mm512_fmadd_ps(xv, I8G(w3, k, sc3, of3), a3);
+        }
+    }
+#undef I8G
+    float *y = p->y + m0 * p->N + n0;
+    y[0] = avx512_reduce(a0);
+    y[1] = avx512_reduce(a1);
+    y[2] = avx512_reduce(a2);
+    y[3] = avx512_reduce(a3);
+}
+
+T_512 static void avx512_i8g_row4(const Product *p, Py_ssize_t m0, Py_ssize_t n0) {
+    if (p->gs == 32) avx512_i8g_row4_gs(p, m0, n0, 32);
+    else if (p->gs == 128) avx512_i8g_row4_gs(p, m0, n0, 128);
+    else avx512_i8g_row4_gs(p, m0, n0, p->gs);
 }
 
 /* int4, one row times 4 weight rows, decoded on the shift port instead of the shuffle port.
@@ -954,6 +1073,17 @@ T_512 static void avx512_dequant(const Product *p, Py_ssize_t n0, int nb, int ki
             }
             continue;
         }
+        if (kind == 3) { /* a group at a time: its scale and offset broadcast once */
+            const int8_t *w = (const int8_t *)p->w + (n0 + j) * p->K;
+            const float *sc = p->scale + (n0 + j) * (p->K / p->gs), *of = p->offset + (n0 + j) * (p->K / p->gs);
+            for (Py_ssize_t g = 0; k < p->K; g++) {
+                const __m512 sv = _mm512_set1_ps(sc[g]), ov = _mm512_set1_ps(of[g]);
+                for (Py_ssize_t end = k + p->gs; k < end; k += 16)
+                    _mm512_storeu_ps(row + k, _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+                                                                  _mm_loadu_si128((const __m128i *)(w + k)))), sv, ov));
+            }
+            continue;
+        }
 #pragma GCC unroll 4 /* int8: 1.08-1.1x on 11 rows of cached weights */
         for (; k + 16 <= p->K; k += 16) _mm512_storeu_ps(row + k, avx512_load_w(p, n0, j, k, 0xFFFF, kind, NULL));
         if (k < p->K) {
@@ -985,7 +1115,7 @@ T_512 static void avx512_dequant(const Product *p, Py_ssize_t n0, int nb, int ki
         if (KIND == 0 && p->M == 1) {                                                       \
             for (; n0 + F32_NB <= n1; n0 += F32_NB) avx512_f32_row(p, 0, n0);               \
         }                                                                                   \
-        if (KIND != 0 && p->M > AVX512_MB)                                                  \
+        if (KIND != 0 && p->M > (KIND == 3 ? 1 : AVX512_MB)) /* int8 per group: any block of rows */ \
             scr = aligned_alloc(64, ((size_t)AVX512_NB * p->K * sizeof(float) + 63) / 64 * 64); \
         float *xp = NULL; /* int4, one row: x permuted for avx512_i4_row4 (without it, */    \
         if (KIND == 2 && p->M == 1 && n0 + AVX512_NB <= n1) { /* avx512_i4_block: the same */ \
@@ -1011,6 +1141,7 @@ T_512 static void avx512_dequant(const Product *p, Py_ssize_t n0, int nb, int ki
 #define DIRECT_512(m, mb, nb)                                                               \
     do {                                                                                    \
         if (kind == 1 && mb == 1 && nb == AVX512_NB) avx512_i8_row4(p, m, n);               \
+        else if (kind == 3 && mb == 1 && nb == AVX512_NB) avx512_i8g_row4(p, m, n);         \
         else if (kind == 2 && mb == 1 && nb == AVX512_NB && xp) avx512_i4_row4(p, xp, m, n); \
         else if (kind == 2 && use_vbmi) avx512_i4_block(p, m, mb, n, nb, 1);                \
         else if (kind == 2) avx512_i4_block(p, m, mb, n, nb, 0);                            \
@@ -1020,26 +1151,28 @@ T_512 static void avx512_dequant(const Product *p, Py_ssize_t n0, int nb, int ki
 AVX512_RANGE(avx512_f32, 0)
 AVX512_RANGE(avx512_i8, 1)
 AVX512_RANGE(avx512_i4, 2)
+AVX512_RANGE(avx512_i8g, 3)
 #endif /* PLD_X86 */
 
 /* ------------------------------------------------------------------ dispatch */
 
-enum { KIND_F32 = 0, KIND_I8 = 1, KIND_I4 = 2 };
+enum { KIND_F32 = 0, KIND_I8 = 1, KIND_I4 = 2, KIND_I8G = 3 };
 
 
 static int current_isa = -1; /* set at import */
 
 static RangeFn range_fn(int isa, int kind, Py_ssize_t gs) {
 #if PLD_X86
-    static const RangeFn table[3][3] = {
-        {gen_f32, gen_i8_scaled, gen_i4},
-        {avx2_f32, avx2_i8, avx2_i4},
-        {avx512_f32, avx512_i8, avx512_i4},
+    static const RangeFn table[3][4] = {
+        {gen_f32, gen_i8_scaled, gen_i4, gen_i8g},
+        {avx2_f32, avx2_i8, avx2_i4, avx2_i8g},
+        {avx512_f32, avx512_i8, avx512_i4, avx512_i8g},
     };
-    if (kind == KIND_I4 && gs % 16 != 0) return gen_i4; /* the SIMD int4 steps are 16 columns of one group */
+    if (kind == KIND_I4 && gs % 16 != 0) return gen_i4; /* the SIMD grouped steps are 16 columns of one group */
+    if (kind == KIND_I8G && gs % 16 != 0) return gen_i8g;
     return table[isa][kind];
 #else
-    static const RangeFn table[3] = {gen_f32, gen_i8_scaled, gen_i4};
+    static const RangeFn table[4] = {gen_f32, gen_i8_scaled, gen_i4, gen_i8g};
     (void)isa;
     (void)gs;
     return table[kind];
@@ -1122,6 +1255,19 @@ static PyObject *py_int4(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     return call(&p, KIND_I4);
 }
 
+/* int8g(x, qweight, scale, offset, y, rows, in, out, group_size): int8 per group */
+static PyObject *py_int8g(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    void *ptr[5];
+    Py_ssize_t s[4];
+    if (parse_args(args, nargs, 9, ptr, 5, s, 0) < 0) return NULL;
+    if (s[3] < 1 || s[1] % s[3]) {
+        PyErr_SetString(PyExc_ValueError, "group_size must divide in");
+        return NULL;
+    }
+    Product p = {ptr[0], ptr[1], ptr[2], ptr[3], ptr[4], s[0], s[1], s[2], s[3]};
+    return call(&p, KIND_I8G);
+}
+
 #if PLD_X86
 /* The probe's chunk [c, end) (a multiple of 16 floats) on AVX2: two lines a step into two
  * accumulators, prefetched F32_PF bytes ahead as the one-row fp32 kernels read. */
@@ -1196,6 +1342,8 @@ static PyMethodDef methods[] = {
     {"int8", (PyCFunction)(void (*)(void))py_int8, METH_FASTCALL, "int8(x, qweight, scale, y, rows, in, out)"},
     {"int4", (PyCFunction)(void (*)(void))py_int4, METH_FASTCALL,
      "int4(x, qweight, scale, offset, y, rows, in, out, group_size)"},
+    {"int8g", (PyCFunction)(void (*)(void))py_int8g, METH_FASTCALL,
+     "int8g(x, qweight, scale, offset, y, rows, in, out, group_size): int8 per group"},
     {"read", (PyCFunction)(void (*)(void))py_read, METH_FASTCALL, "read(ptr, nbytes): sum of the floats (bandwidth probe)"},
     {"set_isa", py_set_isa, METH_O, "set_isa(level): 0 generic, 1 avx2, 2 avx512"},
     {"best_isa", py_best_isa, METH_NOARGS, "the widest path this CPU runs (0, 1 or 2)"},
@@ -1212,7 +1360,7 @@ static struct PyModuleDef gemv_module = {
  * decoding step's layers in one parallel region): thread t of a team of nt computes its share
  * of the outputs, the same split run_product() makes, so the same values; the caller waits
  * for the whole team before it reads y. The capsule "product" in this module holds this
- * function's address. kind: 0 fp32, 1 int8, 2 int4 (the KIND_ values); the path is this
+ * function's address. kind: 0 fp32, 1 int8, 2 int4, 3 int8 per group (the KIND_ values); the path is this
  * module's current one. */
 static void api_product(const float *x, const void *w, const float *scale, const float *offset, float *y,
                         Py_ssize_t M, Py_ssize_t K, Py_ssize_t N, Py_ssize_t gs, int kind, int t, int nt) {

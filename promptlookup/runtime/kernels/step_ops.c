@@ -756,7 +756,7 @@ typedef void (*ProductFn)(const float *x, const void *w, const float *scale, con
 static ProductFn product = NULL;
 
 /* One layer's record (int64 each): for qkv, o, gate_up, down in turn the weight, scale,
- * offset (0 when absent), kind (0 fp32, 1 int8, 2 int4) and group size; then the layer's input
+ * offset (0 when absent), kind (0 fp32, 1 int8, 2 int4, 3 int8 per group) and group size; then the layer's input
  * norm, its post-attention norm, and the next layer's input norm (0 for the last layer). */
 enum { PROJ_FIELDS = 5, REC_IN_NORM = 4 * PROJ_FIELDS, REC_POST_NORM, REC_NEXT_NORM, RECORD };
 

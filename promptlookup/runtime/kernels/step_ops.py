@@ -184,7 +184,7 @@ def attention(q: torch.Tensor, pool_k: torch.Tensor, pool_v: torch.Tensor, batch
 
 
 RECORD = 23  # int64 fields of one layer's record (step_ops.c: 4 projections x 5, then 3 norms)
-KINDS = {"fp32": 0, "int8": 1, "int4": 2}  # a projection's kind in its record (gemv.c's KIND_ values)
+KINDS = {"fp32": 0, "int8": 1, "int4": 2, "int8g": 3}  # a projection's kind in its record (gemv.c's KIND_ values)
 
 
 def layer_records(layers: list[tuple[tuple[int, ...], ...]], norms: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
