@@ -34,7 +34,6 @@ from typing import Mapping
 
 import torch
 
-from ..runtime import kernels
 from .layout import EMBEDDING, LM_HEAD, Layout
 from .quant_spec import GROUP_SCALE, GROUP_ZERO, PER_CHANNEL_SCALE, QUANT_LINEARS, QuantSpec
 from .sharding import shard_lm_head, shard_linears, unshard_lm_head, unshard_linears
@@ -50,6 +49,22 @@ def pack_int4(codes: torch.Tensor) -> torch.Tensor:
 def unpack_int4(packed: torch.Tensor) -> torch.Tensor:
     """Inverse of :func:`pack_int4`."""
     return torch.stack([packed & 0xF, packed >> 4], dim=-1).reshape(packed.shape[0], -1)
+
+
+def dequantize_int4(qweight: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor, group_size: int) -> torch.Tensor:
+    """The float32 ``[out, in]`` weight of int4 codes (packed, :func:`pack_int4`) with per-group
+    ``scale`` and ``offset`` ``[out, in // group_size]``: ``code * scale + offset``."""
+    out = qweight.shape[0]
+    groups = unpack_int4(qweight).float().view(out, -1, group_size)
+    return (groups * scale.unsqueeze(-1) + offset.unsqueeze(-1)).view(out, -1)
+
+
+def dequantize_int8_groups(qweight: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor,
+                           group_size: int) -> torch.Tensor:
+    """The float32 ``[out, in]`` weight of int8 codes with per-group ``scale`` and ``offset``."""
+    out, in_ = qweight.shape
+    groups = qweight.float().view(out, -1, group_size)
+    return (groups * scale.unsqueeze(-1) + offset.unsqueeze(-1)).view(out, in_)
 
 
 def quantize_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -127,15 +142,14 @@ def quantize_weight(spec: QuantSpec, weight: torch.Tensor) -> dict[str, torch.Te
 
 def dequantize(spec: QuantSpec, tensors: Mapping[str, torch.Tensor]) -> torch.Tensor:
     """The float32 ``[out, in]`` weight that stored tensors (suffix -> tensor) stand for:
-    ``runtime.kernels``' dequantizers themselves."""
+    the dequantizers above, which ``runtime.kernels`` uses as its contract's formulas."""
     q = tensors["weight"]
     if spec.precision == "int8" and spec.group_size is None:
         return q.float() * tensors[PER_CHANNEL_SCALE].float().view(-1, 1)
     if spec.precision == "int8":
-        return kernels.dequantize_int8_groups(q, tensors[GROUP_SCALE].float(), tensors[GROUP_ZERO].float(),
-                                              spec.group_size)
+        return dequantize_int8_groups(q, tensors[GROUP_SCALE].float(), tensors[GROUP_ZERO].float(), spec.group_size)
     scale, offset, group = int4_offset(spec, tensors)
-    return kernels.dequantize_int4(q, scale, offset, group)
+    return dequantize_int4(q, scale, offset, group)
 
 
 # --- placement in the rank files ------------------------------------------------------------

@@ -42,6 +42,7 @@ from typing import Callable
 
 import torch
 
+from ...checkpoint.quantize import dequantize_int4, dequantize_int8_groups  # the contract's formulas
 from ...errors import UserError
 from . import step_ops
 
@@ -177,14 +178,6 @@ def linear_int8(x: torch.Tensor, qweight: torch.Tensor, scale: torch.Tensor) -> 
     return y
 
 
-def dequantize_int4(qweight: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor, group_size: int) -> torch.Tensor:
-    """The float32 ``[out, in]`` weight of an int4 layer (see the module docstring)."""
-    out = qweight.shape[0]
-    codes = torch.stack([qweight & 0xF, qweight >> 4], dim=-1).view(out, -1).float()
-    groups = codes.view(out, -1, group_size)
-    return (groups * scale.unsqueeze(-1) + offset.unsqueeze(-1)).view(out, -1)
-
-
 def linear_int4(x: torch.Tensor, qweight: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor,
                 group_size: int) -> torch.Tensor:
     """``x @ W.T`` for an int4 weight (row-invariant; the reference: dequantize, then one row at a time).
@@ -207,14 +200,6 @@ def linear_int4(x: torch.Tensor, qweight: torch.Tensor, scale: torch.Tensor, off
         c.int4(x.data_ptr(), qweight.data_ptr(), scale.data_ptr(), offset.data_ptr(), y.data_ptr(), x.shape[0], in_,
                out, group_size)
     return y
-
-
-def dequantize_int8_groups(qweight: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor,
-                           group_size: int) -> torch.Tensor:
-    """The float32 ``[out, in]`` weight of an int8 layer with per-group scales and offsets."""
-    out, in_ = qweight.shape
-    groups = qweight.float().view(out, -1, group_size)
-    return (groups * scale.unsqueeze(-1) + offset.unsqueeze(-1)).view(out, in_)
 
 
 def linear_int8_groups(x: torch.Tensor, qweight: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor,
