@@ -208,7 +208,7 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--rows", default=",".join(map(str, ROWS)), help="comma-separated row counts")
     p.add_argument("--layers", type=int, default=30, help="layers of distinct weights (SmolLM2 has 30)")
     p.add_argument("--repeats", type=int, default=7, help="passes per candidate and row count (the median is kept)")
-    p.add_argument("--candidates", default="", help="comma-separated candidates to keep (default: all that run here)")
+    p.add_argument("--candidates", default="", help="comma-separated candidates to keep, mkl always (the ratios' base; default: all that run here)")
     p.add_argument("--isa", default="", help="comma-separated narrower C paths to measure too (e.g. avx2,generic)")
     p.add_argument("--scale", type=float, default=1.0, help="shrink every shape by this factor (smoke tests)")
     p.add_argument("--probe_mib", type=int, default=PROBE_MIB, help="MiB read by the bandwidth measurement")
@@ -250,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         print(f"error: --candidates: {', '.join(sorted(unknown))} not among {', '.join(sorted(common))}", file=sys.stderr)
         return 2
-    common = wanted or common
+    common = (wanted | {"mkl"}) if wanted else common  # mkl stays: the ratios' base
     groups = {s: {c: v for c, v in g.items() if c in common} for s, g in groups.items()}
     bw = bandwidth_gbs(3, args.probe_mib)
     limit = max(bw.values())

@@ -106,3 +106,22 @@ def test_float32_tp3_pp2_round_trip_matches_transformers_gguf_logits(reference, 
     loaded = load_checkpoint(out)
     diff = (next_token_logits(loaded, prompt_ids) - next_token_logits(reference, prompt_ids)).abs().max().item()
     assert diff <= 1e-5
+
+
+def test_int8_groups_of_32_with_the_table_are_the_gguf_weights_bit_for_bit(gguf_path, reference, tmp_path, capsys):
+    """``--weight_only_precision int8 --per_group --group_size 32 --quantize_lm_head``: every
+    Q4_1 projection and the Q8_0 table are taken over as they are, so the checkpoint stands for
+    transformers' dequantized weights exactly (the int8 engine is the float32 model)."""
+    from promptlookup.checkpoint.load import load_checkpoint
+    from promptlookup.cli.convert import main
+
+    out = tmp_path / "ckpt"
+    assert main(["--gguf_file", str(gguf_path), "--output_dir", str(out), "--dtype", "float32", "--use_weight_only",
+                 "--weight_only_precision", "int8", "--per_group", "--group_size", "32", "--quantize_lm_head"]) == 0
+    assert "note: 211 tensors taken over exactly from the GGUF's blocks (int8, groups of 32)" in capsys.readouterr().out
+    quant = json.loads((out / "config.json").read_text())["quantization"]
+    assert (quant["quant_algo"], quant["group_size"]) == ("W8A16_GPTQ", 32)
+    theirs = reference.state_dict()
+    ours = load_checkpoint(out).state_dict()
+    for name in [n for n in theirs if n.endswith("proj.weight")] + ["model.embed_tokens.weight", "lm_head.weight"]:
+        assert torch.equal(ours[name], theirs[name]), name
