@@ -236,11 +236,15 @@ T_AVX2 ALWAYS_INLINE __m256 avx2_w_i8(const Product *p, Py_ssize_t n, Py_ssize_t
     return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b));
 }
 
-/* int8 per group (group_size % 16 == 0, so 8 columns never cross a group): code * scale +
- * offset by one FMA. */
+/* int8 per group (group_size % 16 == 0, so 8 columns never cross a group): the 8 codes at w
+ * as code * scale + offset, by one FMA (every int8-per-group load of this path is this one). */
+T_AVX2 ALWAYS_INLINE __m256 avx2_i8g_deq(const int8_t *w, __m256 scale, __m256 offset) {
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)w))), scale, offset);
+}
 T_AVX2 ALWAYS_INLINE __m256 avx2_w_i8g(const Product *p, Py_ssize_t n, Py_ssize_t k) {
     const Py_ssize_t gi = n * (p->K / p->gs) + k / p->gs;
-    return _mm256_fmadd_ps(avx2_w_i8(p, n, k), _mm256_broadcast_ss(p->scale + gi), _mm256_broadcast_ss(p->offset + gi));
+    return avx2_i8g_deq((const int8_t *)p->w + n * p->K + k, _mm256_broadcast_ss(p->scale + gi),
+                        _mm256_broadcast_ss(p->offset + gi));
 }
 
 /* Tail (len < 8 columns left; fp32 and int8 only: int8 per group has none): zero-padded
@@ -343,8 +347,7 @@ T_AVX2 ALWAYS_INLINE void avx2_i8g_row4_gs(const Product *p, Py_ssize_t m0, Py_s
     const int8_t *w0 = (const int8_t *)p->w + n0 * K, *w1 = w0 + K, *w2 = w1 + K, *w3 = w2 + K;
     const float *s0 = p->scale + n0 * groups, *o0 = p->offset + n0 * groups, *x = p->x + m0 * K;
     __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-#define I8G(w, k, j) _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)((w) + (k))))), \
-                                     _mm256_broadcast_ss(s0 + (j) * groups + g), _mm256_broadcast_ss(o0 + (j) * groups + g))
+#define I8G(w, k, j) avx2_i8g_deq((w) + (k), _mm256_broadcast_ss(s0 + (j) * groups + g), _mm256_broadcast_ss(o0 + (j) * groups + g))
     for (Py_ssize_t g = 0, k = 0; g < groups; g++) {
         for (Py_ssize_t end = k + gs; k < end; k += 8) {
             _mm_prefetch((const char *)w0 + PF_BLOCKS * 4 * K + 4 * k, _MM_HINT_T0); /* the next blocks' rows */
@@ -644,9 +647,7 @@ T_AVX2 static void avx2_dequant(const Product *p, Py_ssize_t n0, int nb, int kin
             const float *sc = p->scale + (n0 + j) * (p->K / p->gs), *of = p->offset + (n0 + j) * (p->K / p->gs);
             for (Py_ssize_t g = 0; k < p->K; g++) {
                 const __m256 sv = _mm256_set1_ps(sc[g]), ov = _mm256_set1_ps(of[g]);
-                for (Py_ssize_t end = k + p->gs; k < end; k += 8)
-                    _mm256_storeu_ps(row + k, _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
-                                                                  _mm_loadl_epi64((const __m128i *)(w + k)))), sv, ov));
+                for (Py_ssize_t end = k + p->gs; k < end; k += 8) _mm256_storeu_ps(row + k, avx2_i8g_deq(w + k, sv, ov));
             }
             continue;
         }
@@ -774,11 +775,14 @@ T_512 ALWAYS_INLINE __m512 avx512_w(const Product *p, Py_ssize_t n, Py_ssize_t k
     return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b));
 }
 
-/* int8 per group (group_size % 16 == 0): the 16 weights of row n at columns [k, k + 16),
- * code * scale + offset by one FMA. */
+/* int8 per group (group_size % 16 == 0): the 16 codes at w as code * scale + offset, by one
+ * FMA (every int8-per-group load of this path is this one). */
+T_512 ALWAYS_INLINE __m512 avx512_i8g_deq(const int8_t *w, __m512 scale, __m512 offset) {
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)w))), scale, offset);
+}
 T_512 ALWAYS_INLINE __m512 avx512_i8g_w(const Product *p, Py_ssize_t n, Py_ssize_t k) {
     const Py_ssize_t gi = n * (p->K / p->gs) + k / p->gs;
-    return _mm512_fmadd_ps(avx512_w(p, n, k, 0xFFFF, 1), _mm512_set1_ps(p->scale[gi]), _mm512_set1_ps(p->offset[gi]));
+    return avx512_i8g_deq((const int8_t *)p->w + n * p->K + k, _mm512_set1_ps(p->scale[gi]), _mm512_set1_ps(p->offset[gi]));
 }
 
 /* int4, group_size % 16 == 0. A group's 16 possible weights, code * scale + offset for the
@@ -933,7 +937,6 @@ T_512 ALWAYS_INLINE void avx512_i8g_row4_gs(const Product *p, Py_ssize_t m0, Py_
     const int8_t *w0 = (const int8_t *)p->w + n0 * K, *w1 = w0 + K, *w2 = w1 + K, *w3 = w2 + K;
     const float *s0 = p->scale + n0 * groups, *o0 = p->offset + n0 * groups, *x = p->x + m0 * K;
     __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-#define I8G(w, k, s, o) _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)((w) + (k))))), s, o)
     for (Py_ssize_t g = 0, k = 0; g < groups; g++) {
         const __m512 sc0 = _mm512_set1_ps(s0[g]), sc1 = _mm512_set1_ps(s0[groups + g]);
         const __m512 sc2 = _mm512_set1_ps(s0[2 * groups + g]), sc3 = _mm512_set1_ps(s0[3 * groups + g]);
@@ -943,13 +946,12 @@ T_512 ALWAYS_INLINE void avx512_i8g_row4_gs(const Product *p, Py_ssize_t m0, Py_
             _mm_prefetch((const char *)w0 + PF_BLOCKS * 4 * K + 4 * k, _MM_HINT_T0); /* the next blocks' rows */
             _mm_prefetch((const char *)w0 + FAR_BLOCKS * 4 * K + 4 * k, _MM_HINT_T1); /* and further ones into L2 */
             const __m512 xv = _mm512_loadu_ps(x + k);
-            a0 = _mm512_fmadd_ps(xv, I8G(w0, k, sc0, of0), a0);
-            a1 = _mm512_fmadd_ps(xv, I8G(w1, k, sc1, of1), a1);
-            a2 = _mm512_fmadd_ps(xv, I8G(w2, k, sc2, of2), a2);
-            a3 = _mm512_fmadd_ps(xv, I8G(w3, k, sc3, of3), a3);
+            a0 = _mm512_fmadd_ps(xv, avx512_i8g_deq(w0 + k, sc0, of0), a0);
+            a1 = _mm512_fmadd_ps(xv, avx512_i8g_deq(w1 + k, sc1, of1), a1);
+            a2 = _mm512_fmadd_ps(xv, avx512_i8g_deq(w2 + k, sc2, of2), a2);
+            a3 = _mm512_fmadd_ps(xv, avx512_i8g_deq(w3 + k, sc3, of3), a3);
         }
     }
-#undef I8G
     float *y = p->y + m0 * p->N + n0;
     y[0] = avx512_reduce(a0);
     y[1] = avx512_reduce(a1);
@@ -1078,9 +1080,7 @@ T_512 static void avx512_dequant(const Product *p, Py_ssize_t n0, int nb, int ki
             const float *sc = p->scale + (n0 + j) * (p->K / p->gs), *of = p->offset + (n0 + j) * (p->K / p->gs);
             for (Py_ssize_t g = 0; k < p->K; g++) {
                 const __m512 sv = _mm512_set1_ps(sc[g]), ov = _mm512_set1_ps(of[g]);
-                for (Py_ssize_t end = k + p->gs; k < end; k += 16)
-                    _mm512_storeu_ps(row + k, _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
-                                                                  _mm_loadu_si128((const __m128i *)(w + k)))), sv, ov));
+                for (Py_ssize_t end = k + p->gs; k < end; k += 16) _mm512_storeu_ps(row + k, avx512_i8g_deq(w + k, sv, ov));
             }
             continue;
         }
