@@ -181,25 +181,12 @@ def linear_int8(x: torch.Tensor, qweight: torch.Tensor, scale: torch.Tensor) -> 
 def linear_int4(x: torch.Tensor, qweight: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor,
                 group_size: int) -> torch.Tensor:
     """``x @ W.T`` for an int4 weight (row-invariant; the reference: dequantize, then one row at a time).
-
     The SIMD paths take 16 columns of one group per step, so a ``group_size`` that is not a
     multiple of 16 runs the generic C code (same results for every row count, slower)."""
-    c = _native()
     out, half = qweight.shape
-    in_ = 2 * half
-    if group_size < 2 or group_size % 2 or in_ % group_size:
-        raise ValueError(f"group_size must be even and divide in ({in_}), got {group_size}")
-    groups = (out, in_ // group_size)
-    _check(x, out, in_, (qweight, torch.uint8, (out, half)), (scale, torch.float32, groups),
-           (offset, torch.float32, groups))
-    if c is None:
-        return _rows_reference(dequantize_int4(qweight, scale, offset, group_size), x)
-    x = x.contiguous()
-    y = torch.empty(x.shape[0], out)
-    if y.numel():
-        c.int4(x.data_ptr(), qweight.data_ptr(), scale.data_ptr(), offset.data_ptr(), y.data_ptr(), x.shape[0], in_,
-               out, group_size)
-    return y
+    if group_size < 2 or group_size % 2 or (2 * half) % group_size:
+        raise ValueError(f"group_size must be even and divide in ({2 * half}), got {group_size}")
+    return _linear_groups(x, qweight, torch.uint8, 2 * half, scale, offset, group_size, "int4", dequantize_int4)
 
 
 def linear_int8_groups(x: torch.Tensor, qweight: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor,
@@ -207,20 +194,29 @@ def linear_int8_groups(x: torch.Tensor, qweight: torch.Tensor, scale: torch.Tens
     """``x @ W.T`` for an int8 weight with per-group scales and offsets (row-invariant; the
     reference: dequantize, then one row at a time). As for int4, a ``group_size`` that is not
     a multiple of 16 runs the generic C code."""
-    c = _native()
     out, in_ = qweight.shape
     if group_size < 1 or in_ % group_size:
         raise ValueError(f"group_size must divide in ({in_}), got {group_size}")
+    return _linear_groups(x, qweight, torch.int8, in_, scale, offset, group_size, "int8g", dequantize_int8_groups)
+
+
+def _linear_groups(x: torch.Tensor, qweight: torch.Tensor, codes: torch.dtype, in_: int, scale: torch.Tensor,
+                   offset: torch.Tensor, group_size: int, name: str,
+                   dequantize: Callable[..., torch.Tensor]) -> torch.Tensor:
+    """The per-group products' common part: the contract's checks, then the C function ``name``
+    or, without the C module, the reference on the ``dequantize``d weight."""
+    c = _native()
+    out = qweight.shape[0]
     groups = (out, in_ // group_size)
-    _check(x, out, in_, (qweight, torch.int8, (out, in_)), (scale, torch.float32, groups),
+    _check(x, out, in_, (qweight, codes, tuple(qweight.shape)), (scale, torch.float32, groups),
            (offset, torch.float32, groups))
     if c is None:
-        return _rows_reference(dequantize_int8_groups(qweight, scale, offset, group_size), x)
+        return _rows_reference(dequantize(qweight, scale, offset, group_size), x)
     x = x.contiguous()
     y = torch.empty(x.shape[0], out)
     if y.numel():
-        c.int8g(x.data_ptr(), qweight.data_ptr(), scale.data_ptr(), offset.data_ptr(), y.data_ptr(), x.shape[0], in_,
-                out, group_size)
+        getattr(c, name)(x.data_ptr(), qweight.data_ptr(), scale.data_ptr(), offset.data_ptr(), y.data_ptr(),
+                         x.shape[0], in_, out, group_size)
     return y
 
 
