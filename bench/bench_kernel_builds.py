@@ -4,7 +4,8 @@ products of one SmolLM2-135M step, for before/after measurements of a change to 
 
 A candidate is ``PATH:KIND[:ISA]``: a built module (e.g. a copy of
 ``promptlookup/runtime/kernels/_gemv*.so`` taken before the change), ``KIND`` one of
-``fp32``, ``int8``, ``int4_32``, ``int4_128`` (int4 with that group size), ``ISA`` one of
+``fp32``, ``int8``, ``int4_32``, ``int4_128`` (int4 with that group size), ``int8g_32``,
+``int8g_128`` (int8 per group), ``ISA`` one of
 ``avx512``, ``avx2``, ``generic`` (default: the widest this CPU runs). A step is what a
 decoding step reads: per layer the fused QKV [960, H], o_proj [H, H], gate/up [3072, H]
 and down [H, 1536], with ``--layers`` layers of distinct weights (so they stream from
@@ -39,7 +40,7 @@ import torch  # noqa: E402
 
 from promptlookup.threads import configure_threads  # noqa: E402
 
-KINDS = ("fp32", "int8", "int4_32", "int4_128")
+KINDS = ("fp32", "int8", "int4_32", "int4_128", "int8g_32", "int8g_128")
 ISAS = {"generic": 0, "avx2": 1, "avx512": 2}
 LAYER = ("qkv", "o_proj", "gate_up", "down")
 
@@ -75,7 +76,9 @@ def make_weights(kind: str, sizes: dict[str, tuple[int, int, int]], seed: int) -
             out[name] = []
             for _ in range(copies):
                 scale = torch.rand(n, k // gs, generator=g) * 1e-2
-                out[name].append((torch.randint(0, 256, (n, k // 2), dtype=torch.uint8, generator=g), scale, -8 * scale))
+                codes = (torch.randint(-128, 128, (n, k), dtype=torch.int8, generator=g) if kind.startswith("int8g")
+                         else torch.randint(0, 256, (n, k // 2), dtype=torch.uint8, generator=g))
+                out[name].append((codes, scale, -8 * scale))
     return out
 
 
@@ -92,14 +95,15 @@ def call(module: ModuleType, kind: str, w: tuple[torch.Tensor, ...], x: torch.Te
         module.int8(xp, w[0].data_ptr(), w[1].data_ptr(), yp, rows, k, n)
     else:
         gs = int(kind.split("_")[1])
+        run = module.int8g if kind.startswith("int8g") else module.int4
         start = time.perf_counter()
-        module.int4(xp, w[0].data_ptr(), w[1].data_ptr(), w[2].data_ptr(), yp, rows, k, n, gs)
+        run(xp, w[0].data_ptr(), w[1].data_ptr(), w[2].data_ptr(), yp, rows, k, n, gs)
     return time.perf_counter() - start
 
 
 def build_parser() -> ArgumentParser:
     p = ArgumentParser(prog="bench/bench_kernel_builds.py", description=__doc__.splitlines()[0])
-    p.add_argument("candidates", nargs="+", help="PATH:KIND[:ISA] (KIND: fp32, int8, int4_32, int4_128)")
+    p.add_argument("candidates", nargs="+", help=f"PATH:KIND[:ISA] (KIND: {', '.join(KINDS)})")
     p.add_argument("--rows", type=int, default=1, help="rows of x (1: a decoding step)")
     p.add_argument("--rounds", type=int, default=9, help="steps per candidate (the median is kept)")
     p.add_argument("--layers", type=int, default=30, help="layers of distinct weights (SmolLM2 has 30)")
@@ -118,8 +122,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: candidate {spec!r}: use PATH:KIND[:ISA], KIND one of {', '.join(KINDS)}, "
                   f"ISA one of {', '.join(ISAS)}", file=sys.stderr)
             return 2
-        if parts[1] == "int4_128" and args.hidden % 128:
-            print(f"error: int4_128 needs --hidden divisible by 128 (got {args.hidden}); try --hidden 640", file=sys.stderr)
+        if parts[1].endswith("_128") and args.hidden % 128:
+            print(f"error: {parts[1]} needs --hidden divisible by 128 (got {args.hidden}); try --hidden 640", file=sys.stderr)
             return 2
         cands.append(tuple(parts) if len(parts) == 3 else (parts[0], parts[1], ""))
     modules: dict[str, ModuleType] = {}
