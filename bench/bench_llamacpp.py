@@ -710,6 +710,10 @@ def main(argv: list[str] | None = None) -> int:
     header = cpu_header(args.num_threads)
     header["omp_wait_policy"] = {"ours": os.environ.get("OMP_WAIT_POLICY"),
                                    "llama.cpp": users_environment().get("OMP_WAIT_POLICY")}
+    if (header["omp_wait_policy"]["llama.cpp"] or "").strip().upper() == "ACTIVE" and not args.no_llamacpp:
+        print("note: llama.cpp inherits OMP_WAIT_POLICY=ACTIVE from this environment; with as many threads as "
+              "cores it then decodes about 3x slower (25-27 against 72-75 tok/s measured on 2 cores): unset it "
+              "for llama.cpp's own speed")
     tok = load_tokenizer(engines[0][1])
     end_id, end_text = tok.eos_token_id, tok.eos_token or ""
     templated, prompt_ids = prompts(tok, args.num_prompts)
