@@ -120,8 +120,9 @@ def prequantized_from_gguf(path: Path, spec: QuantSpec, config: Any) -> tuple[di
         notes.append(f"{len(out)} tensors taken over exactly from the GGUF's blocks "
                      f"({spec.precision}, groups of {BLOCK}): no float round trip")
     for kind, count in sorted(requantized.items()):
-        target = f"{spec.quant_algo} with {'groups of ' + str(spec.group_size) if spec.group_size else 'one scale per channel'}"
-        why = (f"{target} is not its grid ({'int4 or ' if kind != 'Q8_0' else ''}int8 groups of {BLOCK})"
+        target = f"{spec.precision} {'in groups of ' + str(spec.group_size) if spec.group_size else 'per channel'}"
+        why = (f"{target} is not its grid, {'int4 or ' if kind != 'Q8_0' else ''}int8 in groups of {BLOCK}"
                if kind in EXACT_TYPES["int8"] else "it is not a block format taken over")
-        notes.append(f"{count} {kind} tensors are dequantized and requantized to {spec.quant_algo} ({why})")
+        noun = "tensor is" if count == 1 else "tensors are"
+        notes.append(f"{count} {kind} {noun} dequantized and requantized to {spec.quant_algo} ({why})")
     return out, notes
