@@ -112,6 +112,7 @@ SLOW_TESTS = (
     "tests/runtime/test_quant_engine.py::test_run_py_records_the_precision",
     "tests/runtime/test_quant_engine.py::test_run_py_refuses_torch_compile_on_a_quantized_engine",
     "tests/runtime/test_kernels.py::test_the_environment_variable_forces_a_path",
+    "tests/runtime/test_kernels.py::test_avx512_int4_decodes_alike_with_and_without_vbmi",
     "tests/checkpoint/test_smollm2.py",
     "tests/sampling/test_exact_distribution.py",
     "tests/sampling/test_seed_alignment.py::test_speculative_equals_plain_token_for_token",
