@@ -25,8 +25,8 @@ is the additive term for signed codes, ``code - 8``: ours is theirs minus ``8 * 
 Quantization is round-to-nearest, so every element lies within half a step of its
 dequantized value: int8 and int4 per channel are symmetric (``scale = max|w| / 127`` and
 ``/ 7``, as TensorRT-LLM's ``symmetric_quantize``), int4 and int8 per group are asymmetric
-(``scale = (max - min) / 15`` or ``/ 255``, the group's minimum at the lowest code). Cost: O(weights), a few temporaries the
-size of one matrix in float32.
+(``scale = (max - min) / 15`` or ``/ 255``, the group's minimum at the lowest code).
+Cost: O(weights), a few temporaries the size of one matrix in float32.
 """
 from __future__ import annotations
 
