@@ -3,7 +3,7 @@ copy kept), a fraction of the float32 engine's; run.py records the precision; th
 route is refused in one line. With ``--quantize_lm_head`` (``QuantSpec(..., lm_head=True)``) the
 tied embedding table and LM head are one quantized table, on a geometry where the table is a
 real share of the weights as on SmolLM2. (Greedy identity on quantized engines: test_greedy_equivalence,
-test_lookahead and test_tree_lookup, parametrized over int8/int4.)"""
+test_lookahead and test_tree_lookup, parametrized over int8, int4 and int8 in groups.)"""
 from __future__ import annotations
 
 import json
