@@ -132,6 +132,14 @@ static void gen_load_i8(const Product *p, Py_ssize_t n, Py_ssize_t k, Py_ssize_t
 static void gen_load_i4(const Product *p, Py_ssize_t n, Py_ssize_t k, Py_ssize_t len, float *out) {
     const uint8_t *w = (const uint8_t *)p->w + n * (p->K / 2);
     Py_ssize_t groups = p->K / p->gs;
+    if (len == GL && p->gs % GL == 0) { /* the GL columns are one group's (k % GL == 0): one lookup */
+        const float sc = p->scale[n * groups + k / p->gs], of = p->offset[n * groups + k / p->gs];
+        for (int l = 0; l < GL; l++) {
+            uint8_t b = w[(k + l) >> 1];
+            out[l] = (float)((l & 1) ? (b >> 4) : (b & 0xF)) * sc + of;
+        }
+        return;
+    }
     for (int l = 0; l < GL; l++) {
         if (l >= len) { out[l] = 0.0f; continue; }
         Py_ssize_t c = k + l, g = c / p->gs;
@@ -145,6 +153,11 @@ static void gen_load_i4(const Product *p, Py_ssize_t n, Py_ssize_t k, Py_ssize_t
 static void gen_load_i8g(const Product *p, Py_ssize_t n, Py_ssize_t k, Py_ssize_t len, float *out) {
     const int8_t *w = (const int8_t *)p->w + n * p->K + k;
     Py_ssize_t groups = p->K / p->gs;
+    if (len == GL && p->gs % GL == 0) { /* the GL columns are one group's (k % GL == 0): one lookup */
+        const float sc = p->scale[n * groups + k / p->gs], of = p->offset[n * groups + k / p->gs];
+        for (int l = 0; l < GL; l++) out[l] = (float)w[l] * sc + of;
+        return;
+    }
     for (int l = 0; l < GL; l++) {
         Py_ssize_t gi = n * groups + (k + l) / p->gs;
         out[l] = l < len ? (float)w[l] * p->scale[gi] + p->offset[gi] : 0.0f;
