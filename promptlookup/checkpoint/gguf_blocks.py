@@ -42,16 +42,28 @@ GGUF_PROJECTIONS = {
 GGUF_TABLES = {"token_embd.weight": HF_EMBEDDING, "output.weight": HF_LM_HEAD}  # with --quantize_lm_head
 
 
+BLOCK_BYTES = {"Q4_0": 18, "Q4_1": 20, "Q8_0": 34}
+
+
+def _blocks(raw: np.ndarray, kind: str) -> np.ndarray:
+    """``kind`` rows (uint8 ``[rows, blocks * bytes]``) as ``[rows, blocks, bytes]``."""
+    return np.ascontiguousarray(raw).reshape(raw.shape[0], -1, BLOCK_BYTES[kind])
+
+
+def _f16(blocks: np.ndarray, at: int) -> np.ndarray:
+    """The float16 at byte ``at`` of every block, widened to float32 (exact)."""
+    return blocks[..., at:at + 2].copy().view(np.float16)[..., 0].astype(np.float32)
+
+
 def blocks_to_int4(raw: np.ndarray, kind: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``Q4_0``/``Q4_1`` rows (uint8 ``[rows, blocks * bytes]``) -> ``(codes uint8 [rows, 32 *
     blocks], scale f32 [rows, blocks], offset f32 [rows, blocks])`` with ``w = code * scale +
     offset``. Exact: the f16 ``d``/``m`` widen to f32 without rounding."""
-    size = {"Q4_0": 18, "Q4_1": 20}[kind]
     rows = raw.shape[0]
-    blocks = np.ascontiguousarray(raw).reshape(rows, -1, size)
-    d = blocks[..., 0:2].copy().view(np.float16)[..., 0].astype(np.float32)
+    blocks = _blocks(raw, kind)
+    d = _f16(blocks, 0)
     if kind == "Q4_1":
-        offset = blocks[..., 2:4].copy().view(np.float16)[..., 0].astype(np.float32)
+        offset = _f16(blocks, 2)
         qs = blocks[..., 4:]
     else:
         offset = np.float32(-8.0) * d
@@ -68,8 +80,8 @@ def blocks_to_int8(raw: np.ndarray, kind: str) -> tuple[torch.Tensor, torch.Tens
         codes, scale, offset = blocks_to_int4(raw, kind)
         return codes.to(torch.int8), scale, offset
     rows = raw.shape[0]
-    blocks = np.ascontiguousarray(raw).reshape(rows, -1, 34)
-    d = blocks[..., 0:2].copy().view(np.float16)[..., 0].astype(np.float32)
+    blocks = _blocks(raw, kind)
+    d = _f16(blocks, 0)
     codes = blocks[..., 2:].copy().view(np.int8)
     return (torch.from_numpy(codes.reshape(rows, -1).copy()), torch.from_numpy(np.ascontiguousarray(d)),
             torch.zeros(d.shape, dtype=torch.float32))
