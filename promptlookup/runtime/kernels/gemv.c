@@ -204,6 +204,15 @@ static void scale_outputs(const Product *p, Py_ssize_t n0, int nb) {
 #define BLOCK_HINT _MM_HINT_T1 /* 11 rows of SmolLM2's 30 layers from memory, 1 thread: 0.93x T0's time (AVX2 0.95x) */
 #endif
 #define PF_LINES(kind) ((kind) == 0 ? 4 : 1)
+
+/* FN(..., gs) with the common group sizes passed as constants, so FN's (inlined) steps unroll
+ * for them: the one-row grouped kernels' entry points. */
+#define WITH_GROUP_SIZE(gs, FN, ...)                                                        \
+    do {                                                                                    \
+        if ((gs) == 32) FN(__VA_ARGS__, 32);                                                \
+        else if ((gs) == 128) FN(__VA_ARGS__, 128);                                         \
+        else FN(__VA_ARGS__, (gs));                                                         \
+    } while (0)
 static const char *next_block(const Product *p, Py_ssize_t n, int kind) {
     if (kind == 0) return (const char *)((const float *)p->w + n * p->K);
     if (kind == 1 || kind == 3) return (const char *)p->w + n * p->K;
@@ -380,11 +389,8 @@ T_AVX2 ALWAYS_INLINE void avx2_i8g_row4_gs(const Product *p, Py_ssize_t m0, Py_s
     y[3] = avx2_reduce(a3);
 }
 
-/* the common group sizes as constants, so their steps unroll */
 T_AVX2 static void avx2_i8g_row4(const Product *p, Py_ssize_t m0, Py_ssize_t n0) {
-    if (p->gs == 32) avx2_i8g_row4_gs(p, m0, n0, 32);
-    else if (p->gs == 128) avx2_i8g_row4_gs(p, m0, n0, 128);
-    else avx2_i8g_row4_gs(p, m0, n0, p->gs);
+    WITH_GROUP_SIZE(p->gs, avx2_i8g_row4_gs, p, m0, n0);
 }
 
 /* int4 on AVX2, group_size % 16 == 0 (so K % 16 == 0), as a dot product per group:
@@ -449,7 +455,7 @@ T_AVX2 ALWAYS_INLINE void avx2_i4_nibbles(const uint8_t *w, __m256 *lo, __m256 *
 #define I4_PF 8192 /* bytes ahead the one-row int4 kernel prefetches its weight rows */
 #endif
 T_AVX2 ALWAYS_INLINE void avx2_i4_row4_gs(const Product *p, const float *xd, const float *xs, Py_ssize_t m0,
-                                          Py_ssize_t n0, const Py_ssize_t gs, const float *codes) {
+                                          Py_ssize_t n0, const float *codes, const Py_ssize_t gs) {
     const Py_ssize_t K = p->K, groups = K / gs;
     const uint8_t *w0 = (const uint8_t *)p->w + n0 * (K / 2), *w1 = w0 + K / 2, *w2 = w1 + K / 2, *w3 = w2 + K / 2;
     const char *pf = (const char *)w0 + I4_PF;
@@ -498,19 +504,14 @@ T_AVX2 ALWAYS_INLINE void avx2_i4_row4_gs(const Product *p, const float *xd, con
     y[3] = avx2_reduce(a3);
 }
 
-/* the common group sizes as constants, so their steps unroll */
 T_AVX2 static void avx2_i4_row4(const Product *p, const float *xd, const float *xs, Py_ssize_t m0, Py_ssize_t n0) {
-    if (p->gs == 32) avx2_i4_row4_gs(p, xd, xs, m0, n0, 32, NULL);
-    else if (p->gs == 128) avx2_i4_row4_gs(p, xd, xs, m0, n0, 128, NULL);
-    else avx2_i4_row4_gs(p, xd, xs, m0, n0, p->gs, NULL);
+    WITH_GROUP_SIZE(p->gs, avx2_i4_row4_gs, p, xd, xs, m0, n0, NULL);
 }
 
 /* One row times 4 weight rows whose codes are in codes [4][K] (avx2_i4_decode's). */
 T_AVX2 static void avx2_i4_row4_codes(const Product *p, const float *xd, const float *xs, Py_ssize_t m0, Py_ssize_t n0,
                                       const float *codes) {
-    if (p->gs == 32) avx2_i4_row4_gs(p, xd, xs, m0, n0, 32, codes);
-    else if (p->gs == 128) avx2_i4_row4_gs(p, xd, xs, m0, n0, 128, codes);
-    else avx2_i4_row4_gs(p, xd, xs, m0, n0, p->gs, codes);
+    WITH_GROUP_SIZE(p->gs, avx2_i4_row4_gs, p, xd, xs, m0, n0, codes);
 }
 
 /* mb (1 or 2) rows times nb (1 or 2) weight rows, the codes decoded in registers. */
@@ -973,9 +974,7 @@ T_512 ALWAYS_INLINE void avx512_i8g_row4_gs(const Product *p, Py_ssize_t m0, Py_
 }
 
 T_512 static void avx512_i8g_row4(const Product *p, Py_ssize_t m0, Py_ssize_t n0) {
-    if (p->gs == 32) avx512_i8g_row4_gs(p, m0, n0, 32);
-    else if (p->gs == 128) avx512_i8g_row4_gs(p, m0, n0, 128);
-    else avx512_i8g_row4_gs(p, m0, n0, p->gs);
+    WITH_GROUP_SIZE(p->gs, avx512_i8g_row4_gs, p, m0, n0);
 }
 
 /* int4, one row times 4 weight rows, decoded on the shift port instead of the shuffle port.
@@ -1035,11 +1034,9 @@ T_512 ALWAYS_INLINE void avx512_i4_row4_gs(const Product *p, const float *xp, Py
     y[3] = avx512_reduce_unperm(a3);
 }
 
-/* the common group sizes as constants, so their steps unroll; xp: row m0 of x, permuted */
+/* xp: row m0 of x, permuted */
 T_512 static void avx512_i4_row4(const Product *p, const float *xp, Py_ssize_t m0, Py_ssize_t n0) {
-    if (p->gs == 32) avx512_i4_row4_gs(p, xp, m0, n0, 32);
-    else if (p->gs == 128) avx512_i4_row4_gs(p, xp, m0, n0, 128);
-    else avx512_i4_row4_gs(p, xp, m0, n0, p->gs);
+    WITH_GROUP_SIZE(p->gs, avx512_i4_row4_gs, p, xp, m0, n0);
 }
 
 
