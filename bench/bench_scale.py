@@ -80,6 +80,9 @@ import torch  # noqa: E402
 import transformers  # noqa: E402
 from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 
+from promptlookup.checkpoint.layout import hf_layer_name  # noqa: E402
+from promptlookup.checkpoint.quant_spec import HF_QUANT_LINEARS, QuantSpec  # noqa: E402
+from promptlookup.checkpoint.quantize import quantize_weight  # noqa: E402
 from promptlookup.cli.args import ArgumentParser, add_num_threads_argument  # noqa: E402
 from promptlookup.decoding import generate  # noqa: E402
 from promptlookup.defaults import COMPILE_MODES, DEFAULT_COMPILE_MODE  # noqa: E402
@@ -261,6 +264,21 @@ def build_runner(config: LlamaConfig, state: dict[str, torch.Tensor], limits: En
                        kv_cache_enable_block_reuse=False, cuda_graph_mode=cuda_graph_mode, compile_mode=compile_mode)
 
 
+WEIGHT_ONLY = {"int8": QuantSpec("int8"), "int8g128": QuantSpec("int8", 128), "int4g128": QuantSpec("int4", 128),
+               "int4g32": QuantSpec("int4", 32)}
+
+
+def quantize_state(state: dict[str, torch.Tensor], config: LlamaConfig, spec: QuantSpec) -> None:
+    """Replace every decoder projection of ``state`` (a Hugging Face state dict) by its codes and
+    scales as ``convert_checkpoint.py --use_weight_only`` stores them, on the weights' device
+    (the LM head and the embedding stay in the float dtype, TensorRT-LLM's default)."""
+    for i in range(config.num_hidden_layers):
+        for suffix in HF_QUANT_LINEARS:
+            name = hf_layer_name(i, suffix)
+            for part, tensor in quantize_weight(spec, state.pop(name)).items():
+                state[name.removesuffix("weight") + part] = tensor
+
+
 def warm_up(runner: TorchRunner, max_batch: int, max_context: int, device: str) -> dict[str, float | int]:
     """Compile (``--torch_compile inductor``) and capture (CUDA graphs) every bucket a run
     of up to ``max_batch`` sequences and ``max_context`` tokens can need; returns the
@@ -290,6 +308,7 @@ class Bench:
         self.on_gpu = torch.device(device).type == "cuda"
         self.itemsize = torch.empty((), dtype=dtype).element_size()
         self.check = "required" if dtype == torch.float32 else "recorded"
+        self.float_runs: dict[tuple[str, int], tuple[float, list[list[int]]]] = {}  # (shape, batch): s/token, tokens
 
     def absolute(self, value: float) -> float | None:
         """``value`` on a GPU; None on a CPU, where only ratios are reported."""
@@ -362,6 +381,7 @@ class Bench:
             run(2)  # warm-up: the eager prefill's kernels at this batch
             ours, out = decode_timing(run, a.new_tokens, a.reps, dev)
             rows.append(self.plain_row(name, config, b, hf[b][0], ours, hf[b][1], [r.output_ids for r in out]))
+            self.float_runs[(name, b)] = (ours.per_token_s, [r.output_ids for r in out])
             if a.lookup_k:
                 draft = DraftConfig(prompt_lookup_num_tokens=a.lookup_k, max_matching_ngram_size=a.lookup_n)
                 plain, plain_out = decode_timing(ours_run(runner, repetitive[:b]), a.new_tokens, a.reps, dev)
@@ -369,7 +389,7 @@ class Bench:
                 lookup_rows.append(self.lookup_row(name, b, plain, v2, plain_out, v2_out))
         return rows, lookup_rows
 
-    def measure_shape(self, name: str) -> tuple[list[dict], list[dict], dict[str, Any]]:
+    def measure_shape(self, name: str) -> tuple[list[dict], list[dict], list[dict], dict[str, Any]]:
         """Shape ``name``: HF at every batch size, then its model is dropped and ours built
         from its tensors, warmed up and measured. Returns the plain rows, the lookup rows and
         the set-up figures (seconds only on a GPU)."""
@@ -389,7 +409,49 @@ class Bench:
         rows, lookup_rows = self.measure_ours(name, runner, prompts, hf)
         del runner
         free_memory(dev)
-        return rows, lookup_rows, {k: self.absolute(v) if k.endswith("_s") else v for k, v in setup.items()}
+        quant_rows: list[dict] = []
+        for wo in a.weight_only:
+            quant_rows.extend(self.measure_weight_only(name, wo, prompts, limits))
+        return rows, lookup_rows, quant_rows, {k: self.absolute(v) if k.endswith("_s") else v for k, v in setup.items()}
+
+    def measure_weight_only(self, name: str, wo: str, prompts: list[list[int]],
+                            limits: EngineLimits) -> list[dict[str, Any]]:
+        """Our plain decoding on the same random weights quantized as ``wo`` (codes and
+        scales read by :mod:`promptlookup.runtime.gpu_quant` on a GPU), against our float run's
+        rows at each batch size: time per token, the ratio, and the fraction of the
+        weight-read limit counted with the quantized bytes. Tokens are recorded against the
+        float run's (the weights differ, so they need not match)."""
+        a, dev = self.args, self.device
+        model = random_model(shape_config(name), dev, self.dtype, a.seed)
+        config, state = model.config, model.state_dict()
+        del model
+        quantize_state(state, config, WEIGHT_ONLY[wo])
+        runner = build_runner(config, state, limits, "off", a.cuda_graph_mode)
+        del state
+        warm_up(runner, limits.max_batch_size, limits.max_seq_len, dev)
+        projections = [getattr(blk, n) for blk in runner.model.layers for n in ("qkv", "o_proj", "gate_up", "down_proj")]
+        codes = sum(pr.resident_bytes() for pr in projections)
+        as_float = sum(pr.out_features * pr.qweight.shape[1] * (2 if pr.precision == "int4" else 1)
+                       for pr in projections) * self.itemsize
+        out = []
+        for b in a.batch_sizes:
+            run = ours_run(runner, prompts[:b])
+            run(2)  # warm-up, as the float run
+            t, res = decode_timing(run, a.new_tokens, a.reps, dev)
+            float_s, float_tokens = self.float_runs[(name, b)]
+            weights = weight_read_bytes(config, b, self.itemsize) - as_float + codes
+            limit = weights / self.bandwidth
+            out.append({
+                "shape": name, "batch": b, "weight_only": wo, "context": a.context, "new_tokens": a.new_tokens,
+                "ours_ms_per_token": self.absolute(t.per_token_s * 1e3),
+                "speedup_over_float": ratio(float_s, t.per_token_s),
+                "resident_weight_bytes": runner.model.resident_weight_bytes(), "weight_read_bytes": weights,
+                "limit_ms": self.absolute(limit * 1e3), "fraction_of_limit": ratio(limit, t.per_token_s),
+                "tokens_identical_to_float": first_difference([r.output_ids for r in res], float_tokens) is None,
+            })
+        del runner
+        free_memory(dev)
+        return out
 
 
 def fmt(value: float | None, width: int, spec: str = ".3f") -> str:
@@ -466,6 +528,9 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--chunk", type=int, default=64, help="lookup rows: tokens of the random piece each prompt repeats")
     p.add_argument("--copy_mib", type=int, default=None,
                    help="MiB copied to measure the bandwidth; default: 2048 on a GPU, 64 on a CPU")
+    p.add_argument("--weight_only", default="",
+                   help=f"comma-separated weight-only layouts also measured on the same weights, of "
+                        f"{', '.join(WEIGHT_ONLY)} (with --torch_compile off; none by default)")
     p.add_argument("--seed", type=int, default=0, help="random weights and prompts")
     add_num_threads_argument(p)
     p.add_argument("--output_json", default=str(ROOT / "bench/results/scale.json"), help="where results are written")
@@ -482,6 +547,13 @@ def parse_args(argv: list[str] | None) -> Any:
             raise UserError(f"--{flag} must be at least 1, got {getattr(args, flag)}")
     if args.new_tokens < 2:
         raise UserError(f"--new_tokens must be at least 2 (the decode phase is t(N) - t(1)), got {args.new_tokens}")
+    args.weight_only = list(dict.fromkeys(w.strip() for w in args.weight_only.split(",") if w.strip()))
+    if any(w not in WEIGHT_ONLY for w in args.weight_only):
+        raise UserError(f"--weight_only takes a comma-separated subset of {', '.join(WEIGHT_ONLY)}, "
+                        f"got {','.join(args.weight_only)!r}")
+    if args.weight_only and args.torch_compile != "off":
+        raise UserError("--weight_only compares with our float run without compiling (quantized engines run "
+                        "eagerly): add --torch_compile off")
     if args.lookup_k is None:
         args.lookup_k = 10 if args.torch_compile == "off" else 0
     if args.lookup_k < 0:
@@ -498,11 +570,12 @@ def main(argv: list[str] | None = None) -> int:
     args.num_threads = configure_threads(args.num_threads)
     bench = Bench(args, args.device, DTYPES[args.dtype], copy_bandwidth(args.device, args.copy_mib << 20))
     free_memory(args.device)  # the copy buffers
-    rows, lookup_rows, setup = [], [], {}
+    rows, lookup_rows, quant_rows, setup = [], [], [], {}
     for name in args.shapes:
-        r, lr, setup[name] = bench.measure_shape(name)
+        r, lr, qr, setup[name] = bench.measure_shape(name)
         rows += r
         lookup_rows += lr
+        quant_rows += qr
         print(f"{name}: done", flush=True)
     host = machine(args.device)
     print(f"\nmachine: {host}; transformers {transformers.__version__}; {args.dtype}, random weights, greedy, "
@@ -515,6 +588,13 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print("CPU: ratios only (absolute times depend on the machine's load)")
     print_tables(rows, lookup_rows)
+    if quant_rows:
+        print(f"\n{'shape':13} {'batch':>5} {'weights':>9} {'ms/tok':>8} {'x float':>8} {'of limit':>9} "
+              f"{'weights MiB':>12} {'same tokens':>12}   (weight-only, not compiled)")
+        for r in quant_rows:
+            print(f"{r['shape']:13} {r['batch']:5d} {r['weight_only']:>9} {fmt(r['ours_ms_per_token'], 8)} "
+                  f"{fmt(r['speedup_over_float'], 8, '.2f')} {fmt(r['fraction_of_limit'], 9)} "
+                  f"{r['resident_weight_bytes'] / 2**20:12.0f} {str(r['tokens_identical_to_float']):>12}")
     goals = targets(rows, lookup_rows)
     for k, v in goals.items():
         print(f"  {k}: {fmt(v, 0, '.2f')}")
@@ -525,7 +605,7 @@ def main(argv: list[str] | None = None) -> int:
         "torch": torch.__version__, "transformers": transformers.__version__, "num_threads": args.num_threads,
         "dtype": args.dtype, "args": vars(args),
         "bandwidth": {"copy_bytes": args.copy_mib << 20, "bytes_per_s": bench.absolute(bench.bandwidth)},
-        "setup": setup, "rows": rows, "lookup_rows": lookup_rows, "targets": goals,
+        "setup": setup, "rows": rows, "lookup_rows": lookup_rows, "weight_only_rows": quant_rows, "targets": goals,
     })
     print(f"wrote {args.output_json}")
     for r in failed:

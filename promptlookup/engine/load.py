@@ -8,6 +8,7 @@ from ..checkpoint.config import quant_spec_of
 from ..defaults import BACKENDS, DEFAULT_BACKEND, DEFAULT_COMPILE_MODE, DEFAULT_CPU_WEIGHT_COPIES
 from ..errors import UserError
 from ..runtime.base import Runner
+from ..runtime.device import resolve_device
 from ..runtime.options import KvCacheConfig, RuntimeConfig, require_fraction, with_options
 from .config import EngineConfig, read_engine_config
 
@@ -108,6 +109,12 @@ def load_runner(
     if quant is not None and runtime.compile_mode == "inductor":
         raise UserError(f"--torch_compile inductor cannot trace the int8/int4 products of this {quant.quant_algo} "
                         f"engine; drop --torch_compile (quantized engines run eagerly)")
+    if quant is not None and resolve_device(runtime.device).startswith("cuda"):
+        from ..runtime import gpu_quant
+
+        if not gpu_quant.available():
+            raise UserError(f"this {quant.quant_algo} engine's int8/int4 products on a GPU need Triton, which is not "
+                            f"installed: pip install triton (or run on the CPU with --device cpu)")
     if device_ids is not None and list(device_ids) not in ([], [0]):
         raise UserError(
             f"device list {list(device_ids)} needs the TensorRT-LLM backend; the PyTorch engine runs on one device, use [0]"

@@ -7,8 +7,8 @@ else: no float copy of ``W`` stays resident. On the CPU every product goes throu
 ``kernels.linear_int8`` / ``linear_int8_groups`` / ``linear_int4``
 (row-invariant, so greedy speculative output equals plain output on a quantized engine);
 the activations are taken to float32 for the call and the result returned in ``x``'s dtype.
-On a GPU the weight is dequantized to ``x``'s dtype for each call and multiplied by
-``F.linear`` (simple, not fast: a transient float copy of one matrix per call).
+On a CUDA GPU every product goes through :func:`.gpu_quant.linear` (Triton; row-invariant too,
+reading the codes, never a float copy).
 
 Fusing (:meth:`QuantLinear.fuse`) concatenates output rows, codes and scales alike; every
 part must share the precision and the group size.
@@ -16,9 +16,8 @@ part must share the precision and the group size.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
-from . import kernels
+from . import gpu_quant, kernels
 from .kernels import step_ops
 
 
@@ -26,8 +25,8 @@ class QuantLinear:
     """One projection on int8 weights (per output channel: ``group_size is None``; per group:
     with ``offset`` and ``group_size``) or int4 weights (per group).
 
-    Cost per call on the CPU: the kernel's, about one pass over ``qweight`` per call
-    (the reference dequantizes the matrix once per call).
+    Cost per call: the kernel's, about one pass over ``qweight`` (the CPU's reference path,
+    without the C kernels, dequantizes the matrix once per call).
     """
 
     __slots__ = ("qweight", "scale", "offset", "group_size", "bias")
@@ -93,8 +92,11 @@ class QuantLinear:
         return self._dequantize(self.qweight.index_select(0, index), self.scale.index_select(0, index), offset)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if x.device.type == "cuda":
+            y = gpu_quant.linear(x, self.qweight, self.scale, self.offset, self.group_size)
+            return y if self.bias is None else y + self.bias.to(y.dtype)
         if x.device.type != "cpu":
-            return F.linear(x, self.dequantize(x.dtype), self.bias)
+            raise ValueError(f"quantized products run on the CPU or a CUDA GPU, not {x.device}")
         dtype = x.dtype
         x32 = x.float().contiguous()
         if self.offset is None:

@@ -3,7 +3,8 @@ copy kept), a fraction of the float32 engine's; run.py records the precision; th
 route is refused in one line. With ``--quantize_lm_head`` (``QuantSpec(..., lm_head=True)``) the
 tied embedding table and LM head are one quantized table, on a geometry where the table is a
 real share of the weights as on SmolLM2. (Greedy identity on quantized engines: test_greedy_equivalence,
-test_lookahead and test_tree_lookup, parametrized over int8, int4 and int8 in groups.)"""
+test_lookahead and test_tree_lookup, parametrized over int8, int4 and int8 in groups; on a GPU:
+test_gpu_quant.)"""
 from __future__ import annotations
 
 import json
@@ -167,21 +168,3 @@ def test_hf_entry_runs_the_dequantized_engine(int4_engine_with_tokenizer):
     want = model.generate(ids, max_new_tokens=10, do_sample=False, pad_token_id=0)
     got = hf.generate(model, ids, max_new_tokens=10, do_sample=False, pad_token_id=0, prompt_lookup_num_tokens=4)
     assert torch.equal(got, want)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("name", ["int8", "int4_g128"])
-def test_quantized_engine_on_a_gpu_runs_lookup_as_plain(engines, name):
-    """On a GPU the codes are dequantized per call (float32 engine: prompt lookup stays exact)."""
-    import torch
-
-    if not torch.cuda.is_available():
-        pytest.skip("no GPU")
-    from promptlookup.decoding import generate
-    from promptlookup.drafting.base import DraftConfig
-
-    prompts = [[5, 6, 7, 8, 5, 6, 7, 9, 5, 6] * 3, [11, 12, 13, 11, 12, 14] * 3]
-    runner = load_runner(engines[name], device="cuda")
-    plain = [r.output_ids for r in generate(runner, prompts, max_new_tokens=16, end_id=-1)]
-    draft = DraftConfig(prompt_lookup_num_tokens=4, max_matching_ngram_size=2)
-    assert [r.output_ids for r in generate(runner, prompts, max_new_tokens=16, end_id=-1, draft=draft)] == plain
