@@ -168,3 +168,28 @@ def test_hf_entry_runs_the_dequantized_engine(int4_engine_with_tokenizer):
     want = model.generate(ids, max_new_tokens=10, do_sample=False, pad_token_id=0)
     got = hf.generate(model, ids, max_new_tokens=10, do_sample=False, pad_token_id=0, prompt_lookup_num_tokens=4)
     assert torch.equal(got, want)
+
+
+def test_a_gpu_without_triton_refuses_a_quantized_engine_in_one_line(engines, monkeypatch):
+    """The GPU's products are Triton kernels (runtime/gpu_quant.py): without Triton the engine is
+    refused on load, naming the fix, rather than run some other way."""
+    import promptlookup.engine.load as load
+    from promptlookup.runtime import gpu_quant
+
+    monkeypatch.setattr(load, "resolve_device", lambda device: "cuda")
+    monkeypatch.setattr(gpu_quant, "available", lambda: False)
+    with pytest.raises(UserError, match="need Triton, which is not installed: pip install triton"):
+        load_runner(engines["int8"], device="cuda")
+
+
+def test_gpu_products_refuse_cpu_tensors():
+    import torch
+
+    from promptlookup.runtime import gpu_quant
+
+    if gpu_quant.INTERPRET:
+        pytest.skip("Triton's interpreter runs these products on CPU tensors")
+    q = torch.zeros(4, 8, dtype=torch.int8)
+    error = (ValueError, "runs on CUDA tensors") if gpu_quant.available() else (RuntimeError, "need Triton")
+    with pytest.raises(error[0], match=error[1]):
+        gpu_quant.linear(torch.zeros(1, 8), q, torch.ones(4), None, None)
