@@ -115,8 +115,10 @@ def torch_int8(lin: QuantLinear, dtype: torch.dtype) -> Callable[[torch.Tensor],
     return lambda x: torch.ops.aten._weight_int8pack_mm(x, lin.qweight, scale)
 
 
-def layer_candidates(shape: str, dtype: torch.dtype, seed: int,
-                     variants: list[tuple[str, int, int]]) -> tuple[dict[str, list], dict[str, int], dict[str, str], list]:
+Candidates = tuple[dict[str, list], dict[str, int], dict[str, str], list]
+
+
+def layer_candidates(shape: str, dtype: torch.dtype, seed: int, variants: list[tuple[str, int, int]]) -> Candidates:
     """For each candidate: its four products (callables of x) and the bytes they read; why a
     peer is absent; and the four ``(half weight, {layout: QuantLinear})`` they were made from."""
     gen = torch.Generator(device="cuda").manual_seed(seed)
@@ -171,7 +173,7 @@ def check(fns: dict[str, list], mats: list, dtype: torch.dtype, rows: int) -> di
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> ArgumentParser:
     p = ArgumentParser(prog="bench/bench_gpu_quant.py", description=__doc__.splitlines()[0])
     p.add_argument("--shapes", default="llama-3.2-1b,llama-3.1-8b", help=f"comma-separated, of {', '.join(LAYERS)}")
     p.add_argument("--rows", default="1,4,11,16,33", help="comma-separated rows of x per product")
@@ -179,9 +181,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--blocks", default="",
                    help="extra candidates: ours with other tiles, comma-separated LAYOUT:BLOCK_NxBLOCK_K "
                         "(e.g. int4g128:64x256; the defaults: gpu_quant.BLOCKS)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--output_json", default=str(ROOT / "bench/results/gpu_quant.json"))
-    args = p.parse_args(argv)
+    p.add_argument("--seed", type=int, default=0, help="random weights and activations")
+    p.add_argument("--output_json", default=str(ROOT / "bench/results/gpu_quant.json"), help="where results are written")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     if not torch.cuda.is_available() or not gpu_quant.available():
         raise UserError(f"bench_gpu_quant.py needs a CUDA GPU and Triton (here: GPU {torch.cuda.is_available()}, "
                         f"Triton {gpu_quant.available()})")

@@ -17,7 +17,13 @@ What it measures (issue 14), per shape and batch size, in one run on one device:
   decoding at the same batch. The models have random weights, so whatever a draft
   matches is chance: these rows feed every sequence a repetitive prompt (one random
   chunk of ``--chunk`` tokens repeated) and report tokens and accepted draft tokens per
-  step; they say nothing about acceptance on real text.
+  step; they say nothing about acceptance on real text;
+- with ``--weight_only int8,int4g128,...``: our plain decoding on the same random weights with
+  the decoder's projections quantized as ``convert_checkpoint.py --use_weight_only`` stores
+  them (on a GPU the products run in :mod:`promptlookup.runtime.gpu_quant`), against our float
+  run: time per token, the ratio, the resident weights, and the fraction of the weight-read
+  limit counted with the quantized bytes (``weight_only_rows`` in the JSON). Needs
+  ``--torch_compile off``, as quantized engines are not compiled.
 
 The models are Llama configurations built in code (no download) with random weights
 from ``--seed``, created directly on the device in the target dtype (no float32 copy on
@@ -80,8 +86,8 @@ import torch  # noqa: E402
 import transformers  # noqa: E402
 from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 
-from promptlookup.checkpoint.layout import hf_layer_name  # noqa: E402
-from promptlookup.checkpoint.quant_spec import HF_QUANT_LINEARS, QuantSpec  # noqa: E402
+from promptlookup.checkpoint.layout import Layout, hf_layer_name  # noqa: E402
+from promptlookup.checkpoint.quant_spec import HF_QUANT_LINEARS, QuantSpec, check_spec  # noqa: E402
 from promptlookup.checkpoint.quantize import quantize_weight  # noqa: E402
 from promptlookup.cli.args import ArgumentParser, add_num_threads_argument  # noqa: E402
 from promptlookup.decoding import generate  # noqa: E402
@@ -429,7 +435,8 @@ class Bench:
         runner = build_runner(config, state, limits, "off", a.cuda_graph_mode)
         del state
         warm_up(runner, limits.max_batch_size, limits.max_seq_len, dev)
-        projections = [getattr(blk, n) for blk in runner.model.layers for n in ("qkv", "o_proj", "gate_up", "down_proj")]
+        names = ("qkv", "o_proj", "gate_up", "down_proj")
+        projections = [getattr(blk, n) for blk in runner.model.layers for n in names]
         codes = sum(pr.resident_bytes() for pr in projections)
         as_float = sum(pr.out_features * pr.qweight.shape[1] * (2 if pr.precision == "int4" else 1)
                        for pr in projections) * self.itemsize
@@ -551,6 +558,13 @@ def parse_args(argv: list[str] | None) -> Any:
     if any(w not in WEIGHT_ONLY for w in args.weight_only):
         raise UserError(f"--weight_only takes a comma-separated subset of {', '.join(WEIGHT_ONLY)}, "
                         f"got {','.join(args.weight_only)!r}")
+    for shape in args.shapes:  # a group size must divide the shape's widths (one line, before anything runs)
+        layout = Layout.from_hf_config(shape_config(shape).to_dict())
+        for w in args.weight_only:
+            try:
+                check_spec(WEIGHT_ONLY[w], layout)
+            except UserError as e:
+                raise UserError(f"--weight_only {w} on shape {shape}: {e}") from None
     if args.weight_only and args.torch_compile != "off":
         raise UserError("--weight_only compares with our float run without compiling (quantized engines run "
                         "eagerly): add --torch_compile off")

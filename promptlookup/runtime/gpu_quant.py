@@ -18,8 +18,10 @@ How: one Triton program per tile of ``BLOCK_N`` outputs by 16 rows of ``x`` (and
 step of a 2048-wide projection). It loads a tile of codes with their scales, dequantizes it in
 registers to ``x``'s dtype (so the weight is the one ``QuantLinear.dequantize(x.dtype)`` gives,
 up to where a multiply-add rounds once), and multiplies on ``tl.dot`` with float32 sums: tensor
-cores in half precision, exact float32 products (``ieee``) in float32. The slices' partial sums
-go to a float32 buffer that a second kernel adds up in slice order.
+cores in half precision, exact float32 products (``ieee``) in float32. int4 loads a contiguous
+tile of bytes and multiplies its low nibbles with the even columns of ``x`` and its high
+nibbles with the odd ones (two dots). The slices' partial sums go to a float32 buffer that a
+second kernel adds up in slice order.
 
 Invariant: **row-invariant**. Row ``i`` of ``y`` depends on ``x[i]`` and the weight alone, never
 on ``M``: the tile sizes and the slicing of ``K`` are chosen from ``(N, K)`` and the GPU, and each
@@ -36,6 +38,7 @@ kernels on CPU tensors (slow; how the kernels are checked on a machine without a
 """
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
 from functools import lru_cache
@@ -209,18 +212,15 @@ def linear(x: torch.Tensor, qweight: torch.Tensor, scale: torch.Tensor, offset: 
     grid = (-(-n // p.block_n), -(-m // ROWS), p.slices)
     with _on(x.device):
         _product[grid](x2, qweight, scale, scale if offset is None else offset, target, m, n, k, p.k_slice,
-                       k // group, KIND=KINDS[kind], GROUP=1 if offset is None else group, IEEE=x.dtype == torch.float32,
-                       BLOCK_M=ROWS, BLOCK_N=p.block_n, BLOCK_K=p.block_k, num_warps=p.num_warps)
+                       k // group, KIND=KINDS[kind], GROUP=1 if offset is None else group,
+                       IEEE=x.dtype == torch.float32, BLOCK_M=ROWS, BLOCK_N=p.block_n, BLOCK_K=p.block_k,
+                       num_warps=p.num_warps)
         if p.slices > 1:
             block = 1024
             _sum_slices[(-(-(m * n) // block),)](target, y, m * n, SLICES=p.slices, BLOCK=block)
     return y.reshape(*lead, n)
 
 
-def _on(device: torch.device):  # noqa: ANN202
+def _on(device: torch.device) -> contextlib.AbstractContextManager:
     """The context that makes ``device`` current for a launch (Triton launches on the current GPU)."""
-    if device.type == "cuda":
-        return torch.cuda.device(device)
-    import contextlib
-
-    return contextlib.nullcontext()
+    return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()

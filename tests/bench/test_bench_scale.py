@@ -50,3 +50,32 @@ def test_weight_read_bytes_counts_every_matrix_and_batch_embedding_rows(bench_sc
 def test_repetitive_prompts_repeat_one_chunk(bench_scale):
     [p] = bench_scale.repetitive_prompts(512, 1, 20, 8, seed=0)
     assert len(p) == 20 and p[8:16] == p[:8] and p[16:] == p[:4]
+
+
+def test_weight_only_rows_run_the_same_weights_quantized(bench_scale, tmp_path):
+    out = tmp_path / "scale.json"
+    code = bench_scale.main(["--shapes", "tiny", "--device", "cpu", "--batch_sizes", "1", "--new_tokens", "4",
+                             "--context", "16", "--reps", "1", "--num_threads", "1", "--copy_mib", "8",
+                             "--lookup_k", "0", "--weight_only", "int8,int4g32", "--output_json", str(out)])
+    assert code == 0
+    data = json.loads(out.read_text())
+    rows = {r["weight_only"]: r for r in data["weight_only_rows"]}
+    assert set(rows) == {"int8", "int4g32"}
+    [float_row] = data["rows"]
+    for r in rows.values():
+        assert r["shape"] == "tiny" and r["batch"] == 1 and r["speedup_over_float"] > 0
+        assert r["ours_ms_per_token"] is None  # CPU: ratios only
+        assert 0 < r["weight_read_bytes"] < float_row["weight_read_bytes"]
+    assert rows["int4g32"]["resident_weight_bytes"] < rows["int8"]["resident_weight_bytes"]
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--weight_only", "int9"], "--weight_only takes a comma-separated subset"),
+    (["--shapes", "tiny", "--weight_only", "int8g128"], "--weight_only int8g128 on shape tiny: --group_size 128"),
+    (["--shapes", "tiny", "--weight_only", "int8", "--torch_compile", "inductor"], "add --torch_compile off"),
+])
+def test_weight_only_refusals(bench_scale, argv, message):
+    from promptlookup.errors import UserError
+
+    with pytest.raises(UserError, match=message):
+        bench_scale.parse_args(["--device", "cpu", *argv])

@@ -35,6 +35,7 @@ def _parsers() -> dict[str, argparse.ArgumentParser]:
         parsers["bench_runtime"] = _bench("bench_runtime")
         parsers["bench_trees"] = _bench("bench_trees")
         parsers["bench_scale"] = _bench("bench_scale")
+        parsers["bench_gpu_quant"] = _bench("bench_gpu_quant")
         parsers["bench_kernels"] = _bench("bench_kernels")
         parsers["bench_cpu_routes"] = _bench("bench_cpu_routes")
         parsers["bench_llamacpp"] = _bench("bench_llamacpp")
