@@ -8,10 +8,13 @@ Nothing the toolkit did not write is ever deleted: every output directory carrie
 manifest (:data:`MANIFEST`, naming its kind), and an existing directory is replaced only
 when it is empty or carries the manifest of the same kind. Outputs that are, contain or
 lie inside their inputs are refused (:func:`check_output_dir`), before anything is loaded.
+A write that the file system refuses (full, over quota, read-only, not permitted) becomes one
+line naming the path and the fix (:class:`UserError`), after the temporary is removed.
 """
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import shutil
@@ -22,6 +25,20 @@ from pathlib import Path
 from typing import Any, Collection, Iterator, Sequence
 
 from .errors import UserError
+
+
+# what the file system, not the program, refused: reported in one line, not as a traceback
+_REFUSED_WRITES = {errno.ENOSPC: "free space there", errno.EDQUOT: "free space there (over quota)",
+                   errno.EROFS: "it is read-only", errno.EACCES: "it is not writable",
+                   errno.EPERM: "it is not writable"}
+
+
+def _refused_write(exc: OSError, where: str | os.PathLike[str], fix: str) -> UserError | None:
+    """The one-line error for a write the file system refused (``None`` for any other error)."""
+    why = _REFUSED_WRITES.get(exc.errno)
+    if why is None:
+        return None
+    return UserError(f"cannot write {exc.filename or where}: {exc.strerror}; {why}, or {fix}")
 
 
 def _umask() -> int:
@@ -174,7 +191,10 @@ def atomic_output_dir(
         parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UserError(f"{flag} {target}: cannot create {parent} ({exc.strerror}); choose a writable path") from None
-    tmp = Path(tempfile.mkdtemp(prefix=f".{resolved.name}.tmp-", dir=parent))
+    try:
+        tmp = Path(tempfile.mkdtemp(prefix=f".{resolved.name}.tmp-", dir=parent))
+    except OSError as exc:
+        raise (_refused_write(exc, parent, f"choose another {flag}") or exc) from None
     try:
         os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes it private; outputs are not
         yield tmp
@@ -188,8 +208,11 @@ def atomic_output_dir(
             os.rename(tmp, resolved)
             if old is not None:
                 shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
+    except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)
+        refused = _refused_write(exc, tmp, f"choose another {flag}") if isinstance(exc, OSError) else None
+        if refused is not None:
+            raise refused from None
         raise
 
 
@@ -207,9 +230,12 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
             fh.write(data)
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes it private; outputs are not
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        refused = _refused_write(exc, path, "choose another path") if isinstance(exc, OSError) else None
+        if refused is not None:
+            raise refused from None
         raise
 
 

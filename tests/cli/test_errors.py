@@ -214,3 +214,56 @@ def test_interrupt_during_the_final_rename_is_delivered_after_it(tmp_path, monke
     monkeypatch.undo()
     assert (tmp_path / "out" / "data").read_text() == "x"  # the replacement completed first
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+@pytest.mark.parametrize("code, why", [(28, "free space there"), (30, "it is read-only"), (13, "it is not writable")])
+def test_a_write_the_file_system_refuses_is_one_line_and_leaves_nothing(tmp_path, monkeypatch, code, why):
+    """A full disk, a read-only or a forbidden folder: one line naming the path and the fix,
+    the temporary removed, an existing output untouched."""
+    import errno
+
+    from promptlookup import fsutil
+    from promptlookup.errors import UserError
+
+    assert (errno.ENOSPC, errno.EROFS, errno.EACCES) == (28, 30, 13)
+    with fsutil.atomic_output_dir(tmp_path / "out", "test") as tmp:
+        (tmp / "old").write_text("kept")
+    with pytest.raises(UserError, match=rf"cannot write .*big: .*; {why}, or choose another --output_dir"):
+        with fsutil.atomic_output_dir(tmp_path / "out", "test") as tmp:
+            raise OSError(code, os.strerror(code), str(tmp / "big"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+    assert (tmp_path / "out" / "old").read_text() == "kept"
+
+    monkeypatch.setattr(fsutil.os, "replace", lambda a, b: (_ for _ in ()).throw(OSError(code, os.strerror(code))))
+    with pytest.raises(UserError, match=rf"cannot write .*r.json: .*; {why}, or choose another path"):
+        fsutil.atomic_write_json(tmp_path / "r.json", {"a": 1})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_other_os_errors_are_not_dressed_up(tmp_path):
+    """Only what the file system refused becomes a one-line error; anything else is a bug to see."""
+    import errno
+
+    from promptlookup import fsutil
+
+    with pytest.raises(FileNotFoundError):
+        with fsutil.atomic_output_dir(tmp_path / "out", "test"):
+            raise FileNotFoundError(errno.ENOENT, "No such file or directory", "gone")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_build_on_a_full_disk_is_one_line(tiny_engine_dir, tmp_path):
+    """build.sh where the disk fills up while the weights are copied (as a fresh clone on a full
+    disk met it): exit 2, one line, no half-written engine."""
+    script = textwrap.dedent(f"""
+        import errno, os, shutil, sys
+        def full(src, dst, **kw):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(dst))
+        shutil.copyfile = full
+        from promptlookup.cli.build import main
+        from promptlookup.errors import run_cli
+        run_cli(main, ["--checkpoint_dir", {str(tiny_engine_dir)!r}, "--output_dir", {str(tmp_path / "engine")!r}])
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert_one_line(proc, "No space left on device; free space there, or choose another --output_dir")
+    assert list(tmp_path.iterdir()) == []
