@@ -109,6 +109,7 @@ torch.set_num_threads(1)
 # 1 s there belongs here. Tests that use the real SmolLM2 engine are slow automatically.
 SLOW_TESTS = (
     "tests/runtime/test_smollm2_lookup.py",
+    "tests/cli/test_errors.py::test_build_on_a_full_disk_is_one_line",
     "tests/runtime/test_quant_engine.py::test_run_py_records_the_precision",
     "tests/runtime/test_quant_engine.py::test_run_py_refuses_torch_compile_on_a_quantized_engine",
     "tests/runtime/test_kernels.py::test_the_environment_variable_forces_a_path",
