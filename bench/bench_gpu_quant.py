@@ -39,6 +39,7 @@ from typing import Any, Callable
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_runtime import ROOT, machine  # noqa: E402  (ROOT on sys.path, HF_HUB_OFFLINE, OpenMP policy before torch)
+from bench_scale import copy_bandwidth  # noqa: E402
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
@@ -62,21 +63,6 @@ OURS = {"int8": lambda w: QuantLinear(*quantize_int8(w)),
         "int8g128": lambda w: QuantLinear(*quantize_int8_groups(w, 128), group_size=128),
         "int4g32": lambda w: QuantLinear(*quantize_int4_groups(w, 32), group_size=32),
         "int4g128": lambda w: QuantLinear(*quantize_int4_groups(w, 128), group_size=128)}
-
-
-def copy_bandwidth(nbytes: int = 2 << 30) -> float:
-    """Bytes per second of a device-to-device copy (read plus write), best of 10."""
-    a = torch.empty(nbytes // 2, dtype=torch.uint8, device="cuda")
-    b = torch.empty_like(a)
-    best = float("inf")
-    for _ in range(10):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        b.copy_(a)
-        end.record()
-        end.synchronize()
-        best = min(best, start.elapsed_time(end) / 1e3)
-    return nbytes / best
 
 
 def bench_ms(fn: Callable[[], Any]) -> float:
@@ -204,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
                             f"at least 16, got {item!r}")
         variants.append((name, int(bn), int(bk)))
     dtype = DTYPES[args.dtype]
-    bandwidth = copy_bandwidth()
+    bandwidth = copy_bandwidth("cuda", 2 << 30)  # 2 GiB copied, read plus write counted
     results: list[dict] = []
     notes_all: dict[str, dict] = {}
     for shape in shapes:
