@@ -157,7 +157,6 @@ class Plan:
     block_k: int
     k_slice: int  # columns of K per slice, a multiple of block_k
     slices: int
-    num_warps: int
 
 
 # (BLOCK_N, BLOCK_K) per kind: each step of a program reads 32 rows by 128 bytes of codes. The
@@ -165,6 +164,7 @@ class Plan:
 # yet verified (bench/bench_gpu_quant.py --blocks; docs/benchmarks.md).
 BLOCKS = {"int8": (32, 128), "int8g": (32, 128), "int4": (32, 256)}
 SLICE_TARGET = 2  # programs per multiprocessor that one tile of rows should make
+NUM_WARPS = 4
 
 
 @lru_cache(maxsize=None)
@@ -180,7 +180,7 @@ def plan(n: int, k: int, multiprocessors: int, block_n: int = 32, block_k: int =
     steps = -(-k // block_k)
     slices = max(1, min(steps // 2, -(-SLICE_TARGET * multiprocessors // tiles)))
     k_slice = -(-steps // slices) * block_k
-    return Plan(block_n, block_k, k_slice, -(-k // k_slice), 4)
+    return Plan(block_n, block_k, k_slice, -(-k // k_slice))
 
 
 def linear(x: torch.Tensor, qweight: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor | None,
@@ -214,7 +214,7 @@ def linear(x: torch.Tensor, qweight: torch.Tensor, scale: torch.Tensor, offset: 
         _product[grid](x2, qweight, scale, scale if offset is None else offset, target, m, n, k, p.k_slice,
                        k // group, KIND=KINDS[kind], GROUP=1 if offset is None else group,
                        IEEE=x.dtype == torch.float32, BLOCK_M=ROWS, BLOCK_N=p.block_n, BLOCK_K=p.block_k,
-                       num_warps=p.num_warps)
+                       num_warps=NUM_WARPS)
         if p.slices > 1:
             block = 1024
             _sum_slices[(-(-(m * n) // block),)](target, y, m * n, SLICES=p.slices, BLOCK=block)
