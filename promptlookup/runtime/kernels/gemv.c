@@ -25,8 +25,10 @@
  * looks int4 weights up in a per-group table of the 16 values code * scale + offset (one
  * FMA per group, so each the value an FMA per element gives; one row reads x permuted so
  * that the lookup's indices need one shift, avx512_i4_deq_perm). AVX2's int4 sums instead, per
- * group, x times the codes and scales that sum (plus offset times the group's sum of x): no
- * dequantizing per weight; its own order, the same for every row count (see avx2_i4_prep).
+ * group, x times the codes (each byte's low nibble and whole byte, against a transformed copy
+ * of x, so no shift per weight) and scales that sum; the offsets' term is one dot product per
+ * output with the groups' sums of x. No dequantizing per weight; its own order, the same for
+ * every row count (see avx2_i4_prep).
  * int8 per group (kind 3) dequantizes each weight by one FMA (code * scale + offset, a group's
  * scale and offset broadcast once) and then runs the fp32 block's operations on it, on both
  * SIMD paths: the one-row kernels (*_i8g_row4), the small blocks and the scratch alike.
@@ -397,50 +399,71 @@ T_AVX2 static void avx2_i8g_row4(const Product *p, Py_ssize_t m0, Py_ssize_t n0)
  *     y = sum over groups g of  scale[g] * D[g] + offset[g] * S[g],
  * D[g] the group's columns of x times the codes, S[g] the sum of the group's columns of x
  * (the same for every output, so computed once per row and call). This form needs no
- * dequantizing FMA per weight: a step of 16 columns (8 bytes) widens the bytes to 8 lanes
- * (vpmovzxbd), masks the low nibbles (columns 2b) and shifts down the high ones (columns
- * 2b + 1), and converts both -- so x is read deinterleaved (a copy per call: the 8 even
- * columns of each 16, then the 8 odd ones). Per output, in 8-lane vectors: D accumulates
- * lo then hi of each step in column order; at the end of a group A = fma(D, scale, A),
- * then A = fma(S, offset, A); the output is A reduced by avx2_reduce. Every block below
- * (one row times 4 weight rows, rows x 2 weight rows, codes decoded in registers or read
- * from a scratch of codes as floats) runs exactly these operations on each output, so the
- * results are the same for every row count. (Not the order of the other paths: a sum of
- * x * code, scaled per group, is within float tolerance of x @ dequantized W.T, not equal.) */
+ * dequantizing FMA per weight. A byte b = l + 16 h holds the codes of columns 2j (l) and
+ * 2j + 1 (h); instead of shifting h down, D sums
+ *     l * (x[2j] - x[2j + 1] / 16)  +  b * (x[2j + 1] / 16),
+ * which is l * x[2j] + h * x[2j + 1] (b / 16 = h + l / 16): a step of 16 columns (8 bytes)
+ * widens the bytes to 8 lanes (vpmovzxbd), masks the low nibbles, and converts l and b --
+ * two conversions and two FMAs on the FMA ports, where shifting h down cost a third
+ * operation there. So x is read transformed (a copy per call: for each 16 columns the 8
+ * values x[2j] - x[2j + 1] / 16, then the 8 values x[2j + 1] / 16; the division by 16 is
+ * exact). Per output, in 8-lane vectors: D accumulates the l then the b term of each step
+ * in column order; at the end of a group A = fma(D, scale, A). The offsets' term is one dot
+ * product per output over its groups, 8 groups a vector (avx2_i4_offsets: O = fma(offset[8c..],
+ * S[8c..], O), the last vector masked), not an FMA per group; the output is A + O reduced by
+ * avx2_reduce. Every block below (one row times 4 weight rows, rows x 2 weight rows, codes
+ * decoded in registers or read from a scratch of codes as floats) runs exactly these
+ * operations on each output, so the results are the same for every row count. (Not the order of the other paths: a sum of x * code, scaled per group,
+ * is within float tolerance of x @ dequantized W.T, not equal.) */
 
-/* The per-call copy of x: xd [M][K] (each 16 columns as 8 even, then 8 odd) and the group
- * sums xs [M][groups][8] (lane l: the sum of the group's steps' even then odd lanes l). */
+/* The per-call copy of x: xd [M][K] (each 16 columns as the 8 values x[2j] - x[2j + 1] / 16,
+ * then the 8 values x[2j + 1] / 16) and the group sums xs [M][I4_GROUPS(groups)] (the sum of
+ * the group's columns in column order; zero past the last group). */
+#define I4_GROUPS(groups) (((groups) + 7) / 8 * 8)
 T_AVX2 static float *avx2_i4_prep(const Product *p) {
     const Py_ssize_t K = p->K, groups = K / p->gs;
-    size_t n = (size_t)p->M * (size_t)(K + groups * 8);
+    size_t n = (size_t)p->M * (size_t)(K + I4_GROUPS(groups));
     float *buf = aligned_alloc(32, (n * sizeof(float) + 31) / 32 * 32);
     if (buf == NULL) return NULL;
     float *xd = buf, *xs = buf + p->M * K;
     for (Py_ssize_t m = 0; m < p->M; m++) {
         const float *x = p->x + m * K;
         float *d = xd + m * K;
-        for (Py_ssize_t k = 0; k < K; k += 16)
-            for (int b = 0; b < 8; b++) {
-                d[k + b] = x[k + 2 * b];
-                d[k + 8 + b] = x[k + 2 * b + 1];
-            }
-        for (Py_ssize_t g = 0, k = 0; g < groups; g++) {
-            __m256 sum = _mm256_setzero_ps();
-            for (Py_ssize_t end = k + p->gs; k < end; k += 16) {
-                sum = _mm256_add_ps(sum, _mm256_load_ps(d + k));
-                sum = _mm256_add_ps(sum, _mm256_load_ps(d + k + 8));
-            }
-            _mm256_store_ps(xs + (m * groups + g) * 8, sum);
+        float *sums = xs + m * I4_GROUPS(groups);
+        for (Py_ssize_t g = 0, k = 0; g < I4_GROUPS(groups); g++) {
+            float sum = 0.0f;
+            for (Py_ssize_t end = g < groups ? k + p->gs : k; k < end; k += 16)
+                for (int b = 0; b < 8; b++) {
+                    const float even = x[k + 2 * b], odd = x[k + 2 * b + 1];
+                    d[k + b] = even - odd * 0.0625f;
+                    d[k + 8 + b] = odd * 0.0625f;
+                    sum += even;
+                    sum += odd;
+                }
+            sums[g] = sum;
         }
     }
     return buf;
 }
 
-/* The codes of 16 columns (8 bytes at w) as floats: columns 2b in lo, 2b + 1 in hi. */
+/* The offsets' term of one output: its groups' offsets (offset, `groups` of them) times the
+ * row's group sums (sums, zero-padded to I4_GROUPS), 8 groups a vector. */
+T_AVX2 ALWAYS_INLINE __m256 avx2_i4_offsets(const float *offset, const float *sums, Py_ssize_t groups) {
+    __m256 o = _mm256_setzero_ps();
+    Py_ssize_t g = 0;
+    for (; g + 8 <= groups; g += 8) o = _mm256_fmadd_ps(_mm256_loadu_ps(offset + g), _mm256_load_ps(sums + g), o);
+    if (g < groups) {
+        const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(groups - g)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+        o = _mm256_fmadd_ps(_mm256_maskload_ps(offset + g, mask), _mm256_load_ps(sums + g), o);
+    }
+    return o;
+}
+
+/* The codes of 16 columns (8 bytes at w) as floats: the low nibbles l in lo, the bytes b in hi. */
 T_AVX2 ALWAYS_INLINE void avx2_i4_nibbles(const uint8_t *w, __m256 *lo, __m256 *hi) {
     __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)w));
     *lo = _mm256_cvtepi32_ps(_mm256_and_si256(v, _mm256_set1_epi32(0x0F)));
-    *hi = _mm256_cvtepi32_ps(_mm256_srli_epi32(v, 4));
+    *hi = _mm256_cvtepi32_ps(v);
 }
 
 /* One row times 4 weight rows, the codes decoded in registers, the next blocks' weights
@@ -460,9 +483,9 @@ T_AVX2 ALWAYS_INLINE void avx2_i4_row4_gs(const Product *p, const float *xd, con
     const uint8_t *w0 = (const uint8_t *)p->w + n0 * (K / 2), *w1 = w0 + K / 2, *w2 = w1 + K / 2, *w3 = w2 + K / 2;
     const char *pf = (const char *)w0 + I4_PF;
     const float *s0 = p->scale + n0 * groups, *o0 = p->offset + n0 * groups;
-    const float *x = xd + m0 * K, *sx = xs + m0 * groups * 8;
+    const float *x = xd + m0 * K, *sx = xs + m0 * I4_GROUPS(groups);
     __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, lo, hi;
-    for (Py_ssize_t g = 0; g < groups; g++, sx += 8) {
+    for (Py_ssize_t g = 0; g < groups; g++) {
         __m256 d0 = _mm256_setzero_ps(), d1 = d0, d2 = d0, d3 = d0;
         for (Py_ssize_t c = 0; c < gs; c += 16, x += 16, w0 += 8, w1 += 8, w2 += 8, w3 += 8) {
             const __m256 xl = _mm256_load_ps(x), xh = _mm256_load_ps(x + 8);
@@ -488,20 +511,16 @@ T_AVX2 ALWAYS_INLINE void avx2_i4_row4_gs(const Product *p, const float *xd, con
             avx2_i4_nibbles(w3, &lo, &hi);
             d3 = _mm256_fmadd_ps(xh, hi, _mm256_fmadd_ps(xl, lo, d3));
         }
-        const __m256 sv = _mm256_load_ps(sx);
-        a0 = _mm256_fmadd_ps(sv, _mm256_broadcast_ss(o0 + g), _mm256_fmadd_ps(d0, _mm256_broadcast_ss(s0 + g), a0));
-        a1 = _mm256_fmadd_ps(sv, _mm256_broadcast_ss(o0 + groups + g),
-                             _mm256_fmadd_ps(d1, _mm256_broadcast_ss(s0 + groups + g), a1));
-        a2 = _mm256_fmadd_ps(sv, _mm256_broadcast_ss(o0 + 2 * groups + g),
-                             _mm256_fmadd_ps(d2, _mm256_broadcast_ss(s0 + 2 * groups + g), a2));
-        a3 = _mm256_fmadd_ps(sv, _mm256_broadcast_ss(o0 + 3 * groups + g),
-                             _mm256_fmadd_ps(d3, _mm256_broadcast_ss(s0 + 3 * groups + g), a3));
+        a0 = _mm256_fmadd_ps(d0, _mm256_broadcast_ss(s0 + g), a0);
+        a1 = _mm256_fmadd_ps(d1, _mm256_broadcast_ss(s0 + groups + g), a1);
+        a2 = _mm256_fmadd_ps(d2, _mm256_broadcast_ss(s0 + 2 * groups + g), a2);
+        a3 = _mm256_fmadd_ps(d3, _mm256_broadcast_ss(s0 + 3 * groups + g), a3);
     }
     float *y = p->y + m0 * p->N + n0;
-    y[0] = avx2_reduce(a0);
-    y[1] = avx2_reduce(a1);
-    y[2] = avx2_reduce(a2);
-    y[3] = avx2_reduce(a3);
+    y[0] = avx2_reduce(_mm256_add_ps(a0, avx2_i4_offsets(o0, sx, groups)));
+    y[1] = avx2_reduce(_mm256_add_ps(a1, avx2_i4_offsets(o0 + groups, sx, groups)));
+    y[2] = avx2_reduce(_mm256_add_ps(a2, avx2_i4_offsets(o0 + 2 * groups, sx, groups)));
+    y[3] = avx2_reduce(_mm256_add_ps(a3, avx2_i4_offsets(o0 + 3 * groups, sx, groups)));
 }
 
 T_AVX2 static void avx2_i4_row4(const Product *p, const float *xd, const float *xs, Py_ssize_t m0, Py_ssize_t n0) {
@@ -532,17 +551,14 @@ T_AVX2 ALWAYS_INLINE void avx2_i4_block(const Product *p, const float *xd, const
                 for (int j = 0; j < nb; j++) d[i][j] = _mm256_fmadd_ps(xh, hi[j], _mm256_fmadd_ps(xl, lo[j], d[i][j]));
             }
         }
-        for (int i = 0; i < mb; i++) {
-            const __m256 sv = _mm256_load_ps(xs + ((m0 + i) * groups + g) * 8);
-            for (int j = 0; j < nb; j++) {
-                const Py_ssize_t gi = (n0 + j) * groups + g;
-                a[i][j] = _mm256_fmadd_ps(sv, _mm256_broadcast_ss(p->offset + gi),
-                                          _mm256_fmadd_ps(d[i][j], _mm256_broadcast_ss(p->scale + gi), a[i][j]));
-            }
-        }
+        for (int i = 0; i < mb; i++)
+            for (int j = 0; j < nb; j++)
+                a[i][j] = _mm256_fmadd_ps(d[i][j], _mm256_broadcast_ss(p->scale + (n0 + j) * groups + g), a[i][j]);
     }
     for (int i = 0; i < mb; i++)
-        for (int j = 0; j < nb; j++) p->y[(m0 + i) * p->N + n0 + j] = avx2_reduce(a[i][j]);
+        for (int j = 0; j < nb; j++)
+            p->y[(m0 + i) * p->N + n0 + j] = avx2_reduce(_mm256_add_ps(
+                a[i][j], avx2_i4_offsets(p->offset + (n0 + j) * groups, xs + (m0 + i) * I4_GROUPS(groups), groups)));
 }
 
 /* mb (up to I4_MB) rows times nb (up to 4) weight rows whose codes are floats in codes [nb][K]
@@ -566,17 +582,14 @@ T_AVX2 ALWAYS_INLINE void avx2_i4_block_codes(const Product *p, const float *xd,
                                               _mm256_fmadd_ps(_mm256_load_ps(xd + (m0 + i) * K + k), lo, d[i][j]));
             }
         }
-        for (int i = 0; i < mb; i++) {
-            const __m256 sv = _mm256_load_ps(xs + ((m0 + i) * groups + g) * 8);
-            for (int j = 0; j < nb; j++) {
-                const Py_ssize_t gi = (n0 + j) * groups + g;
-                a[i][j] = _mm256_fmadd_ps(sv, _mm256_broadcast_ss(p->offset + gi),
-                                          _mm256_fmadd_ps(d[i][j], _mm256_broadcast_ss(p->scale + gi), a[i][j]));
-            }
-        }
+        for (int i = 0; i < mb; i++)
+            for (int j = 0; j < nb; j++)
+                a[i][j] = _mm256_fmadd_ps(d[i][j], _mm256_broadcast_ss(p->scale + (n0 + j) * groups + g), a[i][j]);
     }
     for (int i = 0; i < mb; i++)
-        for (int j = 0; j < nb; j++) p->y[(m0 + i) * p->N + n0 + j] = avx2_reduce(a[i][j]);
+        for (int j = 0; j < nb; j++)
+            p->y[(m0 + i) * p->N + n0 + j] = avx2_reduce(_mm256_add_ps(
+                a[i][j], avx2_i4_offsets(p->offset + (n0 + j) * groups, xs + (m0 + i) * I4_GROUPS(groups), groups)));
 }
 
 /* The codes of weight rows [n0, n0 + nb) as floats into codes [nb][K], in the order of xd. */
