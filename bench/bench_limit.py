@@ -17,7 +17,10 @@ than reading all the weights once from memory. In one run, for each thread count
   beside the wall times, the median process CPU time of a step (``cpu``: at one thread,
   the time spent computing, without the waits for a core on a busy machine);
 - ``11-row / 1-row``: the median ratio of an 11-row verification step (1 + 10 drafted
-  tokens, nothing committed) to the plain step right before it (target <= 2.5).
+  tokens, nothing committed) to the plain step right before it (target <= 2.5);
+- ``prefill``: the median wall time of the context's own forward pass (``--prefill_rounds``
+  of them, each in a fresh batch on a runner without block reuse, so none is served from
+  the cache).
 
 With ``--num_code N`` (default 3; 0 skips it), each thread count also generates
 ``--max_new_tokens`` tokens for N code-edit prompts, plainly and with prompt lookup V2
@@ -174,15 +177,34 @@ def profile_steps(fns: dict[str, Callable[[], Any]], model: Any, steps: int) -> 
     return out
 
 
+def runner_without_reuse(runner: Any) -> Any:
+    """A runner sharing ``runner``'s weights and limits, without block reuse (every prompt paid)."""
+    from promptlookup.runtime.torch_runner import TorchRunner
+
+    return TorchRunner(runner.model, runner.limits, tokens_per_block=runner.pool.block_size,
+                       kv_cache_enable_block_reuse=False, step_cost_table=runner.step_cost_table)
+
+
+def prefill_ms(runner: Any, prompt: list[int], rounds: int) -> float:
+    """Median wall ms of ``prompt``'s forward pass, each round in a fresh batch (no reuse)."""
+    from promptlookup.runtime.base import SamplingConfig
+
+    times = []
+    for _ in range(rounds):
+        batch = runner.open([prompt])
+        t = time.perf_counter()
+        batch.step([0], [[]], -1, SamplingConfig())
+        times.append(time.perf_counter() - t)
+        batch.close()
+    return statistics.median(times) * 1e3
+
+
 def generation_rates(runner: Any, prompts: list[list[int]], max_new_tokens: int, end_id: int) -> dict[str, float]:
     """tok/s of plain and V2 ``[10, 2]`` generation over ``prompts`` (alternating per prompt),
     on a runner without block reuse sharing ``runner``'s weights."""
     from promptlookup.decoding import generate
     from promptlookup.drafting.base import DraftConfig
-    from promptlookup.runtime.torch_runner import TorchRunner
-
-    fresh = TorchRunner(runner.model, runner.limits, tokens_per_block=runner.pool.block_size,
-                        kv_cache_enable_block_reuse=False, step_cost_table=runner.step_cost_table)
+    fresh = runner_without_reuse(runner)
     configs = {"plain": None, "v2": DraftConfig(prompt_lookup_num_tokens=10, max_matching_ngram_size=2)}
     seconds = dict.fromkeys(configs, 0.0)
     tokens = dict.fromkeys(configs, 0)
@@ -207,6 +229,7 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--steps", type=int, default=24, help="timed plain steps (and as many 11-row steps) per thread count")
     p.add_argument("--matrix_mib", type=int, default=512, help="size of the bandwidth probe's fp32 matrix, MiB")
     p.add_argument("--repeats", type=int, default=6, help="bandwidth probe: best of this many products")
+    p.add_argument("--prefill_rounds", type=int, default=3, help="timed prefills of the context per thread count (0: skip)")
     p.add_argument("--num_code", type=int, default=3, help="code-edit prompts generated plainly and with V2 (0: skip)")
     p.add_argument("--max_new_tokens", type=int, default=96, help="new tokens per generated prompt")
     p.add_argument("--profile", action="store_true", help="also split the steps at the first thread count (layers, LM head, rest; op by op)")
@@ -244,6 +267,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{header['cpus']} CPUs; torch {header['torch']}")
     print(f"engine: {args.engine_dir}; weights read per plain step {weight_bytes / 1e6:.1f} MB "
           f"(+ {kv_bytes / 1e6:.1f} MB of K/V at {len(prompt)} tokens, not counted)")
+    no_reuse = runner_without_reuse(runner) if args.prefill_rounds else None
     results: dict[str, Any] = {"header": header, "engine_dir": str(args.engine_dir), "context": len(prompt),
                                "weight_bytes_per_step": weight_bytes, "kv_bytes_at_context": kv_bytes,
                                "by_threads": {}}
@@ -254,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
 
         gen_prompts = [encode_text(tokenizer, t, True) for t in code_edit_prompts(args.num_code)]
     print(f"{'threads':>7} {'GB/s':>6} {'limit ms':>8} {'plain ms':>8} {'tok/s':>6} {'rate/limit':>10} "
-          f"{'11-row ms':>9} {'11/1':>5} {'plain cpu':>8} {'11 cpu':>8}" + (f" {'gen plain':>9} {'gen V2':>7}" if gen_prompts else ""))
+          f"{'11-row ms':>9} {'11/1':>5} {'plain cpu':>8} {'11 cpu':>8}" + (f" {'prefill ms':>10}" if args.prefill_rounds else "") + (f" {'gen plain':>9} {'gen V2':>7}" if gen_prompts else ""))
     for n in args.threads:
         configure_threads(n)
         bandwidth = read_bandwidth(args.matrix_mib, args.repeats)
@@ -271,6 +295,9 @@ def main(argv: list[str] | None = None) -> int:
                "plain_cpu_ms": plain_cpu_ms, "verify11_cpu_ms": verify_cpu_ms}
         line = (f"{n:>7} {bandwidth:6.1f} {limit_ms:8.1f} {plain_ms:8.1f} {1e3 / plain_ms:6.1f} "
                 f"{limit_ms / plain_ms:10.2f} {verify_ms:9.1f} {ratio:5.2f} {plain_cpu_ms:8.1f} {verify_cpu_ms:8.1f}")
+        if args.prefill_rounds:
+            row["prefill_ms"] = prefill_ms(no_reuse, prompt, args.prefill_rounds)
+            line += f" {row['prefill_ms']:10.1f}"
         if gen_prompts:
             row.update(generation_rates(runner, gen_prompts, args.max_new_tokens, tokenizer.eos_token_id))
             line += f" {row['plain_tok_s']:9.1f} {row['v2_tok_s']:7.1f}"

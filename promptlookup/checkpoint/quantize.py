@@ -56,7 +56,7 @@ def dequantize_int4(qweight: torch.Tensor, scale: torch.Tensor, offset: torch.Te
     ``scale`` and ``offset`` ``[out, in // group_size]``: ``code * scale + offset``."""
     out = qweight.shape[0]
     groups = unpack_int4(qweight).float().view(out, -1, group_size)
-    return (groups * scale.unsqueeze(-1) + offset.unsqueeze(-1)).view(out, -1)
+    return groups.mul_(scale.unsqueeze(-1)).add_(offset.unsqueeze(-1)).view(out, -1)  # in place: no temporaries
 
 
 def dequantize_int8_groups(qweight: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor,
@@ -64,7 +64,7 @@ def dequantize_int8_groups(qweight: torch.Tensor, scale: torch.Tensor, offset: t
     """The float32 ``[out, in]`` weight of int8 codes with per-group ``scale`` and ``offset``."""
     out, in_ = qweight.shape
     groups = qweight.float().view(out, -1, group_size)
-    return (groups * scale.unsqueeze(-1) + offset.unsqueeze(-1)).view(out, in_)
+    return groups.mul_(scale.unsqueeze(-1)).add_(offset.unsqueeze(-1)).view(out, in_)
 
 
 def quantize_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

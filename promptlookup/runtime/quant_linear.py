@@ -7,6 +7,12 @@ else: no float copy of ``W`` stays resident. On the CPU every product goes throu
 ``kernels.linear_int8`` / ``linear_int8_groups`` / ``linear_int4``
 (row-invariant, so greedy speculative output equals plain output on a quantized engine);
 the activations are taken to float32 for the call and the result returned in ``x``'s dtype.
+A product of more than :data:`~.cpu_linear.GEMV_MAX_ROWS` rows (a prefill; no decoding or
+verification step has that many) takes the float32 layer's route instead: the weight is
+dequantized :data:`PREFILL_BLOCK` output rows at a time (a transient float block, never a
+resident copy) and multiplied by MKL, which runs a long prompt's product several times
+faster than the few-row kernels. Like the float32 route beyond that bound, it is not
+row-invariant, and need not be: a prompt is prefilled the same way whatever the decoding.
 On a CUDA GPU every product goes through :func:`.gpu_quant.linear` (Triton; row-invariant too,
 reading the codes, never a float copy).
 
@@ -18,7 +24,10 @@ from __future__ import annotations
 import torch
 
 from . import gpu_quant, kernels
+from .cpu_linear import GEMV_MAX_ROWS
 from .kernels import step_ops
+
+PREFILL_BLOCK = 512  # output rows dequantized at a time for a product of more than GEMV_MAX_ROWS rows
 
 
 class QuantLinear:
@@ -99,7 +108,9 @@ class QuantLinear:
             raise ValueError(f"quantized products run on the CPU or a CUDA GPU, not {x.device}")
         dtype = x.dtype
         x32 = x.float().contiguous()
-        if self.offset is None:
+        if x32.dim() == 2 and x32.shape[0] > GEMV_MAX_ROWS:
+            y = self._prefill_product(x32)
+        elif self.offset is None:
             y = kernels.linear_int8(x32, self.qweight, self.scale)
         elif self.qweight.dtype == torch.int8:
             y = kernels.linear_int8_groups(x32, self.qweight, self.scale, self.offset, self.group_size)
@@ -108,6 +119,18 @@ class QuantLinear:
         if self.bias is not None:
             y = y + self.bias.float()
         return y if dtype == torch.float32 else y.to(dtype)
+
+    def _prefill_product(self, x32: torch.Tensor) -> torch.Tensor:
+        """``x32 @ W.T`` for many rows: :data:`PREFILL_BLOCK` weight rows at a time dequantized
+        (:meth:`dequantize`'s values) and multiplied by MKL. Cost: one dequantization of the
+        weight per call, O(out * in), plus the product; memory: one block of floats."""
+        out = self.qweight.shape[0]
+        y = x32.new_empty(x32.shape[0], out)
+        for n0 in range(0, out, PREFILL_BLOCK):
+            n1 = min(out, n0 + PREFILL_BLOCK)
+            offset = None if self.offset is None else self.offset[n0:n1]
+            y[:, n0:n1] = x32 @ self._dequantize(self.qweight[n0:n1], self.scale[n0:n1], offset).t()
+        return y
 
     def kernel_operands(self) -> tuple[int, int, int, int, int] | None:
         """``(codes, scale, offset, kind, group size)`` (addresses, then sizes; 0 where absent;

@@ -193,3 +193,32 @@ def test_gpu_products_refuse_cpu_tensors():
     error = (ValueError, "runs on CUDA tensors") if gpu_quant.available() else (RuntimeError, "need Triton")
     with pytest.raises(error[0], match=error[1]):
         gpu_quant.linear(torch.zeros(1, 8), q, torch.ones(4), None, None)
+
+
+@pytest.mark.parametrize("kind", ["int8", "int8g", "int4"])
+def test_a_prefill_product_dequantizes_blocks_for_mkl_and_a_step_keeps_the_c_kernels(kind, monkeypatch):
+    """More than GEMV_MAX_ROWS rows (a prompt) take the float32 layer's route: blocks of the
+    dequantized weight through MKL, equal to dequantize-then-multiply within float tolerance, not
+    the few-row kernels; a step of GEMV_MAX_ROWS rows still runs them."""
+    import torch
+
+    from promptlookup.checkpoint.quantize import quantize_int4_groups, quantize_int8, quantize_int8_groups
+    from promptlookup.runtime import kernels, quant_linear
+    from promptlookup.runtime.cpu_linear import GEMV_MAX_ROWS
+
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(quant_linear.PREFILL_BLOCK + 40, 64, generator=g)  # one whole block and a part
+    parts = {"int8": lambda: (quantize_int8(w), None), "int8g": lambda: (quantize_int8_groups(w, 32), 32),
+             "int4": lambda: (quantize_int4_groups(w, 32), 32)}[kind]()
+    layer = quant_linear.QuantLinear(*parts[0], group_size=parts[1])
+    x = torch.randn(GEMV_MAX_ROWS + 1, 64, generator=g)
+    few_rows = {name: getattr(kernels, name) for name in ("linear_int8", "linear_int8_groups", "linear_int4")}
+    calls = []
+    for name, fn in few_rows.items():
+        monkeypatch.setattr(kernels, name, lambda *a, _fn=fn, **k: calls.append(a[0].shape[0]) or _fn(*a, **k))
+    expected = (x.double() @ layer.dequantize().double().T).float()
+    torch.testing.assert_close(layer(x), expected, rtol=1e-5, atol=1e-4)
+    assert calls == []
+    step = layer(x[:GEMV_MAX_ROWS])
+    assert calls == [GEMV_MAX_ROWS]
+    torch.testing.assert_close(step, expected[:GEMV_MAX_ROWS], rtol=1e-5, atol=1e-4)
