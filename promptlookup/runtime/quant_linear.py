@@ -27,7 +27,7 @@ from . import gpu_quant, kernels
 from .cpu_linear import GEMV_MAX_ROWS
 from .kernels import step_ops
 
-PREFILL_BLOCK = 512  # output rows dequantized at a time for a product of more than GEMV_MAX_ROWS rows
+PREFILL_BLOCK = 1024  # output rows dequantized at a time for a product of more than GEMV_MAX_ROWS rows
 
 
 class QuantLinear:
@@ -129,7 +129,7 @@ class QuantLinear:
         for n0 in range(0, out, PREFILL_BLOCK):
             n1 = min(out, n0 + PREFILL_BLOCK)
             offset = None if self.offset is None else self.offset[n0:n1]
-            y[:, n0:n1] = x32 @ self._dequantize(self.qweight[n0:n1], self.scale[n0:n1], offset).t()
+            torch.mm(x32, self._dequantize(self.qweight[n0:n1], self.scale[n0:n1], offset).t(), out=y[:, n0:n1])
         return y
 
     def kernel_operands(self) -> tuple[int, int, int, int, int] | None:
