@@ -238,7 +238,15 @@ def build_parser() -> ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    at_least = {"--threads": (min(args.threads), 1), "--context": (args.context, 1), "--steps": (args.steps, 1),
+                "--matrix_mib": (args.matrix_mib, 1), "--repeats": (args.repeats, 1),
+                "--prefill_rounds": (args.prefill_rounds, 0), "--num_code": (args.num_code, 0),
+                "--max_new_tokens": (args.max_new_tokens, 1)}
+    for flag, (value, least) in at_least.items():
+        if value < least:
+            parser.error(f"{flag} must be at least {least}, got {value}")
     from promptlookup.engine.load import load_runner
     from promptlookup.fsutil import atomic_write_json
     from promptlookup.runtime import load_tokenizer
