@@ -452,10 +452,7 @@ T_AVX2 ALWAYS_INLINE __m256 avx2_i4_offsets(const float *offset, const float *su
     __m256 o = _mm256_setzero_ps();
     Py_ssize_t g = 0;
     for (; g + 8 <= groups; g += 8) o = _mm256_fmadd_ps(_mm256_loadu_ps(offset + g), _mm256_load_ps(sums + g), o);
-    if (g < groups) {
-        const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(groups - g)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-        o = _mm256_fmadd_ps(_mm256_maskload_ps(offset + g, mask), _mm256_load_ps(sums + g), o);
-    }
+    if (g < groups) o = _mm256_fmadd_ps(_mm256_maskload_ps(offset + g, avx2_tail_mask(groups - g)), _mm256_load_ps(sums + g), o);
     return o;
 }
 
