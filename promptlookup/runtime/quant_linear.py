@@ -7,12 +7,13 @@ else: no float copy of ``W`` stays resident. On the CPU every product goes throu
 ``kernels.linear_int8`` / ``linear_int8_groups`` / ``linear_int4``
 (row-invariant, so greedy speculative output equals plain output on a quantized engine);
 the activations are taken to float32 for the call and the result returned in ``x``'s dtype.
-A product of more than :data:`~.cpu_linear.GEMV_MAX_ROWS` rows (a prefill; no decoding or
-verification step has that many) takes the float32 layer's route instead: the weight is
+A product of more than :data:`~.cpu_linear.GEMV_MAX_ROWS` rows (a prefill, or a batch's
+verification step of that many rows) takes the float32 layer's route instead: the weight is
 dequantized :data:`PREFILL_BLOCK` output rows at a time (a transient float block, never a
 resident copy) and multiplied by MKL, which runs a long prompt's product several times
 faster than the few-row kernels. Like the float32 route beyond that bound, it is not
-row-invariant, and need not be: a prompt is prefilled the same way whatever the decoding.
+row-invariant: a prompt is prefilled the same way whatever the decoding, and greedy identity
+holds bitwise for steps of up to ``GEMV_MAX_ROWS`` rows, as in float32.
 On a CUDA GPU every product goes through :func:`.gpu_quant.linear` (Triton; row-invariant too,
 reading the codes, never a float copy).
 
