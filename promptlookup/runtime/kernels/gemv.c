@@ -34,6 +34,10 @@
  * int8 per group (kind 3) dequantizes each weight by one FMA (code * scale + offset, a group's
  * scale and offset broadcast once) and then runs the fp32 block's operations on it, on both
  * SIMD paths: the one-row kernels (*_i8g_row4), the small blocks and the scratch alike.
+ * Two rows times 4 weight rows (a one-token draft's verification) have their own kernels for
+ * int8 per group (both paths) and int4 (AVX-512: the permuted lookup of avx512_i4_row4;
+ * AVX2: avx2_i4_rows2): each weight decoded once for both rows, each output's operations
+ * those of the one-row kernel, in its order.
  * One-row fp32 blocks prefetch their weight rows F32_PF bytes ahead, and F32_FAR bytes beyond
  * that into L2 (a plain step 0.95-0.97x the time of the near stream alone; same operations).
  * Blocks of several rows prefetch the next block of weight rows while their first block of
@@ -395,6 +399,51 @@ T_AVX2 ALWAYS_INLINE void avx2_i8g_row4_gs(const Product *p, Py_ssize_t m0, Py_s
 
 T_AVX2 static void avx2_i8g_row4(const Product *p, Py_ssize_t m0, Py_ssize_t n0) {
     WITH_GROUP_SIZE(p->gs, avx2_i8g_row4_gs, p, m0, n0);
+}
+
+/* int8 per group, two rows times 4 weight rows: each weight dequantized once for both rows
+ * (a one-token draft's verification step; the scratch would dequantize and store the block
+ * first), each output's operations those of avx2_i8g_row4_gs in its order. */
+T_AVX2 ALWAYS_INLINE void avx2_i8g_rows2_gs(const Product *p, Py_ssize_t m0, Py_ssize_t n0, const Py_ssize_t gs) {
+    const Py_ssize_t K = p->K, groups = K / gs;
+    const int8_t *w0 = (const int8_t *)p->w + n0 * K, *w1 = w0 + K, *w2 = w1 + K, *w3 = w2 + K;
+    const float *s0 = p->scale + n0 * groups, *o0 = p->offset + n0 * groups, *x0 = p->x + m0 * K, *x1 = x0 + K;
+    __m256 a00 = _mm256_setzero_ps(), a01 = a00, a02 = a00, a03 = a00, a10 = a00, a11 = a00, a12 = a00, a13 = a00, wv;
+#define I8G(w, k, j) avx2_i8g_deq((w) + (k), _mm256_broadcast_ss(s0 + (j) * groups + g), _mm256_broadcast_ss(o0 + (j) * groups + g))
+    for (Py_ssize_t g = 0, k = 0; g < groups; g++) {
+        for (Py_ssize_t end = k + gs; k < end; k += 8) {
+            _mm_prefetch((const char *)w0 + PF_BLOCKS * 4 * K + 4 * k, _MM_HINT_T0); /* as avx2_i8g_row4_gs */
+            _mm_prefetch((const char *)w0 + FAR_BLOCKS * 4 * K + 4 * k, _MM_HINT_T1);
+            const __m256 xv0 = _mm256_loadu_ps(x0 + k), xv1 = _mm256_loadu_ps(x1 + k);
+            wv = I8G(w0, k, 0);
+            a00 = _mm256_fmadd_ps(xv0, wv, a00);
+            a10 = _mm256_fmadd_ps(xv1, wv, a10);
+            wv = I8G(w1, k, 1);
+            a01 = _mm256_fmadd_ps(xv0, wv, a01);
+            a11 = _mm256_fmadd_ps(xv1, wv, a11);
+            wv = I8G(w2, k, 2);
+            a02 = _mm256_fmadd_ps(xv0, wv, a02);
+            a12 = _mm256_fmadd_ps(xv1, wv, a12);
+            wv = I8G(w3, k, 3);
+            a03 = _mm256_fmadd_ps(xv0, wv, a03);
+            a13 = _mm256_fmadd_ps(xv1, wv, a13);
+        }
+    }
+#undef I8G
+    float *y = p->y + m0 * p->N + n0;
+    y[0] = avx2_reduce(a00);
+    y[1] = avx2_reduce(a01);
+    y[2] = avx2_reduce(a02);
+    y[3] = avx2_reduce(a03);
+    y += p->N;
+    y[0] = avx2_reduce(a10);
+    y[1] = avx2_reduce(a11);
+    y[2] = avx2_reduce(a12);
+    y[3] = avx2_reduce(a13);
+}
+
+T_AVX2 static void avx2_i8g_rows2(const Product *p, Py_ssize_t m0, Py_ssize_t n0) {
+    WITH_GROUP_SIZE(p->gs, avx2_i8g_rows2_gs, p, m0, n0);
 }
 
 /* int4 on AVX2, group_size % 16 == 0 (so K % 16 == 0), as a dot product per group:
@@ -781,7 +830,7 @@ T_AVX2 static void avx2_f32_row(const Product *p, Py_ssize_t m0, Py_ssize_t n0) 
         if (KIND == 0 && p->M == 1) {                                                       \
             for (; n0 + F32_NB <= n1; n0 += F32_NB) avx2_f32_row(p, 0, n0);                 \
         }                                                                                   \
-        if (KIND != 0 && p->M > (KIND == 3 ? 1 : AVX2_MB)) /* int8 per group: any block of rows */ \
+        if (KIND != 0 && p->M > (KIND == 3 ? 2 : AVX2_MB)) /* int8 per group: blocks of 3 rows or more */ \
             scr = aligned_alloc(64, ((size_t)NB_MAX * p->K * sizeof(float) + 63) / 64 * 64); \
         for (Py_ssize_t n = n0; n < n1; n += NB_MAX) {                                      \
             int nb = n1 - n < NB_MAX ? (int)(n1 - n) : NB_MAX;                              \
@@ -806,6 +855,7 @@ T_AVX2 static void avx2_f32_row(const Product *p, Py_ssize_t m0, Py_ssize_t n0) 
         if (scr != NULL) avx2_block(p, m, mb, n, nb, 0, scr, pf, PF_LINES(KIND));           \
         else if (KIND == 1 && mb == 1 && nb == NB_MAX) avx2_i8_row4(p, m, n);               \
         else if (KIND == 3 && mb == 1 && nb == NB_MAX) avx2_i8g_row4(p, m, n);              \
+        else if (KIND == 3 && mb == 2 && nb == NB_MAX) avx2_i8g_rows2(p, m, n);             \
         else avx2_block(p, m, mb, n, nb, KIND, NULL, pf, PF_LINES(KIND));                   \
     } while (0)
 AVX2_RANGE(avx2_f32, 0)
@@ -1047,6 +1097,53 @@ T_512 static void avx512_i8g_row4(const Product *p, Py_ssize_t m0, Py_ssize_t n0
     WITH_GROUP_SIZE(p->gs, avx512_i8g_row4_gs, p, m0, n0);
 }
 
+/* int8 per group, two rows times 4 weight rows: each weight dequantized once for both rows,
+ * each output's operations those of avx512_i8g_row4_gs in its order (a one-token draft's
+ * verification step; the scratch would dequantize and store the block first). */
+T_512 ALWAYS_INLINE void avx512_i8g_rows2_gs(const Product *p, Py_ssize_t m0, Py_ssize_t n0, const Py_ssize_t gs) {
+    const Py_ssize_t K = p->K, groups = K / gs;
+    const int8_t *w0 = (const int8_t *)p->w + n0 * K, *w1 = w0 + K, *w2 = w1 + K, *w3 = w2 + K;
+    const float *s0 = p->scale + n0 * groups, *o0 = p->offset + n0 * groups, *x0 = p->x + m0 * K, *x1 = x0 + K;
+    __m512 a00 = _mm512_setzero_ps(), a01 = a00, a02 = a00, a03 = a00, a10 = a00, a11 = a00, a12 = a00, a13 = a00, wv;
+    for (Py_ssize_t g = 0, k = 0; g < groups; g++) {
+        const __m512 sc0 = _mm512_set1_ps(s0[g]), sc1 = _mm512_set1_ps(s0[groups + g]);
+        const __m512 sc2 = _mm512_set1_ps(s0[2 * groups + g]), sc3 = _mm512_set1_ps(s0[3 * groups + g]);
+        const __m512 of0 = _mm512_set1_ps(o0[g]), of1 = _mm512_set1_ps(o0[groups + g]);
+        const __m512 of2 = _mm512_set1_ps(o0[2 * groups + g]), of3 = _mm512_set1_ps(o0[3 * groups + g]);
+        for (Py_ssize_t end = k + gs; k < end; k += 16) {
+            _mm_prefetch((const char *)w0 + PF_BLOCKS * 4 * K + 4 * k, _MM_HINT_T0); /* as avx512_i8g_row4_gs */
+            _mm_prefetch((const char *)w0 + FAR_BLOCKS * 4 * K + 4 * k, _MM_HINT_T1);
+            const __m512 xv0 = _mm512_loadu_ps(x0 + k), xv1 = _mm512_loadu_ps(x1 + k);
+            wv = avx512_i8g_deq(w0 + k, sc0, of0);
+            a00 = _mm512_fmadd_ps(xv0, wv, a00);
+            a10 = _mm512_fmadd_ps(xv1, wv, a10);
+            wv = avx512_i8g_deq(w1 + k, sc1, of1);
+            a01 = _mm512_fmadd_ps(xv0, wv, a01);
+            a11 = _mm512_fmadd_ps(xv1, wv, a11);
+            wv = avx512_i8g_deq(w2 + k, sc2, of2);
+            a02 = _mm512_fmadd_ps(xv0, wv, a02);
+            a12 = _mm512_fmadd_ps(xv1, wv, a12);
+            wv = avx512_i8g_deq(w3 + k, sc3, of3);
+            a03 = _mm512_fmadd_ps(xv0, wv, a03);
+            a13 = _mm512_fmadd_ps(xv1, wv, a13);
+        }
+    }
+    float *y = p->y + m0 * p->N + n0;
+    y[0] = avx512_reduce(a00);
+    y[1] = avx512_reduce(a01);
+    y[2] = avx512_reduce(a02);
+    y[3] = avx512_reduce(a03);
+    y += p->N;
+    y[0] = avx512_reduce(a10);
+    y[1] = avx512_reduce(a11);
+    y[2] = avx512_reduce(a12);
+    y[3] = avx512_reduce(a13);
+}
+
+T_512 static void avx512_i8g_rows2(const Product *p, Py_ssize_t m0, Py_ssize_t n0) {
+    WITH_GROUP_SIZE(p->gs, avx512_i8g_rows2_gs, p, m0, n0);
+}
+
 /* int4, one row times 4 weight rows, decoded on the shift port instead of the shuffle port.
  * The 8 bytes of 16 columns broadcast to every quadword put their low dword (columns 0-7) in
  * the even 32-bit lanes and their high dword (columns 8-15) in the odd ones, so one vpsrlvd
@@ -1107,6 +1204,56 @@ T_512 ALWAYS_INLINE void avx512_i4_row4_gs(const Product *p, const float *xp, Py
 /* xp: row m0 of x, permuted */
 T_512 static void avx512_i4_row4(const Product *p, const float *xp, Py_ssize_t m0, Py_ssize_t n0) {
     WITH_GROUP_SIZE(p->gs, avx512_i4_row4_gs, p, xp, m0, n0);
+}
+
+/* Two rows (m0, m0 + 1; xp: both rows of x permuted) times 4 weight rows: each 16 weights
+ * looked up once for both rows, each output's operations those of avx512_i4_row4_gs in its
+ * order (a one-token draft's verification step; the general block decodes per block of rows
+ * with two shuffle-port operations per 16 weights). */
+T_512 ALWAYS_INLINE void avx512_i4_rows2_gs(const Product *p, const float *xp, Py_ssize_t m0, Py_ssize_t n0,
+                                           const Py_ssize_t gs) {
+    const Py_ssize_t K = p->K, groups = K / gs;
+    const uint8_t *w0 = (const uint8_t *)p->w + n0 * (K / 2), *w1 = w0 + K / 2, *w2 = w1 + K / 2, *w3 = w2 + K / 2;
+    const uint8_t *pf = w0 + PF_BLOCKS * 4 * (K / 2);
+    const float *s0 = p->scale + n0 * groups, *o0 = p->offset + n0 * groups;
+    const float *x0 = xp, *x1 = xp + K;
+    __m512 a00 = _mm512_setzero_ps(), a01 = a00, a02 = a00, a03 = a00, a10 = a00, a11 = a00, a12 = a00, a13 = a00, wv;
+    for (Py_ssize_t g = 0; g < groups; g++) {
+        const __m512 t0 = avx512_i4_table(s0[g], o0[g]), t1 = avx512_i4_table(s0[groups + g], o0[groups + g]);
+        const __m512 t2 = avx512_i4_table(s0[2 * groups + g], o0[2 * groups + g]);
+        const __m512 t3 = avx512_i4_table(s0[3 * groups + g], o0[3 * groups + g]);
+        for (Py_ssize_t c = 0; c < gs; c += 16, x0 += 16, x1 += 16, w0 += 8, w1 += 8, w2 += 8, w3 += 8, pf += 32) {
+            _mm_prefetch((const char *)pf, _MM_HINT_T0); /* as avx512_i4_row4_gs */
+            _mm_prefetch((const char *)pf + (FAR_BLOCKS - PF_BLOCKS) * 4 * (K / 2), _MM_HINT_T1);
+            const __m512 xv0 = _mm512_loadu_ps(x0), xv1 = _mm512_loadu_ps(x1);
+            wv = avx512_i4_deq_perm(w0, t0);
+            a00 = _mm512_fmadd_ps(xv0, wv, a00);
+            a10 = _mm512_fmadd_ps(xv1, wv, a10);
+            wv = avx512_i4_deq_perm(w1, t1);
+            a01 = _mm512_fmadd_ps(xv0, wv, a01);
+            a11 = _mm512_fmadd_ps(xv1, wv, a11);
+            wv = avx512_i4_deq_perm(w2, t2);
+            a02 = _mm512_fmadd_ps(xv0, wv, a02);
+            a12 = _mm512_fmadd_ps(xv1, wv, a12);
+            wv = avx512_i4_deq_perm(w3, t3);
+            a03 = _mm512_fmadd_ps(xv0, wv, a03);
+            a13 = _mm512_fmadd_ps(xv1, wv, a13);
+        }
+    }
+    float *y = p->y + m0 * p->N + n0;
+    y[0] = avx512_reduce_unperm(a00);
+    y[1] = avx512_reduce_unperm(a01);
+    y[2] = avx512_reduce_unperm(a02);
+    y[3] = avx512_reduce_unperm(a03);
+    y += p->N;
+    y[0] = avx512_reduce_unperm(a10);
+    y[1] = avx512_reduce_unperm(a11);
+    y[2] = avx512_reduce_unperm(a12);
+    y[3] = avx512_reduce_unperm(a13);
+}
+
+T_512 static void avx512_i4_rows2(const Product *p, const float *xp, Py_ssize_t m0, Py_ssize_t n0) {
+    WITH_GROUP_SIZE(p->gs, avx512_i4_rows2_gs, p, xp, m0, n0);
 }
 
 
@@ -1195,12 +1342,12 @@ T_512 static void avx512_dequant(const Product *p, Py_ssize_t n0, int nb, int ki
         if (KIND == 0 && p->M == 1) {                                                       \
             for (; n0 + F32_NB <= n1; n0 += F32_NB) avx512_f32_row(p, 0, n0);               \
         }                                                                                   \
-        if (KIND != 0 && p->M > (KIND == 3 ? 1 : AVX512_MB)) /* int8 per group: any block of rows */ \
+        if (KIND != 0 && p->M > (KIND == 3 ? 2 : AVX512_MB)) /* int8 per group: blocks of 3 rows or more */ \
             scr = aligned_alloc(64, ((size_t)AVX512_NB * p->K * sizeof(float) + 63) / 64 * 64); \
-        float *xp = NULL; /* int4, one row: x permuted for avx512_i4_row4 (without it, */    \
-        if (KIND == 2 && p->M == 1 && n0 + AVX512_NB <= n1) { /* avx512_i4_block: the same */ \
-            xp = aligned_alloc(64, ((size_t)p->K * sizeof(float) + 63) / 64 * 64); /* values) */ \
-            if (xp != NULL) i4_permute_x(p->x, p->K, xp);                                   \
+        float *xp = NULL; /* int4, one or two rows: x permuted for avx512_i4_row4 / _rows2 */ \
+        if (KIND == 2 && p->M <= 2 && n0 + AVX512_NB <= n1) { /* (without it, avx512_i4_block: */ \
+            xp = aligned_alloc(64, ((size_t)p->M * p->K * sizeof(float) + 63) / 64 * 64); /* the same values) */ \
+            for (Py_ssize_t r = 0; xp != NULL && r < p->M; r++) i4_permute_x(p->x + r * p->K, p->K, xp + r * p->K); \
         }                                                                                   \
         Py_ssize_t n = n0;                                                                  \
         for (; n + AVX512_NB <= n1; n += AVX512_NB) {                                             \
@@ -1222,7 +1369,9 @@ T_512 static void avx512_dequant(const Product *p, Py_ssize_t n0, int nb, int ki
     do {                                                                                    \
         if (kind == 1 && mb == 1 && nb == AVX512_NB) avx512_i8_row4(p, m, n);               \
         else if (kind == 3 && mb == 1 && nb == AVX512_NB) avx512_i8g_row4(p, m, n);         \
+        else if (kind == 3 && mb == 2 && nb == AVX512_NB) avx512_i8g_rows2(p, m, n);        \
         else if (kind == 2 && mb == 1 && nb == AVX512_NB && xp) avx512_i4_row4(p, xp, m, n); \
+        else if (kind == 2 && mb == 2 && nb == AVX512_NB && xp) avx512_i4_rows2(p, xp, m, n); \
         else if (kind == 2 && use_vbmi) avx512_i4_block(p, m, mb, n, nb, 1);                \
         else if (kind == 2) avx512_i4_block(p, m, mb, n, nb, 0);                            \
         else avx512_block(p, m, mb, n, nb, kind, NULL, pf, PF_LINES(kind));                 \
