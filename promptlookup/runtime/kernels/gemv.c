@@ -401,6 +401,12 @@ T_AVX2 static void avx2_i8g_row4(const Product *p, Py_ssize_t m0, Py_ssize_t n0)
     WITH_GROUP_SIZE(p->gs, avx2_i8g_row4_gs, p, m0, n0);
 }
 
+/* y[m0 + i][n0 + j] = avx2_reduce(a[4 * i + j]) for a two-row kernel's 8 sums. */
+T_AVX2 ALWAYS_INLINE void avx2_store_rows2(const Product *p, Py_ssize_t m0, Py_ssize_t n0, const __m256 *a) {
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 4; j++) p->y[(m0 + i) * p->N + n0 + j] = avx2_reduce(a[4 * i + j]);
+}
+
 /* int8 per group, two rows times 4 weight rows: each weight dequantized once for both rows
  * (a one-token draft's verification step; the scratch would dequantize and store the block
  * first), each output's operations those of avx2_i8g_row4_gs in its order. */
@@ -430,16 +436,8 @@ T_AVX2 ALWAYS_INLINE void avx2_i8g_rows2_gs(const Product *p, Py_ssize_t m0, Py_
         }
     }
 #undef I8G
-    float *y = p->y + m0 * p->N + n0;
-    y[0] = avx2_reduce(a00);
-    y[1] = avx2_reduce(a01);
-    y[2] = avx2_reduce(a02);
-    y[3] = avx2_reduce(a03);
-    y += p->N;
-    y[0] = avx2_reduce(a10);
-    y[1] = avx2_reduce(a11);
-    y[2] = avx2_reduce(a12);
-    y[3] = avx2_reduce(a13);
+    const __m256 a[8] = {a00, a01, a02, a03, a10, a11, a12, a13};
+    avx2_store_rows2(p, m0, n0, a);
 }
 
 T_AVX2 static void avx2_i8g_rows2(const Product *p, Py_ssize_t m0, Py_ssize_t n0) {
@@ -1097,53 +1095,6 @@ T_512 static void avx512_i8g_row4(const Product *p, Py_ssize_t m0, Py_ssize_t n0
     WITH_GROUP_SIZE(p->gs, avx512_i8g_row4_gs, p, m0, n0);
 }
 
-/* int8 per group, two rows times 4 weight rows: each weight dequantized once for both rows,
- * each output's operations those of avx512_i8g_row4_gs in its order (a one-token draft's
- * verification step; the scratch would dequantize and store the block first). */
-T_512 ALWAYS_INLINE void avx512_i8g_rows2_gs(const Product *p, Py_ssize_t m0, Py_ssize_t n0, const Py_ssize_t gs) {
-    const Py_ssize_t K = p->K, groups = K / gs;
-    const int8_t *w0 = (const int8_t *)p->w + n0 * K, *w1 = w0 + K, *w2 = w1 + K, *w3 = w2 + K;
-    const float *s0 = p->scale + n0 * groups, *o0 = p->offset + n0 * groups, *x0 = p->x + m0 * K, *x1 = x0 + K;
-    __m512 a00 = _mm512_setzero_ps(), a01 = a00, a02 = a00, a03 = a00, a10 = a00, a11 = a00, a12 = a00, a13 = a00, wv;
-    for (Py_ssize_t g = 0, k = 0; g < groups; g++) {
-        const __m512 sc0 = _mm512_set1_ps(s0[g]), sc1 = _mm512_set1_ps(s0[groups + g]);
-        const __m512 sc2 = _mm512_set1_ps(s0[2 * groups + g]), sc3 = _mm512_set1_ps(s0[3 * groups + g]);
-        const __m512 of0 = _mm512_set1_ps(o0[g]), of1 = _mm512_set1_ps(o0[groups + g]);
-        const __m512 of2 = _mm512_set1_ps(o0[2 * groups + g]), of3 = _mm512_set1_ps(o0[3 * groups + g]);
-        for (Py_ssize_t end = k + gs; k < end; k += 16) {
-            _mm_prefetch((const char *)w0 + PF_BLOCKS * 4 * K + 4 * k, _MM_HINT_T0); /* as avx512_i8g_row4_gs */
-            _mm_prefetch((const char *)w0 + FAR_BLOCKS * 4 * K + 4 * k, _MM_HINT_T1);
-            const __m512 xv0 = _mm512_loadu_ps(x0 + k), xv1 = _mm512_loadu_ps(x1 + k);
-            wv = avx512_i8g_deq(w0 + k, sc0, of0);
-            a00 = _mm512_fmadd_ps(xv0, wv, a00);
-            a10 = _mm512_fmadd_ps(xv1, wv, a10);
-            wv = avx512_i8g_deq(w1 + k, sc1, of1);
-            a01 = _mm512_fmadd_ps(xv0, wv, a01);
-            a11 = _mm512_fmadd_ps(xv1, wv, a11);
-            wv = avx512_i8g_deq(w2 + k, sc2, of2);
-            a02 = _mm512_fmadd_ps(xv0, wv, a02);
-            a12 = _mm512_fmadd_ps(xv1, wv, a12);
-            wv = avx512_i8g_deq(w3 + k, sc3, of3);
-            a03 = _mm512_fmadd_ps(xv0, wv, a03);
-            a13 = _mm512_fmadd_ps(xv1, wv, a13);
-        }
-    }
-    float *y = p->y + m0 * p->N + n0;
-    y[0] = avx512_reduce(a00);
-    y[1] = avx512_reduce(a01);
-    y[2] = avx512_reduce(a02);
-    y[3] = avx512_reduce(a03);
-    y += p->N;
-    y[0] = avx512_reduce(a10);
-    y[1] = avx512_reduce(a11);
-    y[2] = avx512_reduce(a12);
-    y[3] = avx512_reduce(a13);
-}
-
-T_512 static void avx512_i8g_rows2(const Product *p, Py_ssize_t m0, Py_ssize_t n0) {
-    WITH_GROUP_SIZE(p->gs, avx512_i8g_rows2_gs, p, m0, n0);
-}
-
 /* int4, one row times 4 weight rows, decoded on the shift port instead of the shuffle port.
  * The 8 bytes of 16 columns broadcast to every quadword put their low dword (columns 0-7) in
  * the even 32-bit lanes and their high dword (columns 8-15) in the odd ones, so one vpsrlvd
@@ -1206,6 +1157,15 @@ T_512 static void avx512_i4_row4(const Product *p, const float *xp, Py_ssize_t m
     WITH_GROUP_SIZE(p->gs, avx512_i4_row4_gs, p, xp, m0, n0);
 }
 
+/* y[m0 + i][n0 + j] = the reduction of a[4 * i + j] (avx512_reduce_unperm where unperm, for
+ * the permuted int4 lookup; else avx512_reduce) for a two-row kernel's 8 sums. */
+T_512 ALWAYS_INLINE void avx512_store_rows2(const Product *p, Py_ssize_t m0, Py_ssize_t n0, const __m512 *a,
+                                           const int unperm) {
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 4; j++)
+            p->y[(m0 + i) * p->N + n0 + j] = unperm ? avx512_reduce_unperm(a[4 * i + j]) : avx512_reduce(a[4 * i + j]);
+}
+
 /* Two rows (m0, m0 + 1; xp: both rows of x permuted) times 4 weight rows: each 16 weights
  * looked up once for both rows, each output's operations those of avx512_i4_row4_gs in its
  * order (a one-token draft's verification step; the general block decodes per block of rows
@@ -1240,20 +1200,51 @@ T_512 ALWAYS_INLINE void avx512_i4_rows2_gs(const Product *p, const float *xp, P
             a13 = _mm512_fmadd_ps(xv1, wv, a13);
         }
     }
-    float *y = p->y + m0 * p->N + n0;
-    y[0] = avx512_reduce_unperm(a00);
-    y[1] = avx512_reduce_unperm(a01);
-    y[2] = avx512_reduce_unperm(a02);
-    y[3] = avx512_reduce_unperm(a03);
-    y += p->N;
-    y[0] = avx512_reduce_unperm(a10);
-    y[1] = avx512_reduce_unperm(a11);
-    y[2] = avx512_reduce_unperm(a12);
-    y[3] = avx512_reduce_unperm(a13);
+    const __m512 a[8] = {a00, a01, a02, a03, a10, a11, a12, a13};
+    avx512_store_rows2(p, m0, n0, a, 1);
 }
 
 T_512 static void avx512_i4_rows2(const Product *p, const float *xp, Py_ssize_t m0, Py_ssize_t n0) {
     WITH_GROUP_SIZE(p->gs, avx512_i4_rows2_gs, p, xp, m0, n0);
+}
+
+/* int8 per group, two rows times 4 weight rows: each weight dequantized once for both rows,
+ * each output's operations those of avx512_i8g_row4_gs in its order (a one-token draft's
+ * verification step; the scratch would dequantize and store the block first). */
+T_512 ALWAYS_INLINE void avx512_i8g_rows2_gs(const Product *p, Py_ssize_t m0, Py_ssize_t n0, const Py_ssize_t gs) {
+    const Py_ssize_t K = p->K, groups = K / gs;
+    const int8_t *w0 = (const int8_t *)p->w + n0 * K, *w1 = w0 + K, *w2 = w1 + K, *w3 = w2 + K;
+    const float *s0 = p->scale + n0 * groups, *o0 = p->offset + n0 * groups, *x0 = p->x + m0 * K, *x1 = x0 + K;
+    __m512 a00 = _mm512_setzero_ps(), a01 = a00, a02 = a00, a03 = a00, a10 = a00, a11 = a00, a12 = a00, a13 = a00, wv;
+    for (Py_ssize_t g = 0, k = 0; g < groups; g++) {
+        const __m512 sc0 = _mm512_set1_ps(s0[g]), sc1 = _mm512_set1_ps(s0[groups + g]);
+        const __m512 sc2 = _mm512_set1_ps(s0[2 * groups + g]), sc3 = _mm512_set1_ps(s0[3 * groups + g]);
+        const __m512 of0 = _mm512_set1_ps(o0[g]), of1 = _mm512_set1_ps(o0[groups + g]);
+        const __m512 of2 = _mm512_set1_ps(o0[2 * groups + g]), of3 = _mm512_set1_ps(o0[3 * groups + g]);
+        for (Py_ssize_t end = k + gs; k < end; k += 16) {
+            _mm_prefetch((const char *)w0 + PF_BLOCKS * 4 * K + 4 * k, _MM_HINT_T0); /* as avx512_i8g_row4_gs */
+            _mm_prefetch((const char *)w0 + FAR_BLOCKS * 4 * K + 4 * k, _MM_HINT_T1);
+            const __m512 xv0 = _mm512_loadu_ps(x0 + k), xv1 = _mm512_loadu_ps(x1 + k);
+            wv = avx512_i8g_deq(w0 + k, sc0, of0);
+            a00 = _mm512_fmadd_ps(xv0, wv, a00);
+            a10 = _mm512_fmadd_ps(xv1, wv, a10);
+            wv = avx512_i8g_deq(w1 + k, sc1, of1);
+            a01 = _mm512_fmadd_ps(xv0, wv, a01);
+            a11 = _mm512_fmadd_ps(xv1, wv, a11);
+            wv = avx512_i8g_deq(w2 + k, sc2, of2);
+            a02 = _mm512_fmadd_ps(xv0, wv, a02);
+            a12 = _mm512_fmadd_ps(xv1, wv, a12);
+            wv = avx512_i8g_deq(w3 + k, sc3, of3);
+            a03 = _mm512_fmadd_ps(xv0, wv, a03);
+            a13 = _mm512_fmadd_ps(xv1, wv, a13);
+        }
+    }
+    const __m512 a[8] = {a00, a01, a02, a03, a10, a11, a12, a13};
+    avx512_store_rows2(p, m0, n0, a, 0);
+}
+
+T_512 static void avx512_i8g_rows2(const Product *p, Py_ssize_t m0, Py_ssize_t n0) {
+    WITH_GROUP_SIZE(p->gs, avx512_i8g_rows2_gs, p, m0, n0);
 }
 
 
