@@ -460,10 +460,11 @@ T_AVX2 static void avx2_i8g_rows2(const Product *p, Py_ssize_t m0, Py_ssize_t n0
  * in column order; at the end of a group A = fma(D, scale, A). The offsets' term is one dot
  * product per output over its groups, 8 groups a vector (avx2_i4_offsets: O = fma(offset[8c..],
  * S[8c..], O), the last vector masked), not an FMA per group; the output is A + O reduced by
- * avx2_reduce. Every block below (one row times 4 weight rows, rows x 2 weight rows, codes
- * decoded in registers or read from a scratch of codes as floats) runs exactly these
- * operations on each output, so the results are the same for every row count. (Not the order of the other paths: a sum of x * code, scaled per group,
- * is within float tolerance of x @ dequantized W.T, not equal.) */
+ * avx2_reduce (avx2_i4_output). Every block below (one row times 4 weight rows, rows x 2
+ * weight rows, codes decoded in registers or read from a scratch of codes as floats) runs
+ * exactly these operations on each output, so the results are the same for every row count.
+ * (Not the order of the other paths: a sum of x * code, scaled per group, is within float
+ * tolerance of x @ dequantized W.T, not equal.) */
 
 /* The per-call copy of x: xd [M][K] (each 16 columns as the 8 values x[2j] - x[2j + 1] / 16,
  * then the 8 values x[2j + 1] / 16) and the group sums xs [M][I4_GROUPS(groups)] (the sum of
@@ -505,6 +506,12 @@ T_AVX2 ALWAYS_INLINE __m256 avx2_i4_offsets(const float *offset, const float *su
     return o;
 }
 
+/* Output (m, n) from its group totals a: avx2_reduce(a + the offsets' term). */
+T_AVX2 ALWAYS_INLINE float avx2_i4_output(const Product *p, const float *xs, __m256 a, Py_ssize_t m, Py_ssize_t n,
+                                          Py_ssize_t groups) {
+    return avx2_reduce(_mm256_add_ps(a, avx2_i4_offsets(p->offset + n * groups, xs + m * I4_GROUPS(groups), groups)));
+}
+
 /* The codes of 16 columns (8 bytes at w) as floats: the low nibbles l in lo, the bytes b in hi. */
 T_AVX2 ALWAYS_INLINE void avx2_i4_nibbles(const uint8_t *w, __m256 *lo, __m256 *hi) {
     __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)w));
@@ -528,8 +535,8 @@ T_AVX2 ALWAYS_INLINE void avx2_i4_row4_gs(const Product *p, const float *xd, con
     const Py_ssize_t K = p->K, groups = K / gs;
     const uint8_t *w0 = (const uint8_t *)p->w + n0 * (K / 2), *w1 = w0 + K / 2, *w2 = w1 + K / 2, *w3 = w2 + K / 2;
     const char *pf = (const char *)w0 + I4_PF;
-    const float *s0 = p->scale + n0 * groups, *o0 = p->offset + n0 * groups;
-    const float *x = xd + m0 * K, *sx = xs + m0 * I4_GROUPS(groups);
+    const float *s0 = p->scale + n0 * groups;
+    const float *x = xd + m0 * K;
     __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, lo, hi;
     for (Py_ssize_t g = 0; g < groups; g++) {
         __m256 d0 = _mm256_setzero_ps(), d1 = d0, d2 = d0, d3 = d0;
@@ -563,10 +570,10 @@ T_AVX2 ALWAYS_INLINE void avx2_i4_row4_gs(const Product *p, const float *xd, con
         a3 = _mm256_fmadd_ps(d3, _mm256_broadcast_ss(s0 + 3 * groups + g), a3);
     }
     float *y = p->y + m0 * p->N + n0;
-    y[0] = avx2_reduce(_mm256_add_ps(a0, avx2_i4_offsets(o0, sx, groups)));
-    y[1] = avx2_reduce(_mm256_add_ps(a1, avx2_i4_offsets(o0 + groups, sx, groups)));
-    y[2] = avx2_reduce(_mm256_add_ps(a2, avx2_i4_offsets(o0 + 2 * groups, sx, groups)));
-    y[3] = avx2_reduce(_mm256_add_ps(a3, avx2_i4_offsets(o0 + 3 * groups, sx, groups)));
+    y[0] = avx2_i4_output(p, xs, a0, m0, n0, groups);
+    y[1] = avx2_i4_output(p, xs, a1, m0, n0 + 1, groups);
+    y[2] = avx2_i4_output(p, xs, a2, m0, n0 + 2, groups);
+    y[3] = avx2_i4_output(p, xs, a3, m0, n0 + 3, groups);
 }
 
 T_AVX2 static void avx2_i4_row4(const Product *p, const float *xd, const float *xs, Py_ssize_t m0, Py_ssize_t n0) {
@@ -579,10 +586,9 @@ T_AVX2 static void avx2_i4_row4_codes(const Product *p, const float *xd, const f
     WITH_GROUP_SIZE(p->gs, avx2_i4_row4_gs, p, xd, xs, m0, n0, codes);
 }
 
-/* Two rows times 4 weight rows, the codes decoded in registers once for both rows (a
- * two-row step: 1.56x a one-row step's time in a standalone loop at SmolLM2's width, where
- * two one-row passes cost 2x); each output's operations are avx2_i4_row4_gs's, in its order.
- * The group totals live on the stack, touched once per group. */
+/* Two rows times 4 weight rows, the codes decoded in registers once for both rows (two
+ * one-row passes would decode them twice); each output's operations are avx2_i4_row4_gs's,
+ * in its order. The group totals live on the stack, touched once per group. */
 T_AVX2 ALWAYS_INLINE void avx2_i4_rows2_gs(const Product *p, const float *xd, const float *xs, Py_ssize_t n0,
                                            const Py_ssize_t gs) {
     const Py_ssize_t K = p->K, groups = K / gs;
@@ -626,9 +632,7 @@ T_AVX2 ALWAYS_INLINE void avx2_i4_rows2_gs(const Product *p, const float *xd, co
         a[1][3] = _mm256_fmadd_ps(d13, c3, a[1][3]);
     }
     for (int i = 0; i < 2; i++)
-        for (int j = 0; j < 4; j++)
-            p->y[i * p->N + n0 + j] = avx2_reduce(_mm256_add_ps(
-                a[i][j], avx2_i4_offsets(p->offset + (n0 + j) * groups, xs + i * I4_GROUPS(groups), groups)));
+        for (int j = 0; j < 4; j++) p->y[i * p->N + n0 + j] = avx2_i4_output(p, xs, a[i][j], i, n0 + j, groups);
 }
 
 T_AVX2 static void avx2_i4_rows2(const Product *p, const float *xd, const float *xs, Py_ssize_t n0) {
@@ -659,8 +663,7 @@ T_AVX2 ALWAYS_INLINE void avx2_i4_block(const Product *p, const float *xd, const
     }
     for (int i = 0; i < mb; i++)
         for (int j = 0; j < nb; j++)
-            p->y[(m0 + i) * p->N + n0 + j] = avx2_reduce(_mm256_add_ps(
-                a[i][j], avx2_i4_offsets(p->offset + (n0 + j) * groups, xs + (m0 + i) * I4_GROUPS(groups), groups)));
+            p->y[(m0 + i) * p->N + n0 + j] = avx2_i4_output(p, xs, a[i][j], m0 + i, n0 + j, groups);
 }
 
 /* mb (up to I4_MB) rows times nb (up to 4) weight rows whose codes are floats in codes [nb][K]
@@ -690,8 +693,7 @@ T_AVX2 ALWAYS_INLINE void avx2_i4_block_codes(const Product *p, const float *xd,
     }
     for (int i = 0; i < mb; i++)
         for (int j = 0; j < nb; j++)
-            p->y[(m0 + i) * p->N + n0 + j] = avx2_reduce(_mm256_add_ps(
-                a[i][j], avx2_i4_offsets(p->offset + (n0 + j) * groups, xs + (m0 + i) * I4_GROUPS(groups), groups)));
+            p->y[(m0 + i) * p->N + n0 + j] = avx2_i4_output(p, xs, a[i][j], m0 + i, n0 + j, groups);
 }
 
 /* The codes of weight rows [n0, n0 + nb) as floats into codes [nb][K], in the order of xd. */
@@ -1246,7 +1248,6 @@ T_512 ALWAYS_INLINE void avx512_i8g_rows2_gs(const Product *p, Py_ssize_t m0, Py
 T_512 static void avx512_i8g_rows2(const Product *p, Py_ssize_t m0, Py_ssize_t n0) {
     WITH_GROUP_SIZE(p->gs, avx512_i8g_rows2_gs, p, m0, n0);
 }
-
 
 /* fp32, one row times F32_NB weight rows: the operations of avx512_block (kind 0, mb = 1)
  * for each output, in the same order, so the same results; the block's weight rows
