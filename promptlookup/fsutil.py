@@ -33,9 +33,9 @@ _REFUSED_WRITES = {errno.ENOSPC: "free space there", errno.EDQUOT: "free space t
                    errno.EPERM: "it is not writable"}
 
 
-def _refused_write(exc: OSError, where: str | os.PathLike[str], fix: str) -> UserError | None:
+def _refused_write(exc: BaseException, where: str | os.PathLike[str], fix: str) -> UserError | None:
     """The one-line error for a write the file system refused (``None`` for any other error)."""
-    why = _REFUSED_WRITES.get(exc.errno)
+    why = _REFUSED_WRITES.get(exc.errno) if isinstance(exc, OSError) else None
     if why is None:
         return None
     return UserError(f"cannot write {exc.filename or where}: {exc.strerror}; {why}, or {fix}")
@@ -210,7 +210,7 @@ def atomic_output_dir(
                 shutil.rmtree(old, ignore_errors=True)
     except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)
-        refused = _refused_write(exc, tmp, f"choose another {flag}") if isinstance(exc, OSError) else None
+        refused = _refused_write(exc, tmp, f"choose another {flag}")
         if refused is not None:
             raise refused from None
         raise
@@ -233,7 +233,7 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
     except BaseException as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
-        refused = _refused_write(exc, path, "choose another path") if isinstance(exc, OSError) else None
+        refused = _refused_write(exc, path, "choose another path")
         if refused is not None:
             raise refused from None
         raise
