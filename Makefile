@@ -39,7 +39,7 @@ $(CKPT)/config.json: $(STAMP)
 		--output_dir $(CKPT) --dtype float32
 
 build: $(ENGINE)/config.json
-$(ENGINE)/config.json: $(CKPT)/config.json
+$(ENGINE)/config.json: $(CKPT)/config.json | native  # the step-cost table is measured on the C kernels
 	./build.sh --checkpoint_dir $(CKPT) --output_dir $(ENGINE) --backend auto \
 		--max_batch_size 8 --max_input_len 3072 --max_seq_len 4096 --max_draft_len 32 \
 		--speculative_decoding_mode draft_tokens_external --use_paged_context_fmha enable

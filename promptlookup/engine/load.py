@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from typing import TYPE_CHECKING, Sequence
 
 from ..checkpoint.config import quant_spec_of
@@ -141,10 +142,13 @@ def torch_runner_for(
     from ..runtime.paged_llama import PagedLlama
     from ..runtime.torch_runner import TorchRunner
 
-    from .step_costs import batch_costs_for, costs_for
+    from .step_costs import batch_costs_for, costs_for, route_note
 
     runtime, kv_cache = with_options(runtime, kv_cache, **options)  # type: ignore[arg-type]
     target = resolve_device(runtime.device)
+    note = route_note(cfg.step_costs, target.split(":")[0])
+    if note:
+        print(f"note: {cfg.directory}: {note}", file=sys.stderr)
     # The engine computes in its checkpoint's dtype (as trtllm-build's engines do).
     config, state = load_checkpoint_state(cfg.directory, dtype="auto", device=target)  # owned by us alone
     return TorchRunner(

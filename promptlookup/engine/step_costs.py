@@ -6,10 +6,15 @@ it at run time made draft lengths change from run to run and cost every process 
 ``build.sh`` measures it once and stores it in the engine's ``config.json``::
 
     "step_costs": {"<device type>": {"context": 512, "threads": 2, "costs": [0.0, 1.0, ...],
+                                      "kernels": "avx512",
                                       "batched": {"batch_sizes": [1, 2, 4, 8], "costs": [[...], ...]}}}
 
 ``run.py`` reads the table for the device it runs on and times nothing; a device without
-a table gets full drafts (and a note). Tests pass fixed tables. Cost of measuring: four
+a table gets full drafts (and a note). On the CPU the table names the product kernels it was
+measured on (``kernels``: :func:`promptlookup.runtime.kernels.isa`, ``reference`` being
+PyTorch's route, which costs a verification step far less against a plain one); a process
+that runs other kernels still reads it, with a note (:func:`route_note`) that a rebuild
+measures its own. Tests pass fixed tables. Cost of measuring: four
 forward passes per size ``q = 1 .. max_draft_len + 1`` on a scratch sequence, and for the
 batched table (:class:`~promptlookup.runtime.batch_costs.BatchStepCosts`, read by the
 server's draft budget) three per (batch size, q) on a grid of at most
@@ -137,6 +142,10 @@ def table_entry(
 
     costs = measure_step_costs(runner, max_tokens, context)
     entry: dict[str, Any] = {"context": context, "threads": torch.get_num_threads(), "costs": [round(c, 4) for c in costs]}
+    if runner.model.device.type == "cpu":
+        from ..runtime import kernels
+
+        entry["kernels"] = kernels.isa()
     if max_batch_size > 1:
         entry["batched"] = measure_batch_costs(runner, max_tokens, batch_sizes_for(max_batch_size), context).to_json()
     return entry
@@ -154,3 +163,21 @@ def costs_for(config_step_costs: dict[str, Any] | None, device_type: str) -> lis
     if not isinstance(entry, dict) or not isinstance(entry.get("costs"), list) or len(entry["costs"]) < 2:
         return None
     return [float(c) for c in entry["costs"]]
+
+
+def route_note(config_step_costs: dict[str, Any] | None, device_type: str) -> str | None:
+    """A note where the stored CPU table was measured on other product kernels than this
+    process runs (``None`` otherwise, and for tables that do not say)."""
+    entry = (config_step_costs or {}).get(device_type)
+    measured = entry.get("kernels") if isinstance(entry, dict) else None
+    if device_type != "cpu" or not isinstance(measured, str):
+        return None
+    from ..runtime import kernels
+
+    now = kernels.isa()
+    if measured == now:
+        return None
+    name = {"reference": "PyTorch's"}.get
+    return (f"its step-cost table was measured on {name(measured, 'the ' + measured)} products and this process "
+            f"runs {name(now, 'the ' + now)} ones, so the draft lengths follow costs of another route; rebuild it "
+            "with build.sh to measure them")

@@ -75,3 +75,21 @@ def test_measured_table_has_the_documented_shape():
         if i:
             assert all(a <= b for a, b in zip(table.costs[i - 1], row))
     assert runner.blocks.num_available == free  # every block given back
+
+
+def test_the_cpu_table_names_its_kernels_and_another_route_gets_a_note(monkeypatch):
+    from promptlookup.engine import step_costs
+    from promptlookup.runtime import kernels
+
+    limits = EngineLimits(max_batch_size=1, max_input_len=16, max_seq_len=32, max_draft_len=2, vocab_size=512)
+    runner = TorchRunner(tiny_llama(seed=0), limits, tokens_per_block=8, max_tokens_in_paged_kv_cache=64)
+    entry = step_costs.table_entry(runner, 3, context=8)
+    assert entry["kernels"] == kernels.isa() and entry["costs"][:2] == [0.0, 1.0]
+    stored = {"cpu": entry}
+    assert step_costs.route_note(stored, "cpu") is None  # measured on the route this process runs
+    assert step_costs.route_note({"cpu": {"costs": [0.0, 1.0]}}, "cpu") is None  # an older table says nothing
+    monkeypatch.setattr(kernels, "isa", lambda: "avx2" if entry["kernels"] != "avx2" else "generic")
+    note = step_costs.route_note(stored, "cpu")
+    assert note is not None and "rebuild it with build.sh" in note and kernels.isa() in note
+    assert step_costs.route_note({"cpu": {**entry, "kernels": "reference"}}, "cpu").startswith(
+        "its step-cost table was measured on PyTorch's products")
