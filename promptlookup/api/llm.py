@@ -90,6 +90,14 @@ class RequestOutput:
         self.error: str | None = None
         self._text = IncrementalDetokenizer(llm.tokenizer)  # the text of the output ids, O(new tokens) per event
 
+    def __repr__(self) -> str:
+        """vLLM's and TensorRT-LLM's shape: the request id, the prompt and its outputs (text, ids,
+        finish reason), with ``finished``."""
+        outs = ", ".join(f"CompletionOutput(index={o.index}, text={o.text!r}, token_ids={o.token_ids}, "
+                         f"finish_reason={o.finish_reason!r})" for o in self.outputs)
+        return (f"RequestOutput(request_id={self.request_id}, prompt={self.prompt!r}, "
+                f"prompt_token_ids={self.prompt_token_ids}, outputs=[{outs}], finished={self.finished})")
+
     # ------------------------------------------------------------------ events
     def _apply(self, event: TokenEvent) -> bool:
         """Fold one event in; True when the visible output changed (or it finished)."""

@@ -148,7 +148,8 @@ def add_pool_options(group: Any) -> None:
     group.add_argument("--is_use_oldest", action=argparse.BooleanOptionalAction, default=DEFAULT_IS_USE_OLDEST,
                        help="pool: draft the oldest candidate of a pattern rather than the newest")
     group.add_argument("--is_public_pool", action=argparse.BooleanOptionalAction, default=DEFAULT_IS_PUBLIC_POOL,
-                       help="pool: one pool shared by all requests rather than one per request")
+                       help="pool: one pool shared by all requests rather than one per request; longest mode: "
+                            "also match the text of finished requests")
 
 
 def add_pool_limit_options(group: Any) -> None:
@@ -284,8 +285,12 @@ LOOKUP_ONLY_FLAGS = {
     "prompt_lookup_candidates": "--prompt_lookup_candidates",
     "max_concurrency": "--max_concurrency",
     "draft_len_schedule": "--draft_len_schedule",
+    "prompt_lookup_min_ngram": "--prompt_lookup_min_ngram",
 }
 WITH_LOOKAHEAD = ("workflow", "draft_length_policy")  # meaningful for --lookahead_config alone
+# Flags of the n-gram pool that no other --drafter_mode reads (dest -> flag); --is_public_pool
+# also shares finished requests' text in the longest mode.
+POOL_MODE_FLAGS = {"is_keep_all": "--is_keep_all", "is_use_oldest": "--is_use_oldest", "pool_rules": "--pool_rules"}
 
 
 def add_num_threads_argument(parser: argparse.ArgumentParser, default: int | None = None, *aliases: str) -> None:
@@ -307,6 +312,7 @@ def require_lookup_config(args: argparse.Namespace, given: Collection[str], allo
     """
     resolve_ngram_config(args)
     if args.prompt_lookup_config is not None:
+        require_pool_mode_flags(args, given)
         return
     if getattr(args, "lookahead_config", None) is not None:
         allowed = {*allowed, *WITH_LOOKAHEAD}
@@ -315,6 +321,22 @@ def require_lookup_config(args: argparse.Namespace, given: Collection[str], allo
         verb = "applies" if len(stray) == 1 else "apply"
         raise UserError(f"{', '.join(stray)} {verb} only to prompt lookup, which is off; add --prompt_lookup_config "
                         '"[k, n]" or "[k, n, [devices]]" (e.g. "[10,2,[0]]") or drop them')
+
+
+def require_pool_mode_flags(args: argparse.Namespace, given: Collection[str]) -> None:
+    """Refuse the pool's own flags (:data:`POOL_MODE_FLAGS`) named with another ``--drafter_mode``,
+    which would ignore them, and ``--is_public_pool`` with the llama.cpp mode, which has no
+    shared state of that kind."""
+    mode = getattr(args, "drafter_mode", "pool")
+    if mode == "pool":
+        return
+    stray = [flag for dest, flag in POOL_MODE_FLAGS.items() if dest in given]
+    if mode == "llamacpp" and "is_public_pool" in given:
+        stray.append("--is_public_pool")
+    if stray:
+        verb = "applies" if len(stray) == 1 else "apply"
+        raise UserError(f"{', '.join(stray)} {verb} to --drafter_mode pool, not {mode!r}, which would ignore "
+                        f"{'it' if len(stray) == 1 else 'them'}; drop {'it' if len(stray) == 1 else 'them'}")
 
 
 def runtime_from_args(args: argparse.Namespace):
@@ -340,7 +362,10 @@ def kv_cache_from_args(args: argparse.Namespace):
     return KvCacheConfig(args.kv_cache_enable_block_reuse, args.max_tokens_in_paged_kv_cache, fraction)
 
 
-def sampling_from_args(args: argparse.Namespace):
+def sampling_from_args(args: argparse.Namespace, given: Collection[str] = frozenset()):
+    """The sampling flags as a SamplingConfig; ``given`` (the dests the command line named) lets
+    it refuse ``--top_k``, ``--top_p`` and ``--random_seed`` at ``--temperature 0``, where
+    greedy decoding would ignore them."""
     from ..runtime.base import SamplingConfig
 
     for flag, value in (("--temperature", args.temperature), ("--top_p", args.top_p)):
@@ -352,6 +377,14 @@ def sampling_from_args(args: argparse.Namespace):
         raise UserError(f"--top_k must be >= 0, got {args.top_k}")
     if not 0.0 < args.top_p <= 1.0:
         raise UserError(f"--top_p must be in (0, 1], got {args.top_p}")
+    if args.temperature == 0:
+        unused = [f"--{dest} {getattr(args, dest)}" for dest, used in (("top_k", args.top_k > 1), ("top_p", args.top_p < 1),
+                                                                      ("random_seed", True))
+                  if dest in given and used]
+        if unused:
+            raise UserError(f"{', '.join(unused)} shape{'s' if len(unused) == 1 else ''} sampling, but --temperature is 0 "
+                            "(greedy decoding, the default); add --temperature T > 0 (1.0: the model's own "
+                            "distribution), or drop it")
     return SamplingConfig(args.temperature, args.top_k, args.top_p, args.random_seed)
 
 

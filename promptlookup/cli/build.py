@@ -30,8 +30,11 @@ def build_parser() -> ArgumentParser:
                         "lookahead_decoding: Lookahead (run.py --lookahead_config); PyTorch engines serve both, "
                         "sized by --max_draft_len")
     p.add_argument("--use_paged_context_fmha", choices=["enable", "disable"], default="enable",
-                   help="paged context attention, needed for KV block reuse")
-    p.add_argument("--gemm_plugin", choices=GEMM_PLUGINS, default="auto", help="trtllm-build's GEMM plugin dtype")
+                   help="paged context attention, needed for KV block reuse (disable: the engine runs without block "
+                        "reuse)")
+    p.add_argument("--gemm_plugin", choices=GEMM_PLUGINS, default="auto",
+                   help="trtllm-build's GEMM plugin dtype; a PyTorch engine takes auto, disable or the checkpoint's "
+                        "dtype (its products run in that dtype)")
     p.add_argument("--tokens_per_block", type=int, default=32, help="KV cache block size in tokens (a power of two)")
     p.add_argument("--backend", choices=BACKENDS, default="auto",
                    help="trtllm: the real trtllm-build; torch: a PyTorch engine; auto: trtllm where it can run")
@@ -83,6 +86,10 @@ def main(argv: list[str] | None = None) -> int:
         if compile_ahead:
             raise UserError(f"--torch_compile {args.torch_compile} cannot trace the int8/int4 products of a "
                             f"{quant.quant_algo} checkpoint; drop --torch_compile")
+    dtype = str(pretrained.get("dtype", "float32"))
+    if backend != "trtllm" and args.gemm_plugin not in ("auto", "disable", dtype):
+        raise UserError(f"--gemm_plugin {args.gemm_plugin}: a PyTorch engine computes its products in the "
+                        f"checkpoint's {dtype}; pass auto (or {dtype}), or build with --backend trtllm")
     max_pos = int(pretrained.get("max_position_embeddings", 2048))
     max_seq_len = args.max_seq_len or min(args.max_input_len + 1024, max_pos)
     build = build_config(
@@ -108,6 +115,7 @@ def main(argv: list[str] | None = None) -> int:
             max_seq_len=max_seq_len,
             max_draft_len=args.max_draft_len,
             gemm_plugin=args.gemm_plugin,
+            use_paged_context_fmha=args.use_paged_context_fmha == "enable",
             speculative_decoding_mode=args.speculative_decoding_mode or "draft_tokens_external",
         )
     else:

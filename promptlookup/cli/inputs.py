@@ -118,6 +118,8 @@ def collect_prompts(
     if input_text and input_file:
         raise UserError("give either --input_text or --input_file, not both")
     raw: list[str | list[int]] = list(input_text or []) or (read_input_file(input_file, end_id) if input_file else [])
+    if not raw and input_file:
+        raise UserError(f"--input_file {input_file} holds no prompt; put at least one in it")
     if not raw:
         raise UserError("no prompt given; pass --input_text TEXT or --input_file PATH")
     prompts = []

@@ -94,7 +94,7 @@ def _run(args: Any, given: Any, begun: float) -> int:
     check_run_flags(args)
     for flag, path in (("--output_csv", args.output_csv), ("--output_npy", args.output_npy)):
         check_output_path(path, flag)
-    sampling = sampling_from_args(args)
+    sampling = sampling_from_args(args, given)
     draft = draft_from_args(args)
     lookahead = lookahead_from_args(args)
     device_ids = device_ids_from_args(args)

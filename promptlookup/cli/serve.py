@@ -9,6 +9,7 @@ for the endpoints and :mod:`promptlookup.decoding.draft_budget` for ``--draft_to
 from __future__ import annotations
 
 import argparse
+from typing import Collection
 
 from ..defaults import (DEFAULT_DRAFT_LENGTH_POLICY, DEFAULT_DRAFTER_MODE, DEFAULT_MIN_MATCHING_NGRAM_SIZE,
                         DRAFT_LENGTH_POLICIES)
@@ -16,7 +17,7 @@ from ..drafting.base import DRAFT_MODES
 from ..errors import UserError
 from .args import (ArgumentParser, add_block_reuse_argument, add_kv_fraction_argument, add_num_threads_argument,
                    add_pool_limit_options, add_pool_options, finite_float, kv_cache_from_args,
-                   parse_prompt_lookup_config)
+                   parse_prompt_lookup_config, require_lookup_config)
 
 API_KEY_ENV = "PROMPTLOOKUP_API_KEY"  # --api_key's default (as vLLM's VLLM_API_KEY)
 DEFAULT_SHUTDOWN_TIMEOUT = 5.0  # seconds in-flight requests may still run after SIGTERM / the first SIGINT
@@ -118,8 +119,9 @@ def runtime_config(args: argparse.Namespace):
     return RuntimeConfig(device=args.device, num_threads=resolve_num_threads(args.num_threads))
 
 
-def check_args(args: argparse.Namespace) -> None:
-    """Refuse bad values of the server's own flags (one line each)."""
+def check_args(args: argparse.Namespace, given: Collection[str] = frozenset()) -> None:
+    """Refuse bad values of the server's own flags (one line each), and drafting flags that
+    ``given`` (the dests the command line named) holds where no speculation would read them."""
     if not 0 <= args.port < 65536:
         raise UserError(f"--port must be in [0, 65535], got {args.port}")
     if args.shutdown_timeout < 0:
@@ -128,11 +130,10 @@ def check_args(args: argparse.Namespace) -> None:
         raise UserError(f"--max_waiting_requests must be >= 0, got {args.max_waiting_requests}")
     if args.max_request_bytes is not None and args.max_request_bytes < 1:
         raise UserError(f"--max_request_bytes must be >= 1, got {args.max_request_bytes}")
-    stray = [flag for flag, v in (("--ngram_pool_max_patterns", args.ngram_pool_max_patterns),
-                                  ("--public_text_max_tokens", args.public_text_max_tokens)) if v is not None]
-    if stray and args.prompt_lookup_config is None:
-        raise UserError(f"{', '.join(stray)} {'applies' if len(stray) == 1 else 'apply'} only to prompt lookup, which "
-                        'is off; add --prompt_lookup_config "[k, n]" or drop it')
+    require_lookup_config(args, given)
+    if "draft_token_budget" in given and args.prompt_lookup_config is None and args.lookahead_config is None:
+        raise UserError("--draft_token_budget bounds speculation, which is off; add --prompt_lookup_config \"[k, n]\" "
+                        "or --lookahead_config, or drop it")
     if args.served_model_name is not None and not all(n.strip() for n in args.served_model_name):
         raise UserError("--served_model_name: names must not be empty")
 
@@ -148,8 +149,9 @@ def main(argv: list[str] | None = None) -> int:
     """Bind the port (a busy one: exit 2 before anything loads), load the model, commit its
     KV pool, serve until SIGTERM/SIGINT (:mod:`promptlookup.serving.lifecycle`), then save
     the dynamic n-gram cache and return 0."""
-    args = parse_args(argv)
-    check_args(args)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    check_args(args, parser.given)
     runtime_config(args)  # a bad --num_threads or --device is refused before the port is bound
     from ..serving.lifecycle import bind, serve
     from ..serving.openai_server import OpenAIServer

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Collection
 
 from ..errors import UserError
 from ..fsutil import atomic_output_dir, atomic_write_json, ensure_writable
@@ -81,7 +81,37 @@ def build_parser() -> ArgumentParser:
     return parser
 
 
-def settings_from_args(args: argparse.Namespace):
+# Flags that only the engine's contenders read (dest -> flag): given without --test_trt_llm or
+# --sweep they would be ignored. (The drafting flags are refused by require_lookup_config.)
+ENGINE_ONLY_FLAGS = {
+    "device": "--device", "max_tokens_in_paged_kv_cache": "--max_tokens_in_paged_kv_cache",
+    "kv_cache_free_gpu_memory_fraction": "--kv_cache_free_gpu_memory_fraction",
+    "enable_chunked_context": "--enable_chunked_context", "kv_cache_enable_block_reuse": "--kv_cache_enable_block_reuse",
+    "cpu_weight_copies": "--cpu_weight_copies", "torch_compile": "--torch_compile",
+    "cuda_graph_mode": "--cuda_graph_mode", "backend": "--backend", "workflow": "--workflow",
+    "drafter_mode": "--drafter_mode", "draft_length_policy": "--draft_length_policy", "lookahead_config": "--lookahead_config",
+}
+
+
+def refuse_unread_flags(args: argparse.Namespace, given: Collection[str]) -> None:
+    """Refuse flags whose reader is off (one line): the Hugging Face model's without
+    ``--test_hf``, the sweep's without ``--sweep``, the threshold without ``--check_accuracy``,
+    and the engine's without ``--test_trt_llm`` or ``--sweep``."""
+    uses_engine = args.test_trt_llm or args.sweep
+    for on, dests, switch in (
+        (args.test_hf, ("hf_model_dir", "hf_device", "data_type"), "--test_hf"),
+        (args.sweep, ("sweep_k", "sweep_n", "sweep_modes", "sweep_lookahead", "sweep_dir"), "--sweep"),
+        (args.check_accuracy, ("tensorrt_llm_rouge1_threshold",), "--check_accuracy"),
+        (uses_engine, tuple(ENGINE_ONLY_FLAGS), "--test_trt_llm or --sweep"),
+    ):
+        stray = [ENGINE_ONLY_FLAGS.get(d, "--" + d) for d in dests if d in given]
+        if not on and stray:
+            verb = "is" if len(stray) == 1 else "are"
+            raise UserError(f"{', '.join(stray)} {verb} read only with {switch}, which is off; add it or drop "
+                            f"{'it' if len(stray) == 1 else 'them'}")
+
+
+def settings_from_args(args: argparse.Namespace, given: Collection[str] = frozenset()):
     from ..evaluation.pipeline import EvalSettings
     from ..evaluation.sweep import parse_int_list, parse_modes
 
@@ -106,7 +136,7 @@ def settings_from_args(args: argparse.Namespace):
         draft_length_policy=args.draft_length_policy,
         use_chat_template=args.use_chat_template,
         truncation=args.truncation,
-        sampling=sampling_from_args(args),
+        sampling=sampling_from_args(args, given),
         end_id=args.end_id,
         data_type=args.data_type,
         hf_device=None if args.hf_device == "auto" else args.hf_device,
@@ -199,14 +229,18 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     # The sweep decodes with --workflow and --draft_length_policy even without --prompt_lookup_config.
     require_lookup_config(args, parser.given, allowed={"workflow", "draft_length_policy"} if args.sweep else ())
+    refuse_unread_flags(args, parser.given)
     resolve_outputs(args)
-    settings = settings_from_args(args)
+    settings = settings_from_args(args, parser.given)
     if args.output_json:
         ensure_writable(args.output_json, "--output_json")
     if settings.sweep:
         ensure_sweep_dir(args.sweep_dir)
     num_threads = configure_threads(args.num_threads)
     result = evaluate(settings, log=_log)
+    if settings.max_ite == 1:
+        _log("note: --max_ite 1 decodes only the warm-up batch, which is scored but not timed: no speeds were "
+             "measured; pass --max_ite 2 or more for them")
 
     print(f"\n{len(result.articles)} articles, batch size {settings.batch_size}, up to {settings.output_len} new tokens, "
           f"{num_threads} CPU thread(s); "

@@ -88,6 +88,9 @@ def read_engine_config(engine_dir: str | Path) -> EngineConfig:
         raise UserError(f"engine directory {d} has no config.json; rebuild it with build.sh")
     try:
         raw = json.loads(cfg_path.read_text())
+        if isinstance(raw, dict) and "architecture" in raw and "pretrained_config" not in raw:
+            raise UserError(f"{d} is a checkpoint (convert_checkpoint.py's output), not an engine; build one from it: "
+                            f"./build.sh --checkpoint_dir {d} --output_dir ENGINE_DIR")
         pretrained, build = raw["pretrained_config"], raw["build_config"]
         for key in ("max_batch_size", "max_input_len", "max_seq_len"):
             int(build[key])

@@ -1,6 +1,7 @@
 """Load a built engine directory into the runner of the backend it was built for."""
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from typing import TYPE_CHECKING, Sequence
@@ -106,6 +107,9 @@ def load_runner(
             hf_model_dir=hf_model_dir,
         )
     check_trtllm_only_flags(cfg.backend, kv_cache.free_gpu_memory_fraction, enable_chunked_context)
+    if hf_model_dir is not None:
+        raise UserError("--hf_model_dir applies to TensorRT-LLM engines (the v2 workflow's LLM API loads that model); "
+                        "a PyTorch engine holds its own weights: drop it")
     quant = quant_spec_of(cfg.pretrained)
     if quant is not None and runtime.compile_mode == "inductor":
         raise UserError(f"--torch_compile inductor cannot trace the int8/int4 products of this {quant.quant_algo} "
@@ -120,6 +124,10 @@ def load_runner(
         raise UserError(
             f"device list {list(device_ids)} needs the TensorRT-LLM backend; the PyTorch engine runs on one device, use [0]"
         )
+    if kv_cache.enable_block_reuse and (cfg.build.get("plugin_config") or {}).get("use_paged_context_fmha") is False:
+        print(f"note: {cfg.directory} was built with --use_paged_context_fmha disable, which KV block reuse needs: "
+              "it runs without block reuse (rebuild with enable to reuse cached prefixes)", file=sys.stderr)
+        kv_cache = dataclasses.replace(kv_cache, enable_block_reuse=False)
     runner = torch_runner_for(cfg, runtime, kv_cache)
     if runtime.compile_mode == "inductor":
         from .compile_cache import prepare_compiled

@@ -248,7 +248,9 @@ class BlockManager:
             self.stats.evicted_blocks += 1
         else:
             raise UserError(
-                "the paged KV cache is full; raise --max_tokens_in_paged_kv_cache or lower the batch size"
+                f"the paged KV cache is full (all {self.pool.tokens} tokens, {self.pool.num_blocks - 1} blocks of "
+                f"{self.block_size}, in use); raise --max_tokens_in_paged_kv_cache above it (a sequence takes its "
+                "prompt plus its output, rounded up to whole blocks) or lower the batch size"
             )
         self.refcount[block] = 1
         return block

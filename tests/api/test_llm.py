@@ -52,6 +52,9 @@ def test_greedy_equals_decoding_generate(llm, plain):
         assert 1 <= c.steps <= len(c.token_ids) and c.tokens_per_step >= 1
     assert sum(o.outputs[0].accepted for o in outs) > 0  # the repetitive prompts get drafts accepted
     assert no_blocks_in_use(llm)
+    shown = repr(outs[2])
+    assert shown.startswith(f"RequestOutput(request_id={outs[2].request_id}, prompt='hello world', ")
+    assert f"text={outs[2].outputs[0].text!r}, token_ids={outs[2].outputs[0].token_ids}" in shown
 
 
 def test_sampling_equals_decoding_generate(llm, plain):

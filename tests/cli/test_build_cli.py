@@ -64,6 +64,8 @@ def test_builds_a_torch_engine_with_the_limits(checkpoint, tmp_path):
         (["--max_seq_len", "100000"], "exceeds the model's max_position_embeddings"),
         (["--tokens_per_block", "24"], "power of two"),
         (["--max_batch_size", "0"], "--max_batch_size must be at least 1"),
+        (["--backend", "torch", "--gemm_plugin", "fp8"], "--gemm_plugin fp8: a PyTorch engine computes its products "
+                                                         "in the checkpoint's float32"),
     ],
 )
 def test_bad_build_input_exits_2(checkpoint, tmp_path, extra, message):
@@ -78,3 +80,21 @@ def test_bad_build_input_exits_2(checkpoint, tmp_path, extra, message):
 def test_missing_checkpoint(tmp_path):
     r = build("--checkpoint_dir", str(tmp_path / "none"), "--output_dir", str(tmp_path / "e"))
     assert r.returncode == 2 and "does not exist" in r.stderr
+
+
+def test_paged_context_fmha_disable_is_honoured(checkpoint, tmp_path, capsys):
+    """trtllm-build gets the user's value; a PyTorch engine built with disable runs without
+    KV block reuse (which needs it), saying so once on stderr."""
+    from promptlookup.engine.load import load_runner
+    from promptlookup.engine.trtllm_build import trtllm_build_command
+
+    argv = trtllm_build_command(checkpoint, tmp_path / "t", max_batch_size=1, max_input_len=8, max_seq_len=16,
+                                max_draft_len=4, use_paged_context_fmha=False, executable="trtllm-build")
+    assert argv[argv.index("--use_paged_context_fmha") + 1] == "disable"
+    out = tmp_path / "engine"
+    r = build("--checkpoint_dir", str(checkpoint), "--output_dir", str(out), "--backend", "torch",
+              "--use_paged_context_fmha", "disable", "--gemm_plugin", "float32", "--step_costs", "none")
+    assert r.returncode == 0, r.stderr
+    runner = load_runner(out)
+    assert not runner.blocks.enable_reuse
+    assert "built with --use_paged_context_fmha disable" in capsys.readouterr().err

@@ -267,3 +267,18 @@ def test_build_on_a_full_disk_is_one_line(tiny_engine_dir, tmp_path):
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert_one_line(proc, "No space left on device; free space there, or choose another --output_dir")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_checkpoint_for_an_engine_and_an_empty_input_file_name_what_they_are(tmp_path):
+    from promptlookup.cli.inputs import collect_prompts
+    from promptlookup.engine.config import read_engine_config
+    from promptlookup.errors import UserError
+
+    (tmp_path / "config.json").write_text(json.dumps({"architecture": "LlamaForCausalLM", "dtype": "float32"}))
+    with pytest.raises(UserError, match=r"is a checkpoint \(convert_checkpoint.py's output\), not an engine; build one "
+                                        r"from it: ./build.sh --checkpoint_dir"):
+        read_engine_config(tmp_path)
+    empty = tmp_path / "prompts.json"
+    empty.write_text("[]")
+    with pytest.raises(UserError, match=f"--input_file {empty} holds no prompt"):
+        collect_prompts(None, str(empty), None, False, None)

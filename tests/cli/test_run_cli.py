@@ -118,6 +118,16 @@ def test_token_id_prompts_get_no_chat_template(tiny_engine_dir, tmp_path):
         (["--lookahead_config", "[8,5,8]"], "rebuild with --max_draft_len 64"),
         (["--prompt_lookup_candidates", "2"], "--prompt_lookup_candidates applies only to prompt lookup"),
         (["--prompt_lookup_config", "[4,2,[0]]", "--prompt_lookup_candidates", "0"], "must be in 1..64"),
+        # accepted and ignored before: each is refused now
+        (["--prompt_lookup_min_ngram", "3"], "--prompt_lookup_min_ngram applies only to prompt lookup"),
+        (["--lookahead_config", "[2,3,2]", "--prompt_lookup_min_ngram", "3"], "--prompt_lookup_min_ngram applies only"),
+        (["--prompt_lookup_config", "[4,2]", "--drafter_mode", "longest", "--is_keep_all"],
+         "--is_keep_all applies to --drafter_mode pool, not 'longest'"),
+        (["--prompt_lookup_config", "[4,2]", "--drafter_mode", "longest", "--pool_rules", "v1", "--no-is_use_oldest"],
+         "--is_use_oldest, --pool_rules apply to --drafter_mode pool"),
+        (["--top_k", "5"], "--top_k 5 shapes sampling, but --temperature is 0"),
+        (["--top_p", "0.5", "--random_seed", "3"], "--top_p 0.5, --random_seed 3 shape sampling"),
+        (["--hf_model_dir", "/nonexistent"], "--hf_model_dir applies to TensorRT-LLM engines"),
     ],
 )
 def test_bad_lookup_config_exits_2_with_one_line(tiny_engine_dir, tmp_path, extra, message, capsys):

@@ -153,6 +153,15 @@ def test_missing_engine_dir_is_blamed_on_engine_dir(jsonl_dataset, tmp_path, cap
     (["--sweep", "--workflow", "v2", "--max_ite", 1], "--max_ite 2"),  # the sweep uses --workflow: not refused
     (["--test_trt_llm", "--max_ite", "2", "--max_tokens", "60"], "unrecognized arguments: --max_tokens"),
     (["--test_trt_llm", "--output_json", "/proc/x/r.json"], "--output_json /proc/x/r.json: cannot write in /proc"),
+    # flags whose reader is off, accepted and ignored before
+    (["--test_trt_llm", "--hf_device", "cuda"], "--hf_device is read only with --test_hf, which is off"),
+    (["--test_trt_llm", "--hf_model_dir", "/nonexistent", "--data_type", "fp16"],
+     "--hf_model_dir, --data_type are read only with --test_hf"),
+    (["--test_trt_llm", "--sweep_k", "2,4"], "--sweep_k is read only with --sweep"),
+    (["--test_trt_llm", "--tensorrt_llm_rouge1_threshold", "99"], "read only with --check_accuracy"),
+    (["--test_hf", "--device", "cpu", "--max_tokens_in_paged_kv_cache", "5"],
+     "--device, --max_tokens_in_paged_kv_cache are read only with --test_trt_llm or --sweep"),
+    (["--test_trt_llm", "--top_k", "5"], "--top_k 5 shapes sampling, but --temperature is 0"),
 ])
 def test_bad_settings_exit_2_before_running(extra, needle, engine_dir, jsonl_dataset, tmp_path, capsys):
     argv = ["--engine_dir", engine_dir, "--dataset_path", jsonl_dataset, "--output_json", tmp_path / "r.json", *extra]

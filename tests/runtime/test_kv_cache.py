@@ -85,7 +85,8 @@ def test_lru_eviction_keeps_working_under_a_tiny_budget():
 def test_out_of_blocks_is_a_clear_error():
     m = manager(num_blocks=3, block_size=4)
     seq, _ = m.match_prefix([1, 2, 3])
-    with pytest.raises(UserError, match="KV cache is full"):
+    with pytest.raises(UserError, match=r"KV cache is full \(all 8 tokens, 2 blocks of 4, in use\); raise "
+                                        r"--max_tokens_in_paged_kv_cache above it"):
         m.ensure_capacity(seq, 20)
 
 

@@ -34,6 +34,13 @@ def test_plain_decoding_without_prompt_lookup_config(tiny_engine_dir):
     (["--shutdown_timeout", "-1"], "shutdown_timeout"),
     (["--max_waiting_requests", "-1"], "max_waiting_requests"),
     (["--max_request_bytes", "0"], "max_request_bytes"),
+    # drafting flags without speculation, accepted and ignored before
+    (["--drafter_mode", "longest"], "--drafter_mode applies only to prompt lookup, which is off"),
+    (["--draft_length_policy", "full"], "--draft_length_policy applies only to prompt lookup"),
+    (["--prompt_lookup_min_ngram", "3"], "--prompt_lookup_min_ngram applies only to prompt lookup"),
+    (["--prompt_lookup_config", "[10,2]", "--drafter_mode", "longest", "--is_keep_all"],
+     "--is_keep_all applies to --drafter_mode pool, not 'longest'"),
+    (["--draft_token_budget", "4"], "--draft_token_budget bounds speculation, which is off"),
 ])
 def test_bad_values_are_user_errors(argv, match):
     with pytest.raises(UserError, match=match):
