@@ -364,8 +364,9 @@ def kv_cache_from_args(args: argparse.Namespace):
 
 def sampling_from_args(args: argparse.Namespace, given: Collection[str] = frozenset()):
     """The sampling flags as a SamplingConfig; ``given`` (the dests the command line named) lets
-    it refuse ``--top_k``, ``--top_p`` and ``--random_seed`` at ``--temperature 0``, where
-    greedy decoding would ignore them."""
+    it refuse ``--top_k`` above 1 and ``--top_p`` below 1 at ``--temperature 0``, where greedy
+    decoding would ignore them. (``--random_seed`` stays accepted there: summarize.py shuffles
+    the dataset with it, and a seed changes nothing that greedy decoding could show.)"""
     from ..runtime.base import SamplingConfig
 
     for flag, value in (("--temperature", args.temperature), ("--top_p", args.top_p)):
@@ -378,8 +379,7 @@ def sampling_from_args(args: argparse.Namespace, given: Collection[str] = frozen
     if not 0.0 < args.top_p <= 1.0:
         raise UserError(f"--top_p must be in (0, 1], got {args.top_p}")
     if args.temperature == 0:
-        unused = [f"--{dest} {getattr(args, dest)}" for dest, used in (("top_k", args.top_k > 1), ("top_p", args.top_p < 1),
-                                                                      ("random_seed", True))
+        unused = [f"--{dest} {getattr(args, dest)}" for dest, used in (("top_k", args.top_k > 1), ("top_p", args.top_p < 1))
                   if dest in given and used]
         if unused:
             raise UserError(f"{', '.join(unused)} shape{'s' if len(unused) == 1 else ''} sampling, but --temperature is 0 "

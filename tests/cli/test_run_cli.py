@@ -126,7 +126,7 @@ def test_token_id_prompts_get_no_chat_template(tiny_engine_dir, tmp_path):
         (["--prompt_lookup_config", "[4,2]", "--drafter_mode", "longest", "--pool_rules", "v1", "--no-is_use_oldest"],
          "--is_use_oldest, --pool_rules apply to --drafter_mode pool"),
         (["--top_k", "5"], "--top_k 5 shapes sampling, but --temperature is 0"),
-        (["--top_p", "0.5", "--random_seed", "3"], "--top_p 0.5, --random_seed 3 shape sampling"),
+        (["--top_p", "0.5", "--top_k", "4"], "--top_k 4, --top_p 0.5 shape sampling"),
         (["--hf_model_dir", "/nonexistent"], "--hf_model_dir applies to TensorRT-LLM engines"),
     ],
 )
