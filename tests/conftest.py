@@ -108,6 +108,7 @@ torch.set_num_threads(1)
 # `pytest --durations=30` on the 2-core development machine; a test taking more than about
 # 1 s there belongs here. Tests that use the real SmolLM2 engine are slow automatically.
 SLOW_TESTS = (
+    "tests/cli/test_build_cli.py::test_paged_context_fmha_disable_is_honoured",
     "tests/runtime/test_smollm2_lookup.py",
     "tests/cli/test_errors.py::test_build_on_a_full_disk_is_one_line",
     "tests/runtime/test_quant_engine.py::test_run_py_records_the_precision",
