@@ -128,8 +128,9 @@ def main(argv: list[str] | None = None) -> int:
     results = {"machine": machine, "num_threads": args.num_threads, "config": vars(args), "runs": []}
     kv = KvCacheConfig(enable_block_reuse=args.kv_cache_enable_block_reuse)
     modes = {"plain": None, "lookup": NGramDecodingConfig(max_draft_len=k, max_matching_ngram_size=n)}
-    llms = {m: LLM(args.engine_dir, speculative_config=spec, draft_token_budget=args.draft_token_budget,
-                   kv_cache_config=kv, draft_length_policy=args.draft_length_policy) for m, spec in modes.items()}
+    llms = {m: LLM(args.engine_dir, speculative_config=spec, kv_cache_config=kv,  # plain takes no draft settings
+                   draft_token_budget=None if spec is None else args.draft_token_budget,
+                   draft_length_policy=None if spec is None else args.draft_length_policy) for m, spec in modes.items()}
     servers: dict = {}
     try:
         # reference: each prompt alone, plain greedy

@@ -234,6 +234,13 @@ class LLM:
         ):
             raise UserError(f"speculative_config must be an NGramDecodingConfig or LookaheadDecodingConfig, "
                             f"got {type(speculative_config).__name__}")
+        if speculative_config is None:  # nothing would read them
+            unread = [name for name, v in (("draft_length_policy", draft_length_policy),
+                                           ("draft_token_budget", draft_token_budget)) if v is not None]
+            if unread:
+                raise UserError(f"{' and '.join(unread)} shape{'s' if len(unread) == 1 else ''} speculative decoding, "
+                                "which is off (speculative_config=None); pass an NGramDecodingConfig or "
+                                f"LookaheadDecodingConfig, or drop {'it' if len(unread) == 1 else 'them'}")
         if draft_length_policy is None:  # the default, which TensorRT-LLM (no step-cost table) reads as full
             draft_length_policy = "full" if backend == "trtllm" else DEFAULT_DRAFT_LENGTH_POLICY
         if draft_length_policy not in DRAFT_LENGTH_POLICIES:

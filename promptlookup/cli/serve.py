@@ -107,7 +107,8 @@ def build_llm(args: argparse.Namespace):
         model = str(smollm2_gguf_path())
     return LLM(model, args.tokenizer_dir, speculative_config=spec, cache_dir=args.cache_dir,
                runtime_config=runtime_config(args), kv_cache_config=kv_cache_from_args(args),
-               draft_length_policy=args.draft_length_policy, draft_token_budget=args.draft_token_budget)
+               draft_length_policy=None if spec is None else args.draft_length_policy,
+               draft_token_budget=args.draft_token_budget)
 
 
 def runtime_config(args: argparse.Namespace):
@@ -131,9 +132,9 @@ def check_args(args: argparse.Namespace, given: Collection[str] = frozenset()) -
     if args.max_request_bytes is not None and args.max_request_bytes < 1:
         raise UserError(f"--max_request_bytes must be >= 1, got {args.max_request_bytes}")
     require_lookup_config(args, given)
-    if "draft_token_budget" in given and args.prompt_lookup_config is None and args.lookahead_config is None:
-        raise UserError("--draft_token_budget bounds speculation, which is off; add --prompt_lookup_config \"[k, n]\" "
-                        "or --lookahead_config, or drop it")
+    if "draft_token_budget" in given and args.prompt_lookup_config is None:
+        raise UserError("--draft_token_budget sizes prompt lookup's chain drafts, which are off (Lookahead's steps "
+                        'are sized by each request alone); add --prompt_lookup_config "[k, n]" or drop it')
     if args.served_model_name is not None and not all(n.strip() for n in args.served_model_name):
         raise UserError("--served_model_name: names must not be empty")
 

@@ -196,6 +196,9 @@ class Scheduler:
         if self.trees and (self.max_concurrency is not None or self.draft_len_schedule is not None):
             raise UserError("max_concurrency/draft_len_schedule size chain drafts; they do not combine with Lookahead "
                             "or several candidates per step: drop one of them")
+        if self.trees and token_budget is not None:
+            raise UserError("a draft token budget sizes chain drafts; Lookahead and several candidates per step are "
+                            "sized by each request alone: drop the budget")
         self.token_budget = token_budget if token_budget is not None else default_token_budget(self.k)
         if self.token_budget < 1:
             raise UserError(f"draft token budget must be >= 1, got {self.token_budget}")

@@ -182,3 +182,14 @@ def test_max_concurrency_and_draft_len_schedule_are_honoured_by_the_scheduler(ti
         NGramDecodingConfig(max_draft_len=4, max_concurrency=2, draft_len_schedule={1: 4})
     with pytest.raises(UserError, match="must equal max_draft_len"):
         NGramDecodingConfig(max_draft_len=4, draft_len_schedule={2: 3})
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(draft_token_budget=1), "draft_token_budget shapes speculative decoding, which is off"),
+    (dict(draft_length_policy="full"), "draft_length_policy shapes speculative decoding, which is off"),
+    (dict(speculative_config=LookaheadDecodingConfig(2, 3, 2), draft_token_budget=1),
+     "a draft token budget sizes chain drafts; Lookahead"),
+])
+def test_draft_settings_nothing_would_read_are_refused(tiny_engine_dir, kwargs, message):
+    with pytest.raises(UserError, match=message):
+        LLM(str(tiny_engine_dir), **kwargs)

@@ -40,7 +40,8 @@ def test_plain_decoding_without_prompt_lookup_config(tiny_engine_dir):
     (["--prompt_lookup_min_ngram", "3"], "--prompt_lookup_min_ngram applies only to prompt lookup"),
     (["--prompt_lookup_config", "[10,2]", "--drafter_mode", "longest", "--is_keep_all"],
      "--is_keep_all applies to --drafter_mode pool, not 'longest'"),
-    (["--draft_token_budget", "4"], "--draft_token_budget bounds speculation, which is off"),
+    (["--draft_token_budget", "4"], "--draft_token_budget sizes prompt lookup's chain drafts, which are off"),
+    (["--lookahead_config", "[2,3,2]", "--draft_token_budget", "4"], "--draft_token_budget sizes prompt lookup's"),
 ])
 def test_bad_values_are_user_errors(argv, match):
     with pytest.raises(UserError, match=match):
