@@ -64,6 +64,9 @@ from .pool_v1 import PLDCursor, PLDPool
 from .tree import is_covered
 
 
+POOL_ONLY_FIELDS = ("is_keep_all", "is_use_oldest", "pool_rules")  # DraftConfig fields only the pool mode reads
+
+
 def validate_config(config: DraftConfig) -> None:
     """Raise :class:`UserError` for option values no drafter can honour."""
     if not isinstance(config, DraftConfig):
@@ -93,6 +96,13 @@ def validate_config(config: DraftConfig) -> None:
             raise UserError(f"{name} must be a positive integer (None: the default), got {v!r}")
         if config.mode != mode:
             raise UserError(f"{name} applies to the {mode} mode only, not {config.mode!r}; drop it")
+    defaults = DraftConfig()
+    ignored = [name for name in POOL_ONLY_FIELDS + (("is_public_pool",) if config.mode == "llamacpp" else ())
+               if config.mode != "pool" and getattr(config, name) != getattr(defaults, name)]
+    if ignored:
+        raise UserError(f"{', '.join(f'{n}={getattr(config, n)!r}' for n in ignored)}: the {config.mode} mode does "
+                        f"not read {'it' if len(ignored) == 1 else 'them'} (the pool mode does); drop "
+                        f"{'it' if len(ignored) == 1 else 'them'}")
     if config.mode == "longest" and config.public_text_max_tokens is not None and not config.is_public_pool:
         raise UserError("public_text_max_tokens bounds the public text, which is off (is_public_pool=False); drop it")
     if config.pool_rules not in POOL_RULES:

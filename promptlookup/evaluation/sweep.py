@@ -54,6 +54,12 @@ class SweepPoint:
         return text + (" adaptive" if self.adaptive else "")
 
     def draft_config(self, base: DraftConfig = DraftConfig()) -> DraftConfig:
+        """``base`` at this point; a point of another mode than the pool keeps the pool's own
+        settings at their defaults (that mode does not read them, and refuses others)."""
+        if self.mode != "pool":
+            from ..drafting.drafter import POOL_ONLY_FIELDS
+
+            base = replace(base, **{name: getattr(DraftConfig(), name) for name in POOL_ONLY_FIELDS})
         return replace(base, prompt_lookup_num_tokens=self.k, mode=self.mode, adaptive=self.adaptive,
                        max_matching_ngram_size=self.n if self.n is not None else base.max_matching_ngram_size)
 

@@ -10,7 +10,8 @@ from promptlookup.errors import UserError
 
 CONFIGS = [
     DraftConfig(prompt_lookup_num_tokens=k, max_matching_ngram_size=n, mode=mode, adaptive=adaptive,
-                is_public_pool=public, is_keep_all=keep, is_use_oldest=oldest, max_match_len=6)
+                is_public_pool=public, is_keep_all=keep or mode != "pool", is_use_oldest=oldest or mode != "pool",
+                max_match_len=6)  # (the longest mode refuses the pool's own settings)
     for k, n in ((1, 1), (4, 2), (7, 3))
     for mode in ("pool", "longest")
     for adaptive in (False, True)
@@ -88,3 +89,18 @@ def test_misuse_is_reported():
         req.propose()
     with pytest.raises(RuntimeError):
         req.extend([1])
+
+
+@pytest.mark.parametrize("config, message", [
+    (DraftConfig(mode="longest", is_keep_all=False), "is_keep_all=False: the longest mode does not read it"),
+    (DraftConfig(mode="llamacpp", is_use_oldest=False, pool_rules="v1"),
+     "is_use_oldest=False, pool_rules='v1': the llamacpp mode does not read them"),
+    (DraftConfig(mode="llamacpp", is_public_pool=False), "is_public_pool=False: the llamacpp mode"),
+])
+def test_the_pools_own_settings_are_refused_in_other_modes(config, message):
+    from promptlookup.drafting.drafter import validate_config
+    from promptlookup.errors import UserError
+
+    with pytest.raises(UserError, match=message):
+        validate_config(config)
+    validate_config(DraftConfig(mode="longest", is_public_pool=False))  # the longest mode's public text: read
