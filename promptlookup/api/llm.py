@@ -263,7 +263,7 @@ class LLM:
             self.runner = self.drafter = self.scheduler = None
             return
         runtime.apply_threads()  # before a build measures its step costs
-        self.engine_dir: Path = resolve_engine(model, cache_dir=cache_dir, build=build or AutoBuild())
+        self.engine_dir: Path = resolve_engine(model, cache_dir=cache_dir, build=build)
         self.tokenizer = load_tokenizer(tokenizer or self.engine_dir)
         self.runner = load_runner(self.engine_dir, runtime, kv, backend=backend)
         if not self.runner.capabilities.live_batch:

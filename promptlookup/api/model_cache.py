@@ -67,14 +67,22 @@ def cache_key(source: Path, build: AutoBuild) -> str:
 
 
 def resolve_engine(model: str | os.PathLike[str], *, cache_dir: str | os.PathLike[str] | None = None,
-                   build: AutoBuild = AutoBuild()) -> Path:
-    """The engine directory for ``model`` (building it into the cache on first use)."""
+                   build: AutoBuild | None = None) -> Path:
+    """The engine directory for ``model`` (building it into the cache on first use, with
+    ``build``'s limits, default :class:`AutoBuild`). ``cache_dir`` and ``build`` shape that
+    build, so with a built engine directory, which is used as it is, they are refused."""
     source = Path(model).expanduser()
     if not source.exists():
         raise UserError(f"model {source} does not exist; pass an engine directory, a Hugging Face Llama "
                         "directory or a GGUF file")
     if source.is_dir() and is_engine_dir(source):
+        given = [name for name, v in (("cache_dir", cache_dir), ("build", build)) if v is not None]
+        if given:
+            raise UserError(f"{source} is a built engine, used as it is: {' and '.join(given)} shape the build of a "
+                            "source (a Hugging Face directory or a GGUF file); drop "
+                            f"{'it' if len(given) == 1 else 'them'}, or rebuild the engine with build.sh")
         return source
+    build = build if build is not None else AutoBuild()
     from ..checkpoint.source import check_gguf_file, check_model_dir
 
     gguf = source.is_file()

@@ -196,10 +196,11 @@ def main(argv: list[str] | None = None) -> int:
         from ..checkpoint.bundled import smollm2_gguf_path
 
         model = str(smollm2_gguf_path())
-    build = AutoBuild()
+    build = None  # an engine directory is used as it is (its limits bound the ones asked for)
     if not is_engine_dir(Path(model)):  # a model source: build it with the limits asked for
-        build = dataclasses.replace(build, **{k: v for k, v in (("max_seq_len", args.max_seq_len),
-                                                               ("max_batch_size", args.max_batch_size)) if v is not None})
+        build = dataclasses.replace(AutoBuild(), **{k: v for k, v in (("max_seq_len", args.max_seq_len),
+                                                                     ("max_batch_size", args.max_batch_size))
+                                                    if v is not None})
     prompts = args.prompt or DEFAULT_PROMPTS
     if any(not p for p in prompts):
         raise UserError("--prompt must not be empty")

@@ -193,3 +193,11 @@ def test_max_concurrency_and_draft_len_schedule_are_honoured_by_the_scheduler(ti
 def test_draft_settings_nothing_would_read_are_refused(tiny_engine_dir, kwargs, message):
     with pytest.raises(UserError, match=message):
         LLM(str(tiny_engine_dir), **kwargs)
+
+
+def test_build_settings_for_a_built_engine_are_refused(tiny_engine_dir, tmp_path):
+    from promptlookup.api.model_cache import AutoBuild
+
+    with pytest.raises(UserError, match="is a built engine, used as it is: cache_dir and build shape the build"):
+        LLM(str(tiny_engine_dir), cache_dir=str(tmp_path / "c"), build=AutoBuild(max_batch_size=1))
+    assert not (tmp_path / "c").exists()
