@@ -219,7 +219,13 @@ class OpenAIServer:
                 print(f"note: ignoring the unknown request field {name!r} (--ignore_unknown_fields)", file=sys.stderr,
                       flush=True)
         stream = _get(body, "stream", (bool,), False, "a boolean")
-        options = _get(body, "stream_options", (dict,), {}, "an object")
+        options = _get(body, "stream_options", (dict,), None, "an object")
+        if options is not None and not stream:
+            raise ApiError("stream_options is only allowed when stream is true", "stream_options", "invalid_value")
+        options = options or {}
+        if set(options) - {"include_usage"}:
+            raise ApiError(f"stream_options: unknown key(s) {', '.join(map(repr, sorted(set(options) - {'include_usage'})))}"
+                           "; it takes include_usage", "stream_options", "invalid_value")
         limits = self.llm.limits
         sampling = sampling_from_body(body, limits.max_seq_len, limits.vocab_size, chat)
         param = "messages" if chat else "prompt"

@@ -233,8 +233,12 @@ def sampling_from_body(body: dict, max_seq_len: int, vocab_size: int, chat: bool
         raise ApiError(f"best_of={best_of} (other than n) is not supported: every sample is returned", "best_of",
                        "unsupported_value")
     max_tokens = _get(body, "max_tokens", (int,), None, "an integer")
+    completion_tokens = _get(body, "max_completion_tokens", (int,), None, "an integer")
+    if max_tokens is not None and completion_tokens is not None and max_tokens != completion_tokens:
+        raise ApiError(f"max_tokens={max_tokens} and max_completion_tokens={completion_tokens} differ; give one of them",
+                       "max_completion_tokens", "invalid_value")
     if max_tokens is None:
-        max_tokens = _get(body, "max_completion_tokens", (int,), 16, "an integer")
+        max_tokens = completion_tokens if completion_tokens is not None else 16
     temperature = _get(body, "temperature", (int, float), 1.0, "a number")
     top_p = _get(body, "top_p", (int, float), 1.0, "a number")
     top_k = _get(body, "top_k", (int,), 0, "an integer")
@@ -297,11 +301,13 @@ def completion_prompt(body: dict) -> str | list[int]:
 
 
 def chat_messages(body: dict) -> list[dict[str, str]]:
-    """``messages`` as ``[{"role", "content"}]`` with string contents.
+    """``messages`` as ``[{"role", "content"}]`` with string contents (and ``name`` where given,
+    which the chat template may use, as ``LLM.chat`` keeps it).
 
     ``content`` may be a string, a list of parts (the ``text`` of ``{"type": "text"}`` parts
     concatenated; any other part type is refused), or ``null`` on an assistant turn (read
-    as ``""``). Tool calls in a message are refused (the server does not call tools)."""
+    as ``""``). Tool calls and tool results in a message are refused (the server does not
+    call tools), and so is any other key of a message, which nothing would read."""
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise ApiError("'messages' must be a non-empty list", "messages", "invalid_type")
@@ -310,9 +316,16 @@ def chat_messages(body: dict) -> list[dict[str, str]]:
         if not isinstance(m, dict) or not isinstance(m.get("role"), str):
             raise ApiError(f"messages[{i}] must be an object with a string 'role'", "messages", "invalid_type")
         role, content = m["role"], m.get("content")
-        if m.get("tool_calls") or m.get("function_call"):
+        if m.get("tool_calls") or m.get("function_call") or "tool_call_id" in m:
             raise ApiError(f"messages[{i}] holds tool calls; tool calling is not supported", "messages",
                            "unsupported_value")
+        other = sorted(set(m) - {"role", "content", "name", "tool_calls", "function_call"})
+        if other:
+            raise ApiError(f"messages[{i}]: unknown key{'s' if len(other) > 1 else ''} {', '.join(map(repr, other))}; "
+                           "a message has role, content and optionally name", "messages", "invalid_value")
+        name = m.get("name")
+        if name is not None and not isinstance(name, str):
+            raise ApiError(f"messages[{i}].name must be a string", "messages", "invalid_type")
         if content is None and role == "assistant":
             content = ""
         elif isinstance(content, list):
@@ -327,5 +340,8 @@ def chat_messages(body: dict) -> list[dict[str, str]]:
         elif not isinstance(content, str):
             raise ApiError(f"messages[{i}].content must be a string or a list of text parts", "messages",
                            "invalid_type")
-        clean.append({"role": check_text(role, "messages"), "content": check_text(content, "messages")})
+        entry = {"role": check_text(role, "messages"), "content": check_text(content, "messages")}
+        if name is not None:
+            entry["name"] = check_text(name, "messages")
+        clean.append(entry)
     return clean

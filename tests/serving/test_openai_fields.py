@@ -134,6 +134,9 @@ def test_out_of_range_and_unsupported_fields_are_400(client, llm, kwargs, param)
     (dict(top_logprobs=3), "top_logprobs"),
     (dict(extra_body={"logprobs": 3}), "logprobs"),
     (dict(extra_body={"echo": True}), "echo"),
+    # accepted and ignored before
+    (dict(extra_body={"max_completion_tokens": 2}), "max_completion_tokens"),  # beside max_tokens=4
+    (dict(stream_options={"include_usage": True}), "stream_options"),  # without stream
 ])
 def test_unsupported_chat_fields_are_400(client, kwargs, param):
     with pytest.raises(openai.BadRequestError) as exc:
@@ -412,3 +415,14 @@ def test_ignore_unknown_fields_accepts_them_and_logs_each_once(llm, capfd):
     finally:
         srv.stop()
     assert capfd.readouterr().err.count("'temprature'") == 1
+
+
+def test_a_message_keeps_its_name_and_refuses_keys_nothing_reads(client):
+    said = [{"role": "user", "content": "hi", "name": "zed"}]
+    r = client.chat.completions.create(model=MODEL, messages=said, max_tokens=2, temperature=0)
+    assert r.choices[0].finish_reason in ("stop", "length")
+    for extra, why in (({"foo": "bar"}, "unknown key 'foo'"), ({"tool_call_id": "x"}, "tool calling is not supported")):
+        with pytest.raises(openai.BadRequestError) as exc:
+            client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi", **extra}],
+                                           max_tokens=2)
+        assert why in exc.value.response.json()["error"]["message"]
