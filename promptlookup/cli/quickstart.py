@@ -32,6 +32,12 @@ DEFAULT_PROMPTS = [
     "Repeat after me: the quick brown fox jumps over the lazy dog. The quick brown fox",
 ]
 ALGORITHMS = ("NGRAM", "LOOKAHEAD", "NONE")
+# each algorithm's own flags (dests): named with another --spec_decode_algo they are refused
+ALGORITHM_FLAGS = {
+    "NGRAM": ("spec_decode_max_draft_len", "max_matching_ngram_size", "min_matching_ngram_size", "is_keep_all",
+              "is_use_oldest", "is_public_pool"),
+    "LOOKAHEAD": ("max_window_size", "max_ngram_size", "max_verification_set_size"),
+}
 TRTLLM_MAX_NUM_TOKENS = 8192  # TensorRT-LLM's default, kept
 
 
@@ -124,9 +130,21 @@ def check_args(args: argparse.Namespace) -> None:
         raise UserError(f"--n must be at least 1, got {args.n}")
     if args.n > 1 and not _supports("n"):
         raise UserError(f"--n {args.n}: the promptlookup LLM API returns one sequence per prompt; leave it at 1")
-    if args.disable_kv_cache_reuse and "kv_cache_enable_block_reuse" in getattr(args, "given", ()) \
-            and args.kv_cache_enable_block_reuse:
+    given = getattr(args, "given", ())
+    if args.disable_kv_cache_reuse and "kv_cache_enable_block_reuse" in given and args.kv_cache_enable_block_reuse:
         raise UserError("--disable_kv_cache_reuse and --kv_cache_enable_block_reuse contradict each other; pass one")
+    unread = [f"--{dest}" for algo, dests in ALGORITHM_FLAGS.items() if algo != args.spec_decode_algo
+              for dest in dests if dest in given]
+    if unread:
+        raise UserError(f"{', '.join(unread)} {'applies' if len(unread) == 1 else 'apply'} to another "
+                        f"--spec_decode_algo than {args.spec_decode_algo}, which would ignore "
+                        f"{'it' if len(unread) == 1 else 'them'}; drop {'it' if len(unread) == 1 else 'them'}")
+    if args.temperature == 0:
+        shaping = [f"--{d} {getattr(args, d)}" for d, used in (("top_k", args.top_k > 1), ("top_p", args.top_p < 1))
+                   if d in given and used]
+        if shaping:
+            raise UserError(f"{', '.join(shaping)} shape{'s' if len(shaping) == 1 else ''} sampling, but --temperature "
+                            "is 0 (greedy decoding, the default); add --temperature T > 0, or drop it")
 
 
 def batches(lengths: list[int], max_tokens: int, max_batch_size: int, max_num_tokens: int) -> list[list[int]]:

@@ -139,6 +139,13 @@ def test_num_threads_is_applied(tiny_engine_dir, spy):
     (["--kv_cache_fraction", "0"], r"--kv_cache_fraction must be a number in \(0, 1\], got 0"),
     (["--max_seq_len", "0"], "--max_seq_len must be at least 1"),
     (["--max_num_tokens", "0"], "--max_num_tokens must be at least 1"),
+    # another algorithm's flags, and sampling filters at temperature 0: accepted and ignored before
+    (["--spec_decode_algo", "NONE", "--max_matching_ngram_size", "5", "--no-is_keep_all"],
+     "--max_matching_ngram_size, --is_keep_all apply to another --spec_decode_algo than NONE"),
+    (["--spec_decode_algo", "LOOKAHEAD", "--spec_decode_max_draft_len", "1"],
+     "--spec_decode_max_draft_len applies to another --spec_decode_algo than LOOKAHEAD"),
+    (["--max_window_size", "2"], "--max_window_size applies to another --spec_decode_algo than NGRAM"),
+    (["--top_k", "50", "--top_p", "0.1"], "--top_k 50, --top_p 0.1 shape sampling, but --temperature is 0"),
 ])
 def test_refused_flags(flags, match, spy):
     with pytest.raises(UserError, match=match):
