@@ -29,12 +29,16 @@ Errors are one-line exceptions that are also Hugging Face's types: a model that 
 loaded Llama raises :class:`TypeError`/:class:`ValueError`; a ``model.generate`` keyword this
 function does not support (``num_beams=4``, ``return_dict_in_generate=True``, ...) raises
 :class:`ValueError` naming it and listing what is supported; a keyword at its neutral value
-(``num_beams=1``) is accepted. All are also :class:`~promptlookup.errors.UserError`. The runner is kept on the model (freed with it) and rebuilt only when a call
+(``num_beams=1``) is accepted. ``temperature``, ``top_k`` and ``top_p`` are checked as
+transformers checks them (a ``ValueError`` out of range, ``temperature=0`` with ``do_sample=True``
+included), and passed without ``do_sample=True`` they draw transformers' ``UserWarning`` (they
+do nothing under greedy decoding). All are also :class:`~promptlookup.errors.UserError`. The runner is kept on the model (freed with it) and rebuilt only when a call
 needs larger limits: the first call pays for fusing the weights, later calls do not.
 """
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any
 
 import torch
@@ -47,6 +51,19 @@ class HFValueError(UserError, ValueError):
 
 class HFTypeError(UserError, TypeError):
     """A wrong type, raised as Hugging Face would (a TypeError) and as this project does."""
+
+
+def _check_sampling(values: dict[str, Any]) -> None:
+    """The explicitly passed ``temperature`` (a finite number >= 0), ``top_k`` (an integer >= 0)
+    and ``top_p`` (in (0, 1]), as one-line HFValueErrors."""
+    for name, v in values.items():
+        number = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+        if name == "temperature" and not (number and v >= 0):
+            raise HFValueError(f"temperature must be a finite number >= 0, got {v!r}")
+        if name == "top_k" and not (isinstance(v, int) and not isinstance(v, bool) and v >= 0):
+            raise HFValueError(f"top_k must be an integer >= 0 (0: no top-k filter), got {v!r}")
+        if name == "top_p" and not (number and 0 < v <= 1):
+            raise HFValueError(f"top_p must be in (0, 1], got {v!r}")
 
 
 # model.generate keywords accepted only at their neutral value (what they would change is not supported)
@@ -218,9 +235,19 @@ def generate(
     if isinstance(penalty, bool) or not isinstance(penalty, (int, float)) or not (math.isfinite(penalty)
                                                                                   and penalty > 0):
         raise HFValueError(f"repetition_penalty must be a finite number > 0, got {penalty!r}")
+    explicit = {k: v for k, v in (("temperature", temperature), ("top_k", top_k), ("top_p", top_p)) if v is not None}
+    _check_sampling(explicit)
+    if explicit and not do_sample:  # transformers warns the same way, and decodes greedily
+        warnings.warn(f"do_sample is False, so {', '.join(f'{k}={v!r}' for k, v in explicit.items())} "
+                      f"{'has' if len(explicit) == 1 else 'have'} no effect: greedy decoding; pass do_sample=True to "
+                      "sample", UserWarning, stacklevel=2)
     sampling = SamplingConfig(repetition_penalty=float(penalty))
     if do_sample:
-        sampling = SamplingConfig(float(default(temperature, "temperature", 1.0)), int(default(top_k, "top_k", 50)),
+        t = float(default(temperature, "temperature", 1.0))
+        if t <= 0:
+            raise HFValueError(f"temperature has to be a strictly positive float with do_sample=True, got {t}; "
+                               "pass do_sample=False for greedy decoding")
+        sampling = SamplingConfig(t, int(default(top_k, "top_k", 50)),
                                   float(default(top_p, "top_p", 1.0)), int(seed), repetition_penalty=float(penalty))
     sink = None
     if streamer is not None:

@@ -170,3 +170,16 @@ def test_streamer_refuses_batches_and_non_streamers(model):
         hf.generate(model, torch.tensor([[1, 2], [3, 4]]), max_new_tokens=2, streamer=Recorder())
     with pytest.raises(TypeError, match="put\\(\\) and end\\(\\)"):
         hf.generate(model, torch.tensor([[1, 2]]), max_new_tokens=2, streamer=object())
+
+
+def test_sampling_keywords_are_checked_and_warned_about_without_do_sample(model):
+    ids = torch.tensor([repetitive(3, 12)])
+    greedy = hf.generate(model, ids, max_new_tokens=6, do_sample=False).tolist()
+    with pytest.warns(UserWarning, match="do_sample is False, so temperature=5.0, top_k=1 have no effect"):
+        assert hf.generate(model, ids, max_new_tokens=6, temperature=5.0, top_k=1).tolist() == greedy
+    for kwargs, message in ((dict(do_sample=True, temperature=0.0), "strictly positive float with do_sample=True"),
+                            (dict(do_sample=True, top_p=5.0), r"top_p must be in \(0, 1\], got 5.0"),
+                            (dict(do_sample=True, top_k=-3), "top_k must be an integer >= 0"),
+                            (dict(temperature=-1.0), "temperature must be a finite number >= 0")):
+        with pytest.raises(hf.HFValueError, match=message):
+            hf.generate(model, ids, max_new_tokens=6, **kwargs)
