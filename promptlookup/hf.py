@@ -220,6 +220,9 @@ def generate(
             max_new_tokens = int(gen.max_new_tokens)
         elif default(max_length, "max_length", None) is not None:
             max_new_tokens = int(default(max_length, "max_length", None)) - width
+            if max_new_tokens < 1:
+                raise HFValueError(f"max_length {max_new_tokens + width} leaves no room after the {width}-token "
+                                   "input; raise it, or pass max_new_tokens")
         else:
             max_new_tokens = DEFAULT_NEW_TOKENS
     if max_new_tokens < 1:

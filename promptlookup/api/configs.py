@@ -109,7 +109,10 @@ class LookaheadDecodingConfig:
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """Per-request settings. ``temperature == 0`` (default) is greedy; sampling is exact
+    """Per-request settings. ``temperature == 0`` (default) is greedy, where ``top_k``, ``top_p``
+    and ``seed`` change nothing (as in vLLM and OpenAI's API, whose clients send them along;
+    the CLIs, whose users come from TensorRT-LLM's sampling defaults, refuse top_k/top_p
+    there); sampling is exact
     and reproducible from ``seed`` (see docs/sampling.md). ``end_id`` defaults to the
     tokenizer's end-of-sequence token; generation also stops at the first of the ``stop``
     strings, which is cut from the text.

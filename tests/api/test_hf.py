@@ -183,3 +183,9 @@ def test_sampling_keywords_are_checked_and_warned_about_without_do_sample(model)
                             (dict(temperature=-1.0), "temperature must be a finite number >= 0")):
         with pytest.raises(hf.HFValueError, match=message):
             hf.generate(model, ids, max_new_tokens=6, **kwargs)
+
+
+def test_a_max_length_within_the_input_names_max_length(model):
+    ids = torch.tensor([repetitive(4, 12)])
+    with pytest.raises(hf.HFValueError, match="max_length 8 leaves no room after the 12-token input"):
+        hf.generate(model, ids, max_length=8)
