@@ -4,7 +4,7 @@ Pure validation, no model work except what a field needs to be checked against (
 vocabulary, the engine limits): :func:`parse_request` runs on a worker thread, so a large
 body never stalls the event loop that streams other requests.
 
-Honoured: ``max_tokens`` / ``max_completion_tokens``, ``temperature``, ``top_p``, ``top_k``
+Honoured: ``max_tokens`` / ``max_completion_tokens`` (chat; a 400 where both differ), ``temperature``, ``top_p``, ``top_k``
 (vLLM's; -1 is "none"), ``seed``, ``stop``, ``ignore_eos`` (vLLM's), ``n`` (with
 ``best_of`` equal to it or absent), ``presence_penalty`` and ``frequency_penalty`` (in
 [-2, 2], OpenAI's range), ``repetition_penalty`` (> 0, vLLM's), ``logit_bias`` ({token id:
@@ -12,8 +12,9 @@ bias in [-100, 100]}), ``min_tokens`` (vLLM's), ``echo`` (completions), ``logpro
 integer in [0, 20]; chat: a boolean, with ``top_logprobs`` in [0, 20]; the raw model's, see
 :mod:`.logprob_format`), ``stream``,
 ``stream_options.include_usage``, ``response_format`` ``{"type": "text"}`` (the default),
-``tool_choice`` ``"none"``, and the metadata fields ``user``, ``metadata``, ``store``,
-``service_tier``, ``parallel_tool_calls`` (meaningless without tools). Refused (400 naming the
+``tool_choice`` ``"none"``, and the metadata fields ``user``, ``metadata``, ``service_tier``,
+``parallel_tool_calls`` (meaningless without tools; type-checked) and ``store`` ``false``
+(``true`` is refused: nothing is stored). Refused (400 naming the
 field): tools and function calling, structured output, ``echo`` with ``logprobs`` (the prompt's
 log-probabilities), ``suffix``, predicted outputs, audio, non-text modalities and vLLM's guided decoding.
 Any other field is unknown (a typo such as ``temprature``, or another server's extension):
@@ -93,6 +94,7 @@ _UNSUPPORTED: dict[str, tuple[Callable[[Any], bool], str]] = {
     "guided_grammar": (lambda v: v is None, "guided decoding is not supported"),
     "stop_token_ids": (lambda v: v in (None, []), "stop_token_ids are not supported; use 'stop' strings"),
     "include_stop_str_in_output": (lambda v: v in (None, False), "the stop string is always cut from the text"),
+    "store": (lambda v: v in (None, False), "stored completions are not supported: nothing is stored"),
     "skip_special_tokens": (lambda v: v in (None, True), "special tokens are always skipped in the text"),
 }
 
@@ -104,7 +106,10 @@ _READ = frozenset({
     "logprobs", "top_logprobs", "echo", "stream", "stream_options",
     "user", "metadata", "store", "service_tier", "parallel_tool_calls",
 })
-_KNOWN = {True: _READ | {"messages"} | _UNSUPPORTED.keys(), False: _READ | {"prompt"} | _UNSUPPORTED.keys()}
+_KNOWN = {True: _READ | {"messages"} | _UNSUPPORTED.keys(),
+          False: (_READ - {"max_completion_tokens"}) | {"prompt"} | _UNSUPPORTED.keys()}  # (a chat field)
+# metadata fields: nothing reads their values, but a value of the wrong type is still a 400
+_METADATA_TYPES = {"user": (str,), "metadata": (dict,), "service_tier": (str,), "parallel_tool_calls": (bool,)}
 
 
 def unknown_fields(body: dict, chat: bool, ignore: bool = False) -> list[str]:
@@ -122,7 +127,13 @@ def unknown_fields(body: dict, chat: bool, ignore: bool = False) -> list[str]:
 
 
 def refuse_unsupported(body: dict, chat: bool) -> None:
-    """400 for every known field this server cannot honour with the value given."""
+    """400 for every known field this server cannot honour with the value given, and for
+    metadata of the wrong type."""
+    for name, types in _METADATA_TYPES.items():
+        value = body.get(name)
+        if value is not None and (not isinstance(value, types) or (types == (str,) and isinstance(value, bool))):
+            raise ApiError(f"'{name}' must be {'a boolean' if bool in types else 'an object' if dict in types else 'a string'}"
+                           f", got {json.dumps(value)[:40]}", name, "invalid_type")
     for name, (ok, why) in _UNSUPPORTED.items():
         if name in body:
             try:

@@ -117,6 +117,10 @@ def test_logit_bias_forces_and_bans(client, llm, runner):
     (dict(top_p=0), "top_p"),
     (dict(extra_body={"tools": [{"type": "function", "function": {"name": "f"}}]}), "tools"),
     (dict(extra_body={"response_format": {"type": "json_object"}}), "response_format"),
+    (dict(extra_body={"store": True}), "store"),
+    (dict(extra_body={"service_tier": 123}), "service_tier"),
+    (dict(extra_body={"parallel_tool_calls": "yes"}), "parallel_tool_calls"),
+    (dict(extra_body={"max_completion_tokens": 4}), "max_completion_tokens"),  # a chat field
 ])
 def test_out_of_range_and_unsupported_fields_are_400(client, llm, kwargs, param):
     with pytest.raises(openai.BadRequestError) as exc:
