@@ -111,6 +111,14 @@ def load_runner(
         raise UserError("--hf_model_dir applies to TensorRT-LLM engines (the v2 workflow's LLM API loads that model); "
                         "a PyTorch engine holds its own weights: drop it")
     quant = quant_spec_of(cfg.pretrained)
+    if runtime.cpu_weight_copies != DEFAULT_CPU_WEIGHT_COPIES:  # a second copy only the CPU's float projections keep
+        unread = ("it runs on a GPU" if resolve_device(runtime.device).startswith("cuda") else
+                  "--torch_compile inductor holds each projection once, row-major" if runtime.compile_mode == "inductor"
+                  else f"this {quant.quant_algo} engine's int8/int4 projections are held once (their kernels read the "
+                  "codes)" if quant is not None else None)
+        if unread:
+            raise UserError(f"--cpu_weight_copies {runtime.cpu_weight_copies} keeps a second copy of a CPU engine's "
+                            f"float projections, but {unread}: drop it")
     if quant is not None and runtime.compile_mode == "inductor":
         raise UserError(f"--torch_compile inductor cannot trace the int8/int4 products of this {quant.quant_algo} "
                         f"engine; drop --torch_compile (quantized engines run eagerly)")

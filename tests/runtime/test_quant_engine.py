@@ -222,3 +222,17 @@ def test_a_prefill_product_dequantizes_blocks_for_mkl_and_a_step_keeps_the_c_ker
     step = layer(x[:GEMV_MAX_ROWS])
     assert calls == [GEMV_MAX_ROWS]
     torch.testing.assert_close(step, expected[:GEMV_MAX_ROWS], rtol=1e-5, atol=1e-4)
+
+
+def test_a_second_weight_copy_is_refused_where_nothing_would_keep_it(engines):
+    from promptlookup.engine.load import load_runner
+    from promptlookup.errors import UserError
+
+    for name, engine in engines.items():
+        if name == "fp32":
+            assert load_runner(engine, device="cpu", cpu_weight_copies=2).model is not None  # float: kept
+            with pytest.raises(UserError, match="--torch_compile inductor holds each projection once"):
+                load_runner(engine, device="cpu", cpu_weight_copies=2, compile_mode="inductor")
+            continue
+        with pytest.raises(UserError, match="int8/int4 projections are held once .*: drop it"):
+            load_runner(engine, device="cpu", cpu_weight_copies=2)
