@@ -412,31 +412,24 @@ T_AVX2 ALWAYS_INLINE void avx2_store_rows2(const Product *p, Py_ssize_t m0, Py_s
  * first), each output's operations those of avx2_i8g_row4_gs in its order. */
 T_AVX2 ALWAYS_INLINE void avx2_i8g_rows2_gs(const Product *p, Py_ssize_t m0, Py_ssize_t n0, const Py_ssize_t gs) {
     const Py_ssize_t K = p->K, groups = K / gs;
-    const int8_t *w0 = (const int8_t *)p->w + n0 * K, *w1 = w0 + K, *w2 = w1 + K, *w3 = w2 + K;
+    const int8_t *w0 = (const int8_t *)p->w + n0 * K;
     const float *s0 = p->scale + n0 * groups, *o0 = p->offset + n0 * groups, *x0 = p->x + m0 * K, *x1 = x0 + K;
-    __m256 a00 = _mm256_setzero_ps(), a01 = a00, a02 = a00, a03 = a00, a10 = a00, a11 = a00, a12 = a00, a13 = a00, wv;
-#define I8G(w, k, j) avx2_i8g_deq((w) + (k), _mm256_broadcast_ss(s0 + (j) * groups + g), _mm256_broadcast_ss(o0 + (j) * groups + g))
+    __m256 a[8]; /* a[j]: row m0 times weight row n0 + j; a[4 + j]: row m0 + 1 */
+    for (int j = 0; j < 8; j++) a[j] = _mm256_setzero_ps();
     for (Py_ssize_t g = 0, k = 0; g < groups; g++) {
         for (Py_ssize_t end = k + gs; k < end; k += 8) {
             _mm_prefetch((const char *)w0 + PF_BLOCKS * 4 * K + 4 * k, _MM_HINT_T0); /* as avx2_i8g_row4_gs */
             _mm_prefetch((const char *)w0 + FAR_BLOCKS * 4 * K + 4 * k, _MM_HINT_T1);
             const __m256 xv0 = _mm256_loadu_ps(x0 + k), xv1 = _mm256_loadu_ps(x1 + k);
-            wv = I8G(w0, k, 0);
-            a00 = _mm256_fmadd_ps(xv0, wv, a00);
-            a10 = _mm256_fmadd_ps(xv1, wv, a10);
-            wv = I8G(w1, k, 1);
-            a01 = _mm256_fmadd_ps(xv0, wv, a01);
-            a11 = _mm256_fmadd_ps(xv1, wv, a11);
-            wv = I8G(w2, k, 2);
-            a02 = _mm256_fmadd_ps(xv0, wv, a02);
-            a12 = _mm256_fmadd_ps(xv1, wv, a12);
-            wv = I8G(w3, k, 3);
-            a03 = _mm256_fmadd_ps(xv0, wv, a03);
-            a13 = _mm256_fmadd_ps(xv1, wv, a13);
+#pragma GCC unroll 4
+            for (int j = 0; j < 4; j++) {
+                const __m256 wv = avx2_i8g_deq(w0 + j * K + k, _mm256_broadcast_ss(s0 + j * groups + g),
+                                               _mm256_broadcast_ss(o0 + j * groups + g));
+                a[j] = _mm256_fmadd_ps(xv0, wv, a[j]);
+                a[4 + j] = _mm256_fmadd_ps(xv1, wv, a[4 + j]);
+            }
         }
     }
-#undef I8G
-    const __m256 a[8] = {a00, a01, a02, a03, a10, a11, a12, a13};
     avx2_store_rows2(p, m0, n0, a);
 }
 
