@@ -288,9 +288,6 @@ LOOKUP_ONLY_FLAGS = {
     "prompt_lookup_min_ngram": "--prompt_lookup_min_ngram",
 }
 WITH_LOOKAHEAD = ("workflow", "draft_length_policy")  # meaningful for --lookahead_config alone
-# Flags of the n-gram pool that no other --drafter_mode reads (dest -> flag); --is_public_pool
-# also shares finished requests' text in the longest mode.
-POOL_MODE_FLAGS = {"is_keep_all": "--is_keep_all", "is_use_oldest": "--is_use_oldest", "pool_rules": "--pool_rules"}
 
 
 def add_num_threads_argument(parser: argparse.ArgumentParser, default: int | None = None, *aliases: str) -> None:
@@ -324,13 +321,16 @@ def require_lookup_config(args: argparse.Namespace, given: Collection[str], allo
 
 
 def require_pool_mode_flags(args: argparse.Namespace, given: Collection[str]) -> None:
-    """Refuse the pool's own flags (:data:`POOL_MODE_FLAGS`) named with another ``--drafter_mode``,
-    which would ignore them, and ``--is_public_pool`` with the llama.cpp mode, which has no
-    shared state of that kind."""
+    """Refuse the pool's own flags (the drafter's ``POOL_ONLY_FIELDS``, flags of the same names)
+    named with another ``--drafter_mode``, which would ignore them, and ``--is_public_pool``
+    with the llama.cpp mode, which has no shared state of that kind. (The drafter refuses
+    their non-default values too; this also catches a flag given at its default.)"""
+    from ..drafting.drafter import POOL_ONLY_FIELDS
+
     mode = getattr(args, "drafter_mode", "pool")
     if mode == "pool":
         return
-    stray = [flag for dest, flag in POOL_MODE_FLAGS.items() if dest in given]
+    stray = [f"--{dest}" for dest in POOL_ONLY_FIELDS if dest in given]
     if mode == "llamacpp" and "is_public_pool" in given:
         stray.append("--is_public_pool")
     if stray:
@@ -378,14 +378,21 @@ def sampling_from_args(args: argparse.Namespace, given: Collection[str] = frozen
         raise UserError(f"--top_k must be >= 0, got {args.top_k}")
     if not 0.0 < args.top_p <= 1.0:
         raise UserError(f"--top_p must be in (0, 1], got {args.top_p}")
-    if args.temperature == 0:
-        unused = [f"--{dest} {getattr(args, dest)}" for dest, used in (("top_k", args.top_k > 1), ("top_p", args.top_p < 1))
-                  if dest in given and used]
-        if unused:
-            raise UserError(f"{', '.join(unused)} shape{'s' if len(unused) == 1 else ''} sampling, but --temperature is 0 "
-                            "(greedy decoding, the default); add --temperature T > 0 (1.0: the model's own "
-                            "distribution), or drop it")
+    refuse_filters_when_greedy(args, given)
     return SamplingConfig(args.temperature, args.top_k, args.top_p, args.random_seed)
+
+
+def refuse_filters_when_greedy(args: argparse.Namespace, given: Collection[str]) -> None:
+    """Refuse ``--top_k`` above 1 and ``--top_p`` below 1 named (``given``) at ``--temperature 0``,
+    where greedy decoding would ignore them (run.py, summarize.py, quickstart_advanced.py)."""
+    if args.temperature != 0:
+        return
+    unused = [f"--{dest} {getattr(args, dest)}" for dest, used in (("top_k", args.top_k > 1), ("top_p", args.top_p < 1))
+              if dest in given and used]
+    if unused:
+        raise UserError(f"{', '.join(unused)} shape{'s' if len(unused) == 1 else ''} sampling, but --temperature is 0 "
+                        "(greedy decoding, the default); add --temperature T > 0 (1.0: the model's own "
+                        "distribution), or drop it")
 
 
 def draft_from_args(args: argparse.Namespace):

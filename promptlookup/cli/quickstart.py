@@ -24,7 +24,8 @@ from typing import Any
 from ..defaults import DEFAULT_LOOKAHEAD, DEFAULT_MAX_MATCHING_NGRAM_SIZE, DEFAULT_MIN_MATCHING_NGRAM_SIZE
 from ..errors import UserError
 from ..runtime.options import require_fraction
-from .args import ArgumentParser, add_block_reuse_argument, add_num_threads_argument, add_pool_options
+from .args import (ArgumentParser, add_block_reuse_argument, add_num_threads_argument, add_pool_options,
+                   refuse_filters_when_greedy)
 
 DEFAULT_PROMPTS = [
     "Hello, my name is",
@@ -139,12 +140,7 @@ def check_args(args: argparse.Namespace) -> None:
         raise UserError(f"{', '.join(unread)} {'applies' if len(unread) == 1 else 'apply'} to another "
                         f"--spec_decode_algo than {args.spec_decode_algo}, which would ignore "
                         f"{'it' if len(unread) == 1 else 'them'}; drop {'it' if len(unread) == 1 else 'them'}")
-    if args.temperature == 0:
-        shaping = [f"--{d} {getattr(args, d)}" for d, used in (("top_k", args.top_k > 1), ("top_p", args.top_p < 1))
-                   if d in given and used]
-        if shaping:
-            raise UserError(f"{', '.join(shaping)} shape{'s' if len(shaping) == 1 else ''} sampling, but --temperature "
-                            "is 0 (greedy decoding, the default); add --temperature T > 0, or drop it")
+    refuse_filters_when_greedy(args, given)
 
 
 def batches(lengths: list[int], max_tokens: int, max_batch_size: int, max_num_tokens: int) -> list[list[int]]:
