@@ -223,9 +223,10 @@ class OpenAIServer:
         if options is not None and not stream:
             raise ApiError("stream_options is only allowed when stream is true", "stream_options", "invalid_value")
         options = options or {}
-        if set(options) - {"include_usage"}:
-            raise ApiError(f"stream_options: unknown key(s) {', '.join(map(repr, sorted(set(options) - {'include_usage'})))}"
-                           "; it takes include_usage", "stream_options", "invalid_value")
+        extra = sorted(set(options) - {"include_usage"})
+        if extra:
+            raise ApiError(f"stream_options: unknown key(s) {', '.join(map(repr, extra))}; it takes include_usage",
+                           "stream_options", "invalid_value")
         limits = self.llm.limits
         sampling = sampling_from_body(body, limits.max_seq_len, limits.vocab_size, chat)
         param = "messages" if chat else "prompt"

@@ -109,7 +109,8 @@ _READ = frozenset({
 _KNOWN = {True: _READ | {"messages"} | _UNSUPPORTED.keys(),
           False: (_READ - {"max_completion_tokens"}) | {"prompt"} | _UNSUPPORTED.keys()}  # (a chat field)
 # metadata fields: nothing reads their values, but a value of the wrong type is still a 400
-_METADATA_TYPES = {"user": (str,), "metadata": (dict,), "service_tier": (str,), "parallel_tool_calls": (bool,)}
+_METADATA_TYPES = {"user": ((str,), "a string"), "metadata": ((dict,), "an object"), "service_tier": ((str,), "a string"),
+                   "parallel_tool_calls": ((bool,), "a boolean")}
 
 
 def unknown_fields(body: dict, chat: bool, ignore: bool = False) -> list[str]:
@@ -129,11 +130,8 @@ def unknown_fields(body: dict, chat: bool, ignore: bool = False) -> list[str]:
 def refuse_unsupported(body: dict, chat: bool) -> None:
     """400 for every known field this server cannot honour with the value given, and for
     metadata of the wrong type."""
-    for name, types in _METADATA_TYPES.items():
-        value = body.get(name)
-        if value is not None and (not isinstance(value, types) or (types == (str,) and isinstance(value, bool))):
-            raise ApiError(f"'{name}' must be {'a boolean' if bool in types else 'an object' if dict in types else 'a string'}"
-                           f", got {json.dumps(value)[:40]}", name, "invalid_type")
+    for name, (kinds, what) in _METADATA_TYPES.items():
+        _get(body, name, kinds, None, what)
     for name, (ok, why) in _UNSUPPORTED.items():
         if name in body:
             try:
