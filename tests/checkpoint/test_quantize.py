@@ -100,7 +100,7 @@ def test_dequantize_equals_the_kernels_products(name):
     w = _weight(4)
     stored = quantize_weight(spec, w)
     deq = dequantize(spec, stored)
-    x = torch.randn(3, w.shape[1])
+    x = torch.randn(3, w.shape[1], generator=torch.Generator().manual_seed(5))
     if spec.precision == "int8" and spec.group_size is None:
         layer = QuantLinear(stored["weight"], stored["per_channel_scale"])
     elif spec.group_size is None:
@@ -109,7 +109,11 @@ def test_dequantize_equals_the_kernels_products(name):
     else:
         layer = QuantLinear(stored["weight"], stored["weights_scaling_factor"], stored["zero"], spec.group_size)
     assert torch.equal(layer.dequantize(), deq)
-    torch.testing.assert_close(layer(x), x @ deq.T, rtol=1e-5, atol=1e-5)
+    # float32 rounding of a 64-term sum, against the exact product: each path sums in its own
+    # order (AVX2's int4 takes the offsets' term apart), so the bound scales with the terms
+    expected = (x.double() @ deq.double().T).float()
+    bound = 2e-6 * w.shape[1] ** 0.5 * max(expected.abs().max().item(), 1.0)
+    torch.testing.assert_close(layer(x), expected, rtol=1e-5, atol=bound)
     # row invariance: a row's result does not depend on the rows beside it
     assert torch.equal(layer(x)[1:2], layer(x[1:2]))
 

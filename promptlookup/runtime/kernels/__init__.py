@@ -119,8 +119,10 @@ def _check(x: torch.Tensor, out: int, in_: int, *weights: tuple[torch.Tensor, to
 
 
 def _rows_reference(w: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """``x @ w.T`` one row at a time (row-invariant)."""
-    return torch.stack([torch.mv(w, row) for row in x]) if x.shape[0] else x.new_zeros(0, w.shape[0])
+    """``x @ w.T`` one row at a time (row-invariant). Each row is copied first: BLAS's matrix-vector
+    product may round differently with the vector's alignment (MKL on AMD CPUs does), and a row
+    of a many-row ``x`` sits at any offset, a fresh copy always at the allocator's 64 bytes."""
+    return torch.stack([torch.mv(w, row.clone()) for row in x]) if x.shape[0] else x.new_zeros(0, w.shape[0])
 
 
 _F32 = torch.float32
