@@ -15,6 +15,9 @@ export TRANSFORMERS_OFFLINE := 1
 export HF_DATASETS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 export PYTHONPATH := $(CURDIR)
+# pytest workers (pytest-xdist): most tests wait on a Python process starting or on one
+# thread, so two workers halve `make test` on a 2-core machine; TEST_WORKERS=0 runs in one process
+TEST_WORKERS ?= 2
 
 .PHONY: run test test-fast test-asan setup native convert build bench clean
 
@@ -58,12 +61,12 @@ run: $(ENGINE)/config.json native
 test-fast: native
 	PLD_REQUIRE_NATIVE=$$($(PY) -m promptlookup.drafting.native.build --has_compiler) \
 	$(if $(wildcard $(CKPT)/tokenizer.json),PLD_SMOLLM2_CHECKPOINT=$(CURDIR)/$(CKPT)) \
-		$(PY) -m pytest -q -p no:cacheprovider -m "not slow and not gpu" tests
+		$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) -m "not slow and not gpu" tests
 
 test: $(ENGINE)/config.json native
 	PLD_REQUIRE_NATIVE=$$($(PY) -m promptlookup.drafting.native.build --has_compiler) \
 	PLD_SMOLLM2_ENGINE=$(CURDIR)/$(ENGINE) PLD_SMOLLM2_CHECKPOINT=$(CURDIR)/$(CKPT) \
-		$(PY) -m pytest -q -p no:cacheprovider tests
+		$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) tests
 
 # The C modules' misuse tests under AddressSanitizer/UBSan (on demand; a note where unavailable).
 test-asan: $(STAMP)
