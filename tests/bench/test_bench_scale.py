@@ -63,7 +63,10 @@ def test_weight_only_rows_run_the_same_weights_quantized(bench_scale, tmp_path):
     assert set(rows) == {"int8", "int4g32"}
     [float_row] = data["rows"]
     for r in rows.values():
-        assert r["shape"] == "tiny" and r["batch"] == 1 and r["speedup_over_float"] > 0
+        assert r["shape"] == "tiny" and r["batch"] == 1
+        # a ratio of two times, or None where a 4-token decode was too short to time (no test
+        # may depend on timing: on a busy machine either happens)
+        assert r["speedup_over_float"] is None or r["speedup_over_float"] > 0
         assert r["ours_ms_per_token"] is None  # CPU: ratios only
         assert 0 < r["weight_read_bytes"] < float_row["weight_read_bytes"]
     assert rows["int4g32"]["resident_weight_bytes"] < rows["int8"]["resident_weight_bytes"]
