@@ -783,76 +783,69 @@ T_AVX2 static void avx2_dequant(const Product *p, Py_ssize_t n0, int nb, int kin
 }
 
 
-/* fp32, one row times F32_NB weight rows: the operations of avx2_block (kind 0, mb = 1) for
- * each output, in the same order, so the same results; the block's weight rows (contiguous,
- * F32_NB * K floats) are prefetched F32_PF bytes ahead, a cache line per row per step. */
-T_AVX2 static void avx2_f32_row(const Product *p, Py_ssize_t m0, Py_ssize_t n0) {
+/* fp32, one row times nblk (1 or 2) blocks of F32_NB weight rows, block s at nr[s]: the
+ * operations of avx2_block (kind 0, mb = 1) for each output, in the same order, so the same
+ * results for either nblk. Each block's weight rows (contiguous, F32_NB * K floats) are
+ * prefetched F32_PF bytes ahead, a cache line per row per step (one block alone also F32_FAR
+ * beyond, into L2). Two distant blocks read at once are two streams, and a core's hardware
+ * prefetchers follow them side by side, where one stream alone leaves memory idle: on a Zen 3
+ * core a sequential read ran at 10-12.5 GB/s, two to twelve distant ones at 13-20, and a step's
+ * one-row products 1.08-1.12x faster in pairs of blocks (docs/benchmarks.md). */
+T_AVX2 ALWAYS_INLINE void avx2_f32_blocks(const Product *p, const Py_ssize_t *nr, const int nblk) {
     const Py_ssize_t K = p->K;
-    const float *w = (const float *)p->w + n0 * K, *x = p->x + m0 * K;
-    const char *pf = (const char *)w + F32_PF;
-    __m256 acc[F32_NB];
-    for (int j = 0; j < F32_NB; j++) acc[j] = _mm256_setzero_ps();
+    const float *w[2], *x = p->x;
+    const char *pf[2];
+    __m256 acc[2][F32_NB];
+    for (int s = 0; s < nblk; s++) {
+        w[s] = (const float *)p->w + nr[s] * K;
+        pf[s] = (const char *)w[s] + F32_PF;
+        for (int j = 0; j < F32_NB; j++) acc[s][j] = _mm256_setzero_ps();
+    }
     Py_ssize_t k = 0;
     for (; k + 16 <= K; k += 16) { /* two steps of 8 columns per line of each weight row */
         if (F32_PF) {
-            for (int j = 0; j < F32_NB; j++) _mm_prefetch(pf + j * 64, F32_HINT);
-            for (int j = 0; j < F32_NB; j++) _mm_prefetch(pf + F32_FAR + j * 64, _MM_HINT_T1);
-            pf += F32_NB * 64;
+            for (int s = 0; s < nblk; s++)
+                for (int j = 0; j < F32_NB; j++) _mm_prefetch(pf[s] + j * 64, F32_HINT);
+            if (nblk == 1)
+                for (int j = 0; j < F32_NB; j++) _mm_prefetch(pf[0] + F32_FAR + j * 64, _MM_HINT_T1);
+            for (int s = 0; s < nblk; s++) pf[s] += F32_NB * 64;
         }
         const __m256 x0 = _mm256_loadu_ps(x + k), x1 = _mm256_loadu_ps(x + k + 8);
-        for (int j = 0; j < F32_NB; j++) acc[j] = _mm256_fmadd_ps(x0, _mm256_loadu_ps(w + j * K + k), acc[j]);
-        for (int j = 0; j < F32_NB; j++) acc[j] = _mm256_fmadd_ps(x1, _mm256_loadu_ps(w + j * K + k + 8), acc[j]);
+        for (int s = 0; s < nblk; s++)
+            for (int j = 0; j < F32_NB; j++) acc[s][j] = _mm256_fmadd_ps(x0, _mm256_loadu_ps(w[s] + j * K + k), acc[s][j]);
+        for (int s = 0; s < nblk; s++)
+            for (int j = 0; j < F32_NB; j++) acc[s][j] = _mm256_fmadd_ps(x1, _mm256_loadu_ps(w[s] + j * K + k + 8), acc[s][j]);
     }
     for (; k + 8 <= K; k += 8) {
         __m256 xv = _mm256_loadu_ps(x + k);
-        for (int j = 0; j < F32_NB; j++) acc[j] = _mm256_fmadd_ps(xv, _mm256_loadu_ps(w + j * K + k), acc[j]);
+        for (int s = 0; s < nblk; s++)
+            for (int j = 0; j < F32_NB; j++) acc[s][j] = _mm256_fmadd_ps(xv, _mm256_loadu_ps(w[s] + j * K + k), acc[s][j]);
     }
     if (k < K) {
         __m256i mask = avx2_tail_mask(K - k);
         __m256 xv = _mm256_maskload_ps(x + k, mask);
-        for (int j = 0; j < F32_NB; j++) acc[j] = _mm256_fmadd_ps(xv, _mm256_maskload_ps(w + j * K + k, mask), acc[j]);
+        for (int s = 0; s < nblk; s++)
+            for (int j = 0; j < F32_NB; j++)
+                acc[s][j] = _mm256_fmadd_ps(xv, _mm256_maskload_ps(w[s] + j * K + k, mask), acc[s][j]);
     }
-    for (int j = 0; j < F32_NB; j++) p->y[m0 * p->N + n0 + j] = avx2_reduce(acc[j]);
+    for (int s = 0; s < nblk; s++)
+        for (int j = 0; j < F32_NB; j++) p->y[nr[s] + j] = avx2_reduce(acc[s][j]);
 }
 
-/* One row times two blocks of F32_NB weight rows, at n0 and at n1, read at once: each output
- * by the operations of avx2_f32_row in the same order, so the same values. A core's hardware
- * prefetchers follow distant streams side by side, and one stream alone leaves memory idle:
- * on a Zen 3 core a sequential read ran at 10-12.5 GB/s, two to twelve distant ones at 13-20,
- * and a step's one-row products 1.05-1.11x faster this way (docs/benchmarks.md). */
-T_AVX2 static void avx2_f32_row2(const Product *p, Py_ssize_t n0, Py_ssize_t n1) {
-    const Py_ssize_t K = p->K;
-    const float *w = (const float *)p->w + n0 * K, *v = (const float *)p->w + n1 * K, *x = p->x;
-    const char *pf = (const char *)w + F32_PF, *qf = (const char *)v + F32_PF;
-    __m256 acc[F32_NB], bcc[F32_NB];
-    for (int j = 0; j < F32_NB; j++) acc[j] = bcc[j] = _mm256_setzero_ps();
-    Py_ssize_t k = 0;
-    for (; k + 16 <= K; k += 16) {
-        if (F32_PF) {
-            for (int j = 0; j < F32_NB; j++) _mm_prefetch(pf + j * 64, F32_HINT);
-            for (int j = 0; j < F32_NB; j++) _mm_prefetch(qf + j * 64, F32_HINT);
-            pf += F32_NB * 64;
-            qf += F32_NB * 64;
-        }
-        const __m256 x0 = _mm256_loadu_ps(x + k), x1 = _mm256_loadu_ps(x + k + 8);
-        for (int j = 0; j < F32_NB; j++) acc[j] = _mm256_fmadd_ps(x0, _mm256_loadu_ps(w + j * K + k), acc[j]);
-        for (int j = 0; j < F32_NB; j++) bcc[j] = _mm256_fmadd_ps(x0, _mm256_loadu_ps(v + j * K + k), bcc[j]);
-        for (int j = 0; j < F32_NB; j++) acc[j] = _mm256_fmadd_ps(x1, _mm256_loadu_ps(w + j * K + k + 8), acc[j]);
-        for (int j = 0; j < F32_NB; j++) bcc[j] = _mm256_fmadd_ps(x1, _mm256_loadu_ps(v + j * K + k + 8), bcc[j]);
+/* One row (M == 1) times the weight rows [n0, n1): block b with block half + b, then a last
+ * odd block alone; returns the first row no whole block covers. */
+T_AVX2 static Py_ssize_t avx2_f32_one_row(const Product *p, Py_ssize_t n0, Py_ssize_t n1) {
+    const Py_ssize_t half = (n1 - n0) / F32_NB / 2;
+    for (Py_ssize_t b = 0; b < half; b++) {
+        const Py_ssize_t nr[2] = {n0 + b * F32_NB, n0 + (half + b) * F32_NB};
+        avx2_f32_blocks(p, nr, 2);
     }
-    for (; k + 8 <= K; k += 8) {
-        __m256 xv = _mm256_loadu_ps(x + k);
-        for (int j = 0; j < F32_NB; j++) acc[j] = _mm256_fmadd_ps(xv, _mm256_loadu_ps(w + j * K + k), acc[j]);
-        for (int j = 0; j < F32_NB; j++) bcc[j] = _mm256_fmadd_ps(xv, _mm256_loadu_ps(v + j * K + k), bcc[j]);
+    n0 += 2 * half * F32_NB;
+    if (n0 + F32_NB <= n1) {
+        avx2_f32_blocks(p, &n0, 1);
+        n0 += F32_NB;
     }
-    if (k < K) {
-        __m256i mask = avx2_tail_mask(K - k);
-        __m256 xv = _mm256_maskload_ps(x + k, mask);
-        for (int j = 0; j < F32_NB; j++) acc[j] = _mm256_fmadd_ps(xv, _mm256_maskload_ps(w + j * K + k, mask), acc[j]);
-        for (int j = 0; j < F32_NB; j++) bcc[j] = _mm256_fmadd_ps(xv, _mm256_maskload_ps(v + j * K + k, mask), bcc[j]);
-    }
-    for (int j = 0; j < F32_NB; j++) p->y[n0 + j] = avx2_reduce(acc[j]);
-    for (int j = 0; j < F32_NB; j++) p->y[n1 + j] = avx2_reduce(bcc[j]);
+    return n0;
 }
 
 /* Quantized weights with more rows than one block: each block of weight rows is dequantized
@@ -860,12 +853,7 @@ T_AVX2 static void avx2_f32_row2(const Product *p, Py_ssize_t n0, Py_ssize_t n1)
 #define AVX2_RANGE(NAME, KIND)                                                              \
     T_AVX2 static void NAME(const Product *p, Py_ssize_t n0, Py_ssize_t n1) {               \
         float *scr = NULL;                                                                  \
-        if (KIND == 0 && p->M == 1) { /* block b with block half + b: two distant streams */ \
-            const Py_ssize_t half = (n1 - n0) / F32_NB / 2;                                 \
-            for (Py_ssize_t b = 0; b < half; b++) avx2_f32_row2(p, n0 + b * F32_NB, n0 + (half + b) * F32_NB); \
-            n0 += 2 * half * F32_NB;                                                        \
-            for (; n0 + F32_NB <= n1; n0 += F32_NB) avx2_f32_row(p, 0, n0);                 \
-        }                                                                                   \
+        if (KIND == 0 && p->M == 1) n0 = avx2_f32_one_row(p, n0, n1);                      \
         if (KIND != 0 && p->M > (KIND == 3 ? 2 : AVX2_MB)) /* int8 per group: blocks of 3 rows or more */ \
             scr = aligned_alloc(64, ((size_t)NB_MAX * p->K * sizeof(float) + 63) / 64 * 64); \
         for (Py_ssize_t n = n0; n < n1; n += NB_MAX) {                                      \
