@@ -159,10 +159,13 @@ class Plan:
     slices: int
 
 
-# (BLOCK_N, BLOCK_K) per kind: each step of a program reads 32 rows by 128 bytes of codes. The
-# tiles every GPU test passed with on an H200; wider ones measured faster there but are not
-# yet verified (bench/bench_gpu_quant.py --blocks; docs/benchmarks.md).
-BLOCKS = {"int8": (32, 128), "int8g": (32, 128), "int4": (32, 256)}
+# (BLOCK_N, BLOCK_K) per kind, chosen on an H200 with bench/bench_gpu_quant.py --blocks
+# (docs/benchmarks.md). A group that neither divides BLOCK_K nor is a multiple of it (int8 in
+# groups of 192, int4 per channel on a row that is no multiple of BLOCK_K) looks its scale up
+# per weight; that branch takes LOOKUP_BLOCKS, the tiles it was verified with (at 64x256 in
+# float32 it needs more shared memory than an H200 has).
+BLOCKS = {"int8": (32, 256), "int8g": (32, 128), "int4": (64, 256)}
+LOOKUP_BLOCKS = {"int8g": (32, 128), "int4": (32, 256)}
 SLICE_TARGET = 2  # programs per multiprocessor that one tile of rows should make
 NUM_WARPS = 4
 
@@ -204,7 +207,11 @@ def linear(x: torch.Tensor, qweight: torch.Tensor, scale: torch.Tensor, offset: 
     x2 = x.reshape(-1, k).contiguous()
     m = x2.shape[0]
     group = k if offset is None else k // offset.shape[1]
-    p = plan(n, k, 4 if INTERPRET else _multiprocessors(x.device.index or 0), *(blocks or BLOCKS[kind]))
+    if blocks is None:
+        blocks = BLOCKS[kind]
+        if offset is not None and group % blocks[1] and blocks[1] % group:
+            blocks = LOOKUP_BLOCKS[kind]
+    p = plan(n, k, 4 if INTERPRET else _multiprocessors(x.device.index or 0), *blocks)
     y = torch.empty((m, n), dtype=x.dtype, device=x.device)
     if m == 0:
         return y.reshape(*lead, n)

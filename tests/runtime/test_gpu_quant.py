@@ -33,10 +33,12 @@ pytestmark = [pytest.mark.gpu,
 DTYPES = [torch.float32, torch.float16] + ([torch.bfloat16] if DEVICE == "cuda" else [])
 # (layout, out, in, group): out no multiple of the 32-wide tiles; in=1344 and 1536 are cut into
 # slices on a GPU (and in=512 under the interpreter's 4 "multiprocessors"); in=1344 is no
-# multiple of the 128-column tile, so a slice's last steps lie past the row
+# multiple of the tiles, so a slice's last steps lie past the row. int4 per channel on 576
+# columns and int8 in groups of 192 or 96 look their scales up per weight (gpu_quant.LOOKUP_BLOCKS)
 CASES = [("int8", 100, 192, None), ("int8", 96, 1536, None), ("int8g", 100, 256, 32), ("int8g", 72, 1536, 128),
          ("int8g", 40, 512, 256), ("int4", 72, 256, 32), ("int4", 100, 1536, 64), ("int4", 33, 384, 128),
-         ("int4ch", 50, 576, None), ("int8", 40, 1344, None), ("int8g", 40, 1344, 32), ("int4", 40, 1344, 64)]
+         ("int4ch", 50, 576, None), ("int4ch", 40, 1024, None), ("int8", 40, 1344, None), ("int8g", 40, 1344, 32),
+         ("int4", 40, 1344, 64), ("int8g", 40, 576, 192), ("int8g", 40, 384, 96)]
 ROWS = [1, 2, 3, 4, 11, 16, 17, 33]
 
 
@@ -79,6 +81,8 @@ def test_product_equals_dequantize_then_multiply(kind, out, in_, group, dtype):
 @pytest.mark.parametrize("kind,out,in_,group", CASES, ids=lambda v: str(v))
 def test_rows_are_bitwise_the_rows_alone(kind, out, in_, group, dtype):
     """Row invariance: what greedy identity between plain and speculative decoding rests on."""
+    if DEVICE == "cpu":
+        pytest.skip("under Triton's interpreter tl.dot is numpy's matmul, whose rows depend on the BLAS")
     lin = layer(kind, out, in_, group)
     x = torch.randn(33, in_, generator=torch.Generator().manual_seed(2)).to(DEVICE, dtype)
     whole = product(lin, x)
