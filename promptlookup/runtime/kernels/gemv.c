@@ -28,9 +28,10 @@
  * group, x times the codes (each byte's low nibble and whole byte, against a transformed copy
  * of x, so no shift per weight) and scales that sum; the offsets' term is one dot product per
  * output with the groups' sums of x. No dequantizing per weight; its own order, the same for
- * every row count (see avx2_i4_prep). Two rows (a one-token draft's verification) decode each
- * block of 4 weight rows once for both (avx2_i4_rows2); more rows read the codes decoded once
- * into a scratch.
+ * every row count (see avx2_i4_prep). Rows go in pairs (avx2_i4_rows2: each block of 4
+ * weight rows decoded in registers once for both rows; the block stays in L1 for the next
+ * pair), an odd last row alone; decoding into a float scratch once for all rows, read back
+ * by each, was 1.03-1.65x slower at 3-33 rows (docs/benchmarks.md).
  * int8 per group (kind 3) dequantizes each weight by one FMA (code * scale + offset, a group's
  * scale and offset broadcast once) and then runs the fp32 block's operations on it, on both
  * SIMD paths: the one-row kernels (*_i8g_row4), the small blocks and the scratch alike.
@@ -453,9 +454,8 @@ T_AVX2 static void avx2_i8g_rows2(const Product *p, Py_ssize_t m0, Py_ssize_t n0
  * in column order; at the end of a group A = fma(D, scale, A). The offsets' term is one dot
  * product per output over its groups, 8 groups a vector (avx2_i4_offsets: O = fma(offset[8c..],
  * S[8c..], O), the last vector masked), not an FMA per group; the output is A + O reduced by
- * avx2_reduce (avx2_i4_output). Every block below (one row times 4 weight rows, rows x 2
- * weight rows, codes decoded in registers or read from a scratch of codes as floats) runs
- * exactly these operations on each output, so the results are the same for every row count.
+ * avx2_reduce (avx2_i4_output). Every block below (one row times 4 weight rows, two rows
+ * times 4, rows x 2 weight rows) runs exactly these operations on each output, so the results are the same for every row count.
  * (Not the order of the other paths: a sum of x * code, scaled per group, is within float
  * tolerance of x @ dequantized W.T, not equal.) */
 
@@ -512,19 +512,13 @@ T_AVX2 ALWAYS_INLINE void avx2_i4_nibbles(const uint8_t *w, __m256 *lo, __m256 *
     *hi = _mm256_cvtepi32_ps(v);
 }
 
-/* One row times 4 weight rows, the codes decoded in registers, the next blocks' weights
+/* Row m0 times 4 weight rows, the codes decoded in registers, the next blocks' weights
  * prefetched I4_PF bytes ahead. */
-#ifndef I4_MB
-#define I4_MB 2 /* rows x weight rows per block on the codes (2 x 4, 4 x 2, 3 x 4, 4 x 1 measured alike or slower) */
-#endif
-#ifndef I4_NB
-#define I4_NB 4
-#endif
 #ifndef I4_PF
 #define I4_PF 8192 /* bytes ahead the one-row int4 kernel prefetches its weight rows */
 #endif
 T_AVX2 ALWAYS_INLINE void avx2_i4_row4_gs(const Product *p, const float *xd, const float *xs, Py_ssize_t m0,
-                                          Py_ssize_t n0, const float *codes, const Py_ssize_t gs) {
+                                          Py_ssize_t n0, const Py_ssize_t gs) {
     const Py_ssize_t K = p->K, groups = K / gs;
     const uint8_t *w0 = (const uint8_t *)p->w + n0 * (K / 2), *w1 = w0 + K / 2, *w2 = w1 + K / 2, *w3 = w2 + K / 2;
     const char *pf = (const char *)w0 + I4_PF;
@@ -535,14 +529,6 @@ T_AVX2 ALWAYS_INLINE void avx2_i4_row4_gs(const Product *p, const float *xd, con
         __m256 d0 = _mm256_setzero_ps(), d1 = d0, d2 = d0, d3 = d0;
         for (Py_ssize_t c = 0; c < gs; c += 16, x += 16, w0 += 8, w1 += 8, w2 += 8, w3 += 8) {
             const __m256 xl = _mm256_load_ps(x), xh = _mm256_load_ps(x + 8);
-            if (codes != NULL) { /* the same values, decoded once for every row */
-                const float *cc = codes + (g * gs + c);
-                d0 = _mm256_fmadd_ps(xh, _mm256_load_ps(cc + 8), _mm256_fmadd_ps(xl, _mm256_load_ps(cc), d0));
-                d1 = _mm256_fmadd_ps(xh, _mm256_load_ps(cc + K + 8), _mm256_fmadd_ps(xl, _mm256_load_ps(cc + K), d1));
-                d2 = _mm256_fmadd_ps(xh, _mm256_load_ps(cc + 2 * K + 8), _mm256_fmadd_ps(xl, _mm256_load_ps(cc + 2 * K), d2));
-                d3 = _mm256_fmadd_ps(xh, _mm256_load_ps(cc + 3 * K + 8), _mm256_fmadd_ps(xl, _mm256_load_ps(cc + 3 * K), d3));
-                continue;
-            }
             if ((c & 31) == 0) { /* 4 rows x 16 bytes: one line */
                 _mm_prefetch(pf, _MM_HINT_T0);
                 _mm_prefetch(pf + I4_PF, _MM_HINT_T1); /* and as far again into L2 */
@@ -570,24 +556,18 @@ T_AVX2 ALWAYS_INLINE void avx2_i4_row4_gs(const Product *p, const float *xd, con
 }
 
 T_AVX2 static void avx2_i4_row4(const Product *p, const float *xd, const float *xs, Py_ssize_t m0, Py_ssize_t n0) {
-    WITH_GROUP_SIZE(p->gs, avx2_i4_row4_gs, p, xd, xs, m0, n0, NULL);
+    WITH_GROUP_SIZE(p->gs, avx2_i4_row4_gs, p, xd, xs, m0, n0);
 }
 
-/* One row times 4 weight rows whose codes are in codes [4][K] (avx2_i4_decode's). */
-T_AVX2 static void avx2_i4_row4_codes(const Product *p, const float *xd, const float *xs, Py_ssize_t m0, Py_ssize_t n0,
-                                      const float *codes) {
-    WITH_GROUP_SIZE(p->gs, avx2_i4_row4_gs, p, xd, xs, m0, n0, codes);
-}
-
-/* Two rows times 4 weight rows, the codes decoded in registers once for both rows (two
+/* Rows m0 and m0 + 1 times 4 weight rows, the codes decoded in registers once for both rows (two
  * one-row passes would decode them twice); each output's operations are avx2_i4_row4_gs's,
  * in its order. The group totals live on the stack, touched once per group. */
-T_AVX2 ALWAYS_INLINE void avx2_i4_rows2_gs(const Product *p, const float *xd, const float *xs, Py_ssize_t n0,
-                                           const Py_ssize_t gs) {
+T_AVX2 ALWAYS_INLINE void avx2_i4_rows2_gs(const Product *p, const float *xd, const float *xs, Py_ssize_t m0,
+                                           Py_ssize_t n0, const Py_ssize_t gs) {
     const Py_ssize_t K = p->K, groups = K / gs;
     const uint8_t *w = (const uint8_t *)p->w + n0 * (K / 2);
     const char *pf = (const char *)w + I4_PF;
-    const float *s0 = p->scale + n0 * groups, *x0 = xd, *x1 = xd + K;
+    const float *s0 = p->scale + n0 * groups, *x0 = xd + m0 * K, *x1 = x0 + K;
     __m256 a[2][4], lo, hi;
     for (int i = 0; i < 2; i++)
         for (int j = 0; j < 4; j++) a[i][j] = _mm256_setzero_ps();
@@ -625,11 +605,11 @@ T_AVX2 ALWAYS_INLINE void avx2_i4_rows2_gs(const Product *p, const float *xd, co
         a[1][3] = _mm256_fmadd_ps(d13, c3, a[1][3]);
     }
     for (int i = 0; i < 2; i++)
-        for (int j = 0; j < 4; j++) p->y[i * p->N + n0 + j] = avx2_i4_output(p, xs, a[i][j], i, n0 + j, groups);
+        for (int j = 0; j < 4; j++) p->y[(m0 + i) * p->N + n0 + j] = avx2_i4_output(p, xs, a[i][j], m0 + i, n0 + j, groups);
 }
 
-T_AVX2 static void avx2_i4_rows2(const Product *p, const float *xd, const float *xs, Py_ssize_t n0) {
-    WITH_GROUP_SIZE(p->gs, avx2_i4_rows2_gs, p, xd, xs, n0);
+T_AVX2 static void avx2_i4_rows2(const Product *p, const float *xd, const float *xs, Py_ssize_t m0, Py_ssize_t n0) {
+    WITH_GROUP_SIZE(p->gs, avx2_i4_rows2_gs, p, xd, xs, m0, n0);
 }
 
 /* mb (1 or 2) rows times nb (1 or 2) weight rows, the codes decoded in registers. */
@@ -659,50 +639,7 @@ T_AVX2 ALWAYS_INLINE void avx2_i4_block(const Product *p, const float *xd, const
             p->y[(m0 + i) * p->N + n0 + j] = avx2_i4_output(p, xs, a[i][j], m0 + i, n0 + j, groups);
 }
 
-/* mb (up to I4_MB) rows times nb (up to 4) weight rows whose codes are floats in codes [nb][K]
- * (from avx2_i4_decode: the values avx2_i4_nibbles gives): the operations of avx2_i4_block
- * on each output, with 8 sums of a group in registers (codes read as memory operands) and
- * the per-output totals, touched once per group, left to the stack. */
-T_AVX2 ALWAYS_INLINE void avx2_i4_block_codes(const Product *p, const float *xd, const float *xs, Py_ssize_t m0, int mb,
-                                              Py_ssize_t n0, int nb, const float *codes) {
-    const Py_ssize_t K = p->K, gs = p->gs, groups = K / gs;
-    __m256 a[I4_MB][4], d[I4_MB][4];
-    for (int i = 0; i < mb; i++)
-        for (int j = 0; j < nb; j++) a[i][j] = _mm256_setzero_ps();
-    for (Py_ssize_t g = 0, k = 0; g < groups; g++) {
-        for (int i = 0; i < mb; i++)
-            for (int j = 0; j < nb; j++) d[i][j] = _mm256_setzero_ps();
-        for (Py_ssize_t end = k + gs; k < end; k += 16) {
-            for (int j = 0; j < nb; j++) {
-                const __m256 lo = _mm256_load_ps(codes + j * K + k), hi = _mm256_load_ps(codes + j * K + k + 8);
-                for (int i = 0; i < mb; i++)
-                    d[i][j] = _mm256_fmadd_ps(_mm256_load_ps(xd + (m0 + i) * K + k + 8), hi,
-                                              _mm256_fmadd_ps(_mm256_load_ps(xd + (m0 + i) * K + k), lo, d[i][j]));
-            }
-        }
-        for (int i = 0; i < mb; i++)
-            for (int j = 0; j < nb; j++)
-                a[i][j] = _mm256_fmadd_ps(d[i][j], _mm256_broadcast_ss(p->scale + (n0 + j) * groups + g), a[i][j]);
-    }
-    for (int i = 0; i < mb; i++)
-        for (int j = 0; j < nb; j++)
-            p->y[(m0 + i) * p->N + n0 + j] = avx2_i4_output(p, xs, a[i][j], m0 + i, n0 + j, groups);
-}
-
-/* The codes of weight rows [n0, n0 + nb) as floats into codes [nb][K], in the order of xd. */
-T_AVX2 static void avx2_i4_decode(const Product *p, Py_ssize_t n0, int nb, float *codes) {
-    __m256 lo, hi;
-    for (int j = 0; j < nb; j++)
-        for (Py_ssize_t k = 0; k < p->K; k += 16) {
-            avx2_i4_nibbles((const uint8_t *)p->w + (n0 + j) * (p->K / 2) + k / 2, &lo, &hi);
-            _mm256_store_ps(codes + j * p->K + k, lo);
-            _mm256_store_ps(codes + j * p->K + k + 8, hi);
-        }
-}
-
-/* Rows in pairs times weight rows in pairs (one row: 4 weight rows at a time); more than 2
- * rows read the codes of each block of 4 weight rows from a scratch, decoded once, I4_MB
- * rows times I4_NB weight rows at a time. */
+/* A last block of fewer than 4 weight rows: rows in pairs times weight rows in pairs. */
 #define AVX2_I4_ROWS(N0, NB)                                                                \
     do {                                                                                    \
         for (int j = 0; j < (NB); j += 2) {                                                 \
@@ -718,47 +655,20 @@ T_AVX2 static void avx2_i4_decode(const Product *p, Py_ssize_t n0, int nb, float
             }                                                                               \
         }                                                                                   \
     } while (0)
-#define AVX2_I4_CODES(N0, NB)                                                               \
-    do {                                                                                    \
-        for (int j = 0; j < (NB); j += I4_NB) {                                             \
-            int nj = (NB) - j < I4_NB ? (NB) - j : I4_NB;                                   \
-            const float *cj = codes + j * p->K;                                             \
-            Py_ssize_t m = 0;                                                               \
-            if (nj == I4_NB) {                                                              \
-                for (; m + I4_MB <= p->M; m += I4_MB) avx2_i4_block_codes(p, xd, xs, m, I4_MB, (N0) + j, I4_NB, cj); \
-                for (; m < p->M; m++) avx2_i4_block_codes(p, xd, xs, m, 1, (N0) + j, I4_NB, cj); \
-            } else {                                                                        \
-                for (; m < p->M; m++) avx2_i4_block_codes(p, xd, xs, m, 1, (N0) + j, nj, cj); \
-            }                                                                               \
-        }                                                                                   \
-    } while (0)
-
 T_AVX2 static void avx2_i4(const Product *p, Py_ssize_t n0, Py_ssize_t n1) {
-    float *buf = avx2_i4_prep(p), *codes = NULL;
+    float *buf = avx2_i4_prep(p);
     if (buf == NULL) abort(); /* out of memory for a copy of x */
     const float *xd = buf, *xs = buf + p->M * p->K;
-    if (p->M > 2) {
-        codes = aligned_alloc(32, (size_t)4 * p->K * sizeof(float));
-        if (codes == NULL) abort();
-    }
     for (Py_ssize_t n = n0; n < n1; n += 4) {
         int nb = n1 - n < 4 ? (int)(n1 - n) : 4;
-        if (p->M == 1 && nb == 4) {
-            avx2_i4_row4(p, xd, xs, 0, n);
-        } else if (p->M == 2 && nb == 4) {
-            avx2_i4_rows2(p, xd, xs, n);
-        } else if (codes != NULL) {
-            avx2_i4_decode(p, n, nb, codes);
-            if (nb == 4) {
-                for (Py_ssize_t m = 0; m < p->M; m++) avx2_i4_row4_codes(p, xd, xs, m, n, codes);
-            } else {
-                AVX2_I4_CODES(n, nb);
-            }
+        if (nb == 4) { /* rows in pairs, then an odd last row; the block stays in L1 meanwhile */
+            Py_ssize_t m = 0;
+            for (; m + 2 <= p->M; m += 2) avx2_i4_rows2(p, xd, xs, m, n);
+            if (m < p->M) avx2_i4_row4(p, xd, xs, m, n);
         } else {
             AVX2_I4_ROWS(n, nb);
         }
     }
-    free(codes);
     free(buf);
 }
 
