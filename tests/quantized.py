@@ -19,6 +19,13 @@ SPECS = {"int8": QuantSpec("int8"), "int4": QuantSpec("int4", 32), "int4ch": Qua
          "int8_lm": QuantSpec("int8", lm_head=True), "int4_lm": QuantSpec("int4", 32, lm_head=True)}
 
 
+def product_atol(expected, inner: int) -> float:
+    """The absolute tolerance of a float32 product of ``inner`` terms against ``expected`` (the
+    product in float64, rounded): each kernel path sums in its own order (AVX2's int4 takes the
+    offsets' term apart), so rounding grows with the terms, about as sqrt(inner) for random ones."""
+    return 2e-6 * inner ** 0.5 * max(expected.abs().max().item(), 1.0)
+
+
 def quantized_model(model, precision: str, tp_size: int = 1) -> PagedLlama:
     """``model`` (a HF Llama) converted with ``SPECS[precision]`` and loaded as an engine is."""
     with tempfile.TemporaryDirectory() as tmp:
