@@ -79,6 +79,12 @@
 #ifndef F32_FAR
 #define F32_FAR 8192 /* bytes past F32_PF that the one-row fp32 kernels prefetch into L2 */
 #endif
+#ifndef AVX2_F32_NB
+#define AVX2_F32_NB 2 /* weight rows per block of the AVX2 one-row fp32 kernel */
+#endif
+#ifndef AVX2_F32_STREAMS
+#define AVX2_F32_STREAMS 4 /* blocks it reads at once (4 of 2 rows, 8 of 1 best on a Zen 3; 2 of 4: 0.86x; 12 of 1: 0.79x) */
+#endif
 #ifndef F32_HINT
 #define F32_HINT _MM_HINT_T0
 #endif
@@ -693,67 +699,74 @@ T_AVX2 static void avx2_dequant(const Product *p, Py_ssize_t n0, int nb, int kin
 }
 
 
-/* fp32, one row times nblk (1 or 2) blocks of F32_NB weight rows, block s at nr[s]: the
- * operations of avx2_block (kind 0, mb = 1) for each output, in the same order, so the same
- * results for either nblk. Each block's weight rows (contiguous, F32_NB * K floats) are
- * prefetched F32_PF bytes ahead, a cache line per row per step (one block alone also F32_FAR
- * beyond, into L2). Two distant blocks read at once are two streams, and a core's hardware
- * prefetchers follow them side by side, where one stream alone leaves memory idle: on a Zen 3
- * core a sequential read ran at 10-12.5 GB/s, two to twelve distant ones at 13-20, and a step's
- * one-row products 1.08-1.12x faster in pairs of blocks (docs/benchmarks.md). */
+/* fp32, one row times nblk (1 to AVX2_F32_STREAMS) blocks of AVX2_F32_NB weight rows, block s
+ * at nr[s]: the operations of avx2_block (kind 0, mb = 1) for each output, in the same order,
+ * so the same results for any nblk. Each block's weight rows (contiguous, AVX2_F32_NB * K
+ * floats) are prefetched F32_PF bytes ahead, a cache line per row per step (one block alone
+ * also F32_FAR beyond, into L2). Distant blocks read at once are as many streams, and a core's
+ * hardware prefetchers follow them side by side, where one stream alone leaves memory idle: on
+ * a Zen 3 core a sequential read ran at 10-12.5 GB/s, two to twelve distant ones at 13-20, and
+ * a step's one-row products 1.08-1.12x faster in two blocks of 4 rows, 1.14-1.17x more in four
+ * blocks of 2 (docs/benchmarks.md). */
 T_AVX2 ALWAYS_INLINE void avx2_f32_blocks(const Product *p, const Py_ssize_t *nr, const int nblk) {
     const Py_ssize_t K = p->K;
-    const float *w[2], *x = p->x;
-    const char *pf[2];
-    __m256 acc[2][F32_NB];
+    const float *w[AVX2_F32_STREAMS], *x = p->x;
+    const char *pf[AVX2_F32_STREAMS];
+    __m256 acc[AVX2_F32_STREAMS][AVX2_F32_NB];
     for (int s = 0; s < nblk; s++) {
         w[s] = (const float *)p->w + nr[s] * K;
         pf[s] = (const char *)w[s] + F32_PF;
-        for (int j = 0; j < F32_NB; j++) acc[s][j] = _mm256_setzero_ps();
+        for (int j = 0; j < AVX2_F32_NB; j++) acc[s][j] = _mm256_setzero_ps();
     }
     Py_ssize_t k = 0;
     for (; k + 16 <= K; k += 16) { /* two steps of 8 columns per line of each weight row */
         if (F32_PF) {
             for (int s = 0; s < nblk; s++)
-                for (int j = 0; j < F32_NB; j++) _mm_prefetch(pf[s] + j * 64, F32_HINT);
+                for (int j = 0; j < AVX2_F32_NB; j++) _mm_prefetch(pf[s] + j * 64, F32_HINT);
             if (nblk == 1)
-                for (int j = 0; j < F32_NB; j++) _mm_prefetch(pf[0] + F32_FAR + j * 64, _MM_HINT_T1);
-            for (int s = 0; s < nblk; s++) pf[s] += F32_NB * 64;
+                for (int j = 0; j < AVX2_F32_NB; j++) _mm_prefetch(pf[0] + F32_FAR + j * 64, _MM_HINT_T1);
+            for (int s = 0; s < nblk; s++) pf[s] += AVX2_F32_NB * 64;
         }
         const __m256 x0 = _mm256_loadu_ps(x + k), x1 = _mm256_loadu_ps(x + k + 8);
         for (int s = 0; s < nblk; s++)
-            for (int j = 0; j < F32_NB; j++) acc[s][j] = _mm256_fmadd_ps(x0, _mm256_loadu_ps(w[s] + j * K + k), acc[s][j]);
+            for (int j = 0; j < AVX2_F32_NB; j++) acc[s][j] = _mm256_fmadd_ps(x0, _mm256_loadu_ps(w[s] + j * K + k), acc[s][j]);
         for (int s = 0; s < nblk; s++)
-            for (int j = 0; j < F32_NB; j++) acc[s][j] = _mm256_fmadd_ps(x1, _mm256_loadu_ps(w[s] + j * K + k + 8), acc[s][j]);
+            for (int j = 0; j < AVX2_F32_NB; j++) acc[s][j] = _mm256_fmadd_ps(x1, _mm256_loadu_ps(w[s] + j * K + k + 8), acc[s][j]);
     }
     for (; k + 8 <= K; k += 8) {
         __m256 xv = _mm256_loadu_ps(x + k);
         for (int s = 0; s < nblk; s++)
-            for (int j = 0; j < F32_NB; j++) acc[s][j] = _mm256_fmadd_ps(xv, _mm256_loadu_ps(w[s] + j * K + k), acc[s][j]);
+            for (int j = 0; j < AVX2_F32_NB; j++) acc[s][j] = _mm256_fmadd_ps(xv, _mm256_loadu_ps(w[s] + j * K + k), acc[s][j]);
     }
     if (k < K) {
         __m256i mask = avx2_tail_mask(K - k);
         __m256 xv = _mm256_maskload_ps(x + k, mask);
         for (int s = 0; s < nblk; s++)
-            for (int j = 0; j < F32_NB; j++)
+            for (int j = 0; j < AVX2_F32_NB; j++)
                 acc[s][j] = _mm256_fmadd_ps(xv, _mm256_maskload_ps(w[s] + j * K + k, mask), acc[s][j]);
     }
     for (int s = 0; s < nblk; s++)
-        for (int j = 0; j < F32_NB; j++) p->y[nr[s] + j] = avx2_reduce(acc[s][j]);
+        for (int j = 0; j < AVX2_F32_NB; j++) p->y[nr[s] + j] = avx2_reduce(acc[s][j]);
 }
 
-/* One row (M == 1) times the weight rows [n0, n1): block b with block half + b, then a last
- * odd block alone; returns the first row no whole block covers. */
+/* One row (M == 1) times the weight rows [n0, n1), cut into AVX2_F32_STREAMS parts read side
+ * by side (block b of each part together), then what is left in pairs of blocks and a last
+ * block alone; returns the first row no whole block covers. */
 T_AVX2 static Py_ssize_t avx2_f32_one_row(const Product *p, Py_ssize_t n0, Py_ssize_t n1) {
-    const Py_ssize_t half = (n1 - n0) / F32_NB / 2;
-    for (Py_ssize_t b = 0; b < half; b++) {
-        const Py_ssize_t nr[2] = {n0 + b * F32_NB, n0 + (half + b) * F32_NB};
+    const Py_ssize_t part = (n1 - n0) / AVX2_F32_NB / AVX2_F32_STREAMS;
+    for (Py_ssize_t b = 0; b < part; b++) {
+        Py_ssize_t nr[AVX2_F32_STREAMS];
+        for (int s = 0; s < AVX2_F32_STREAMS; s++) nr[s] = n0 + (s * part + b) * AVX2_F32_NB;
+        avx2_f32_blocks(p, nr, AVX2_F32_STREAMS);
+    }
+    n0 += AVX2_F32_STREAMS * part * AVX2_F32_NB;
+    for (; n0 + 2 * AVX2_F32_NB <= n1 && AVX2_F32_STREAMS > 2; n0 += 2 * AVX2_F32_NB) {
+        const Py_ssize_t nr[2] = {n0, n0 + AVX2_F32_NB};
         avx2_f32_blocks(p, nr, 2);
     }
-    n0 += 2 * half * F32_NB;
-    if (n0 + F32_NB <= n1) {
+    if (n0 + AVX2_F32_NB <= n1) {
         avx2_f32_blocks(p, &n0, 1);
-        n0 += F32_NB;
+        n0 += AVX2_F32_NB;
     }
     return n0;
 }
