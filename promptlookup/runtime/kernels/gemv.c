@@ -354,40 +354,41 @@ T_AVX2 ALWAYS_INLINE void avx2_block(const Product *p, Py_ssize_t m0, int mb, Py
     avx2_block_far(p, m0, mb, n0, nb, kind, scr, pf, pfl, -1, NULL);
 }
 
-/* One row times 4 weight rows, written out (the general blocks above leave their
- * accumulators on the stack for this shape): the very operations of avx2_block (int8) for
- * mb = 1, nb = 4, in the same order, so the same results. */
-T_AVX2 static void avx2_i8_row4(const Product *p, Py_ssize_t m0, Py_ssize_t n0) {
+/* Row m0 times nblk (1 or 2) blocks of 4 weight rows, block s at nr[s], written out (the
+ * general blocks above leave their accumulators on the stack for this shape): the very
+ * operations of avx2_block (int8) for mb = 1, nb = 4, in the same order, so the same results
+ * for either nblk. Two distant blocks are two streams, as in avx2_f32_blocks. */
+T_AVX2 ALWAYS_INLINE void avx2_i8_blocks(const Product *p, Py_ssize_t m0, const Py_ssize_t *nr, const int nblk) {
     const Py_ssize_t K = p->K;
-    const int8_t *w0 = (const int8_t *)p->w + n0 * K, *w1 = w0 + K, *w2 = w1 + K, *w3 = w2 + K;
+    const int8_t *w[2];
     const float *x = p->x + m0 * K;
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    __m256 a[2][4];
+    for (int s = 0; s < nblk; s++) {
+        w[s] = (const int8_t *)p->w + nr[s] * K;
+        for (int j = 0; j < 4; j++) a[s][j] = _mm256_setzero_ps();
+    }
 #define I8(w, k) _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)((w) + (k)))))
     Py_ssize_t k = 0;
     for (; k + 8 <= K; k += 8) {
-        _mm_prefetch((const char *)w0 + PF_BLOCKS * 4 * K + 4 * k, _MM_HINT_T0); /* the next blocks' rows */
-        _mm_prefetch((const char *)w0 + FAR_BLOCKS * 4 * K + 4 * k, _MM_HINT_T1); /* and further ones into L2 */
+        for (int s = 0; s < nblk; s++) {
+            _mm_prefetch((const char *)w[s] + PF_BLOCKS * 4 * K + 4 * k, _MM_HINT_T0); /* the next blocks' rows */
+            _mm_prefetch((const char *)w[s] + FAR_BLOCKS * 4 * K + 4 * k, _MM_HINT_T1); /* and further ones into L2 */
+        }
         __m256 xv = _mm256_loadu_ps(x + k);
-        a0 = _mm256_fmadd_ps(xv, I8(w0, k), a0);
-        a1 = _mm256_fmadd_ps(xv, I8(w1, k), a1);
-        a2 = _mm256_fmadd_ps(xv, I8(w2, k), a2);
-        a3 = _mm256_fmadd_ps(xv, I8(w3, k), a3);
+        for (int s = 0; s < nblk; s++)
+            for (int j = 0; j < 4; j++) a[s][j] = _mm256_fmadd_ps(xv, I8(w[s] + j * K, k), a[s][j]);
     }
 #undef I8
     if (k < K) {
         Py_ssize_t len = K - k;
         __m256 xv = _mm256_maskload_ps(x + k, avx2_tail_mask(len));
-        a0 = _mm256_fmadd_ps(xv, avx2_w_tail(p, n0 + 0, k, len, 1), a0);
-        a1 = _mm256_fmadd_ps(xv, avx2_w_tail(p, n0 + 1, k, len, 1), a1);
-        a2 = _mm256_fmadd_ps(xv, avx2_w_tail(p, n0 + 2, k, len, 1), a2);
-        a3 = _mm256_fmadd_ps(xv, avx2_w_tail(p, n0 + 3, k, len, 1), a3);
+        for (int s = 0; s < nblk; s++)
+            for (int j = 0; j < 4; j++) a[s][j] = _mm256_fmadd_ps(xv, avx2_w_tail(p, nr[s] + j, k, len, 1), a[s][j]);
     }
-    float *y = p->y + m0 * p->N + n0;
-    y[0] = avx2_reduce(a0) * p->scale[n0];
-    y[1] = avx2_reduce(a1) * p->scale[n0 + 1];
-    y[2] = avx2_reduce(a2) * p->scale[n0 + 2];
-    y[3] = avx2_reduce(a3) * p->scale[n0 + 3];
+    for (int s = 0; s < nblk; s++)
+        for (int j = 0; j < 4; j++) p->y[m0 * p->N + nr[s] + j] = avx2_reduce(a[s][j]) * p->scale[nr[s] + j];
 }
+T_AVX2 static void avx2_i8_row4(const Product *p, Py_ssize_t m0, Py_ssize_t n0) { avx2_i8_blocks(p, m0, &n0, 1); }
 
 /* int8 per group, one row times 4 weight rows: the operations of avx2_block (kind 3, mb = 1,
  * nb = 4) on each output in the same order, so the same results; a group's scales and
@@ -786,6 +787,18 @@ T_AVX2 static Py_ssize_t avx2_f32_one_row(const Product *p, Py_ssize_t n0, Py_ss
 
 /* Quantized weights with more rows than one block: each block of weight rows is dequantized
  * once into a per-thread scratch instead of once per block of rows. */
+/* int8 per channel, one row (M == 1) times the weight rows [n0, n1): block b of 4 with block
+ * half + b (two streams; 1.18x a step's products at 1 thread on a Zen 3, 1.02x at 2; the same
+ * for int8 in groups, compute-bound, was slower: docs/benchmarks.md). Returns the first row
+ * the pairs leave. */
+T_AVX2 static Py_ssize_t avx2_i8_one_row(const Product *p, Py_ssize_t n0, Py_ssize_t n1) {
+    const Py_ssize_t half = (n1 - n0) / 4 / 2;
+    for (Py_ssize_t b = 0; b < half; b++) {
+        const Py_ssize_t nr[2] = {n0 + b * 4, n0 + (half + b) * 4};
+        avx2_i8_blocks(p, 0, nr, 2);
+    }
+    return n0 + 2 * half * 4;
+}
 /* fp32, more than one row, times the weight rows [n0, n1): blocks of 4 weight rows made of
  * pair b of the range's first half and pair b of its second half, so the weights stream from
  * two places at once (as the one-row kernel's, avx2_f32_blocks); each output by avx2_block's
@@ -810,6 +823,7 @@ T_AVX2 static Py_ssize_t avx2_f32_far_pairs(const Product *p, Py_ssize_t n0, Py_
         float *scr = NULL;                                                                  \
         if (KIND == 0 && p->M == 1) n0 = avx2_f32_one_row(p, n0, n1);                      \
         if (KIND == 0 && p->M > 1) n0 = avx2_f32_far_pairs(p, n0, n1);                     \
+        if (KIND == 1 && p->M == 1) n0 = avx2_i8_one_row(p, n0, n1);                        \
         if (KIND != 0 && p->M > (KIND == 3 ? 2 : AVX2_MB)) /* int8 per group: blocks of 3 rows or more */ \
             scr = aligned_alloc(64, ((size_t)NB_MAX * p->K * sizeof(float) + 63) / 64 * 64); \
         for (Py_ssize_t n = n0; n < n1; n += NB_MAX) {                                      \
