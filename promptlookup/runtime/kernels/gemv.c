@@ -83,7 +83,7 @@
 #define AVX2_F32_NB 2 /* weight rows per block of the AVX2 one-row fp32 kernel */
 #endif
 #ifndef AVX2_F32_STREAMS
-#define AVX2_F32_STREAMS 4 /* blocks it reads at once (4 of 2 rows, 8 of 1 best on a Zen 3; 2 of 4: 0.86x; 12 of 1: 0.79x) */
+#define AVX2_F32_STREAMS 4 /* blocks it reads at once (4 of 2 rows, 8 of 1 best on a Zen 3; 2 of 4 0.86x) */
 #endif
 #ifndef F32_HINT
 #define F32_HINT _MM_HINT_T0
@@ -475,7 +475,8 @@ T_AVX2 static void avx2_i8g_rows2(const Product *p, Py_ssize_t m0, Py_ssize_t n0
  * product per output over its groups, 8 groups a vector (avx2_i4_offsets: O = fma(offset[8c..],
  * S[8c..], O), the last vector masked), not an FMA per group; the output is A + O reduced by
  * avx2_reduce (avx2_i4_output). Every block below (one row times 4 weight rows, two rows
- * times 4, rows x 2 weight rows) runs exactly these operations on each output, so the results are the same for every row count.
+ * times 4, rows x 2 weight rows) runs exactly these operations on each output, so the
+ * results are the same for every row count.
  * (Not the order of the other paths: a sum of x * code, scaled per group, is within float
  * tolerance of x @ dequantized W.T, not equal.) */
 
@@ -812,7 +813,8 @@ T_AVX2 static Py_ssize_t avx2_f32_far_pairs(const Product *p, Py_ssize_t n0, Py_
         const char *pf = b + 1 < half ? next_block(p, na + 2, 0) : NULL;
         const char *pf2 = b + 1 < half ? next_block(p, nf + 2, 0) : NULL;
         Py_ssize_t m = 0;
-        for (; m + AVX2_MB <= p->M; m += AVX2_MB, pf = pf2 = NULL) avx2_block_far(p, m, AVX2_MB, na, 4, 0, NULL, pf, 2, nf, pf2);
+        for (; m + AVX2_MB <= p->M; m += AVX2_MB, pf = pf2 = NULL)
+            avx2_block_far(p, m, AVX2_MB, na, 4, 0, NULL, pf, 2, nf, pf2);
         if (p->M - m == 2) avx2_block_far(p, m, 2, na, 4, 0, NULL, pf, 2, nf, pf2);
         else if (p->M - m == 1) avx2_block_far(p, m, 1, na, 4, 0, NULL, pf, 2, nf, pf2);
     }
