@@ -297,7 +297,7 @@ T_AVX2 ALWAYS_INLINE __m256 avx2_w_tail(const Product *p, Py_ssize_t n, Py_ssize
 }
 
 /* kind 0: fp32, 1: int8 (sums scaled per output at the end), 3: int8 per group; with `scr`
- * (rows of weights already as floats, from avx2_dequant) any kind. Weight rows n0 + j; with
+ * (rows of weights already as floats, from avx2_dequant_i8g) kind 0. Weight rows n0 + j; with
  * nfar >= 0, rows 2 and 3 of the block are nfar and nfar + 1 instead (two pairs of rows far
  * apart, avx2_f32_far_pairs), pf2 prefetching the far pair's next rows as pf the near one's.
  * Each output's operations are the same either way. */
@@ -693,23 +693,18 @@ T_AVX2 static void avx2_i4(const Product *p, Py_ssize_t n0, Py_ssize_t n1) {
     free(buf);
 }
 
-/* Rows [n0, n0 + nb) of an int8 weight (kind 1, or 3: per group) as floats into scr [nb][K]:
- * the values the direct loads give. */
-T_AVX2 static void avx2_dequant(const Product *p, Py_ssize_t n0, int nb, int kind, float *scr) {
-    for (int j = 0; j < nb; j++) {
-        float *row = scr + j * p->K;
-        Py_ssize_t k = 0;
-        if (kind == 3) { /* a group at a time: its scale and offset broadcast once */
-            const int8_t *w = (const int8_t *)p->w + (n0 + j) * p->K;
-            const float *sc = p->scale + (n0 + j) * (p->K / p->gs), *of = p->offset + (n0 + j) * (p->K / p->gs);
-            for (Py_ssize_t g = 0; k < p->K; g++) {
-                const __m256 sv = _mm256_set1_ps(sc[g]), ov = _mm256_set1_ps(of[g]);
-                for (Py_ssize_t end = k + p->gs; k < end; k += 8) _mm256_storeu_ps(row + k, avx2_i8g_deq(w + k, sv, ov));
-            }
-            continue;
+/* Rows [n0, n0 + nb) of an int8-per-group weight as floats into scr [nb][K]: the values the
+ * direct loads give (avx2_i8g_deq). */
+T_AVX2 static void avx2_dequant_i8g(const Product *p, Py_ssize_t n0, int nb, float *scr) {
+    const Py_ssize_t K = p->K, groups = K / p->gs;
+    for (int j = 0; j < nb; j++) { /* a group at a time: its scale and offset broadcast once */
+        const int8_t *w = (const int8_t *)p->w + (n0 + j) * K;
+        const float *sc = p->scale + (n0 + j) * groups, *of = p->offset + (n0 + j) * groups;
+        float *row = scr + j * K;
+        for (Py_ssize_t g = 0, k = 0; g < groups; g++) {
+            const __m256 sv = _mm256_set1_ps(sc[g]), ov = _mm256_set1_ps(of[g]);
+            for (Py_ssize_t end = k + p->gs; k < end; k += 8) _mm256_storeu_ps(row + k, avx2_i8g_deq(w + k, sv, ov));
         }
-        for (; k + 8 <= p->K; k += 8) _mm256_storeu_ps(row + k, avx2_w_i8(p, n0 + j, k));
-        if (k < p->K) _mm256_maskstore_ps(row + k, avx2_tail_mask(p->K - k), avx2_w_tail(p, n0 + j, k, p->K - k, 1));
     }
 }
 
@@ -786,8 +781,6 @@ T_AVX2 static Py_ssize_t avx2_f32_one_row(const Product *p, Py_ssize_t n0, Py_ss
     return n0;
 }
 
-/* Quantized weights with more rows than one block: each block of weight rows is dequantized
- * once into a per-thread scratch instead of once per block of rows. */
 /* int8 per channel, one row (M == 1) times the weight rows [n0, n1): block b of 4 with block
  * half + b (two streams; 1.18x a step's products at 1 thread on a Zen 3, 1.02x at 2; the same
  * for int8 in groups, compute-bound, was slower: docs/benchmarks.md). Returns the first row
@@ -820,18 +813,23 @@ T_AVX2 static Py_ssize_t avx2_f32_far_pairs(const Product *p, Py_ssize_t n0, Py_
     }
     return n0 + 4 * half;
 }
+/* The range [n0, n1) of weight rows for KIND (0 fp32, 1 int8, 3 int8 per group). int8 per
+ * group with more than two rows dequantizes each block of weight rows once into a per-thread
+ * scratch instead of once per block of rows; fp32 and int8 per channel read their weights
+ * directly at every row count (int8 per channel: 1.02-1.22x faster at 4-33 rows than through
+ * the scratch; int8 per group 0.6-0.8x, docs/benchmarks.md). */
 #define AVX2_RANGE(NAME, KIND)                                                              \
     T_AVX2 static void NAME(const Product *p, Py_ssize_t n0, Py_ssize_t n1) {               \
         float *scr = NULL;                                                                  \
         if (KIND == 0 && p->M == 1) n0 = avx2_f32_one_row(p, n0, n1);                      \
         if (KIND == 0 && p->M > 1) n0 = avx2_f32_far_pairs(p, n0, n1);                     \
         if (KIND == 1 && p->M == 1) n0 = avx2_i8_one_row(p, n0, n1);                        \
-        if (KIND != 0 && p->M > (KIND == 3 ? 2 : AVX2_MB)) /* int8 per group: blocks of 3 rows or more */ \
+        if (KIND == 3 && p->M > 2)                                                          \
             scr = aligned_alloc(64, ((size_t)NB_MAX * p->K * sizeof(float) + 63) / 64 * 64); \
         for (Py_ssize_t n = n0; n < n1; n += NB_MAX) {                                      \
             int nb = n1 - n < NB_MAX ? (int)(n1 - n) : NB_MAX;                              \
             const char *pf = p->M > 1 && n + 2 * NB_MAX <= n1 ? next_block(p, n + NB_MAX, KIND) : NULL; \
-            if (scr != NULL) avx2_dequant(p, n, nb, KIND, scr);                             \
+            if (scr != NULL) avx2_dequant_i8g(p, n, nb, scr);                               \
             Py_ssize_t m = 0;                                                               \
             for (; m + AVX2_MB <= p->M; m += AVX2_MB, pf = NULL) {                          \
                 if (nb == NB_MAX) AVX2_CALL(KIND, m, AVX2_MB, NB_MAX); else AVX2_CALL(KIND, m, AVX2_MB, nb); \
@@ -841,7 +839,6 @@ T_AVX2 static Py_ssize_t avx2_f32_far_pairs(const Product *p, Py_ssize_t n0, Py_
             } else if (p->M - m == 1) {                                                     \
                 if (nb == NB_MAX) AVX2_CALL(KIND, m, 1, NB_MAX); else AVX2_CALL(KIND, m, 1, nb); \
             }                                                                               \
-            if (scr != NULL && KIND == 1) scale_outputs(p, n, nb);                          \
         }                                                                                   \
         free(scr);                                                                          \
     }
