@@ -770,7 +770,7 @@ T_AVX2 static Py_ssize_t avx2_f32_one_row(const Product *p, Py_ssize_t n0, Py_ss
         avx2_f32_blocks(p, nr, AVX2_F32_STREAMS);
     }
     n0 += AVX2_F32_STREAMS * part * AVX2_F32_NB;
-    for (; n0 + 2 * AVX2_F32_NB <= n1 && AVX2_F32_STREAMS > 2; n0 += 2 * AVX2_F32_NB) {
+    for (; n0 + 2 * AVX2_F32_NB <= n1; n0 += 2 * AVX2_F32_NB) { /* fewer than AVX2_F32_STREAMS blocks left */
         const Py_ssize_t nr[2] = {n0, n0 + AVX2_F32_NB};
         avx2_f32_blocks(p, nr, 2);
     }
