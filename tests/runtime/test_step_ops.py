@@ -181,6 +181,38 @@ def test_every_path_gives_bitwise_the_same_values():
             assert torch.equal(a, b)
 
 
+@pytest.mark.parametrize("heads,kv_heads", [(3, 3), (9, 3), (8, 2), (5, 1)])
+def test_head_size_64_groups_and_row_blocks_are_exact_on_every_path_and_thread_count(heads, kv_heads):
+    """D = 64 runs the SIMD values and scores (D = 32 above runs the generic ones on every
+    path); groups of 1, 3, 4 and 5 heads (3 at a time in registers); 21 chain rows, more than
+    one block of rows (attention runs blocks of rows a KV head at a time): every path, thread
+    count and row alone gives bitwise the same values, within float tolerance of SDPA."""
+    d, keys, rows = 64, 120, 21
+    g = torch.Generator().manual_seed(11)
+    pk, pv = torch.randn(kv_heads, S, d, generator=g), torch.randn(kv_heads, S, d, generator=g)
+    q = torch.randn(rows, heads, d, generator=g)
+    slots = torch.randperm(S, generator=g)[:keys]
+    mask = torch.ones(rows, keys, dtype=torch.bool).tril_(diagonal=keys - rows)
+    before = torch.get_num_threads()
+    outs = []
+    try:
+        for level in levels():
+            kernels.set_isa(level)
+            for threads in (1, 2):
+                torch.set_num_threads(threads)
+                outs.append(step_ops.attention(q, pk, pv, 1, keys, 0.125, slots.view(1, keys),
+                                               mask=mask.view(1, rows, keys)))
+    finally:
+        torch.set_num_threads(before)
+    for other in outs[1:]:
+        assert torch.equal(outs[0], other)
+    torch.testing.assert_close(outs[0], sdpa(q, pk, pv, slots, mask, 0.125), rtol=1e-5, atol=1e-5)
+    for r in (0, 16, 20):  # each row alone: the keys it sees, at consecutive places
+        n = keys - rows + r + 1
+        alone = step_ops.attention(q[r:r + 1].clone(), pk, pv, 1, n, 0.125, slots[:n].reshape(1, n))
+        assert torch.equal(alone[0], outs[-1][r])
+
+
 def test_bad_arguments_are_refused():
     pk, pv = pools()
     with pytest.raises(ValueError, match="contiguous"):

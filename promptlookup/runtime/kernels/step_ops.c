@@ -29,9 +29,10 @@
  * the same on every path (softmax and SiLU run it 8 or 16 lanes at a time on the SIMD paths:
  * exp_block_avx2/avx512, the same operations, so the same values).
  *
- * Threads: attention splits its (sequence, query row, head) triples over OpenMP threads (a
- * thread takes a run of heads of one KV head together), the other functions their rows; a split
- * decides which thread computes a row and head, never how.
+ * Threads: attention splits its (query row, head) units over OpenMP threads (a thread takes a
+ * run of heads of one KV head together; units go in blocks of rows a KV head at a time, see
+ * attention_units), the other functions their rows; a split or an order decides which thread
+ * computes a row and head and when, never how.
  *
  * layers() runs all of these and the products (gemv.c's, through its capsule) for every
  * decoder layer of a step in one call, with the GIL released, in one OpenMP parallel region
@@ -446,23 +447,51 @@ T_512 static void values_avx512(const float *p, Py_ssize_t G, Py_ssize_t D, cons
     }
 }
 
+/* values_generic for D == 64 with up to three heads' sums in registers, 32 elements at a
+ * time (3 heads x 4 vectors: 12 of the 16 registers): one pass over the keys per half reads
+ * each V row's half once for the three heads, where a head at a time read it from L2 once per
+ * head (L2 -> L1 traffic, not the FMAs, bounded that loop). Each element's running sum takes
+ * the same operations in the same order as one head alone. */
 T_AVX2 static void values_avx2(const float *p, Py_ssize_t G, Py_ssize_t D, const float *vh, const int64_t *slots,
                                Py_ssize_t n, Py_ssize_t K, float *acc) {
     if (D != 64) {
         values_generic(p, G, D, vh, slots, n, K, acc);
         return;
     }
-    for (Py_ssize_t g = 0; g < G; g++) {
-        const float *pg = p + g * K;
-        __m256 a[8];
-        for (int i = 0; i < 8; i++) a[i] = _mm256_setzero_ps();
-        for (Py_ssize_t c = 0; c < n; c++) {
-            const float *vc = vh + slots[c] * D;
-            if (g == 0 && c + PF_KEYS < n) prefetch_row(vh + slots[c + PF_KEYS] * D, D);
-            __m256 w = _mm256_set1_ps(pg[c]);
-            for (int i = 0; i < 8; i++) a[i] = _mm256_fmadd_ps(w, _mm256_loadu_ps(vc + 8 * i), a[i]);
+    for (Py_ssize_t g0 = 0; g0 < G; g0 += 3) {
+        const int gn = G - g0 < 3 ? (int)(G - g0) : 3;
+        const float *p0 = p + g0 * K, *p1 = p0 + (gn > 1 ? K : 0), *p2 = p0 + (gn > 2 ? 2 * K : 0);
+        for (int half = 0; half < 64; half += 32) {
+            __m256 a00 = _mm256_setzero_ps(), a01 = a00, a02 = a00, a03 = a00, a10 = a00, a11 = a00, a12 = a00,
+                   a13 = a00, a20 = a00, a21 = a00, a22 = a00, a23 = a00, w;
+            for (Py_ssize_t c = 0; c < n; c++) {
+                const float *vc = vh + slots[c] * D + half;
+                if (g0 == 0 && half == 0 && c + PF_KEYS < n) prefetch_row(vh + slots[c + PF_KEYS] * D, D);
+                /* heads past gn repeat a head, discarded; the half row comes from L1 for the second
+                 * and third head (the empty asm keeps the compiler from holding it in 4 registers,
+                 * which spilled the sums) */
+                w = _mm256_broadcast_ss(p0 + c);
+                a00 = _mm256_fmadd_ps(w, _mm256_loadu_ps(vc), a00);
+                a01 = _mm256_fmadd_ps(w, _mm256_loadu_ps(vc + 8), a01);
+                a02 = _mm256_fmadd_ps(w, _mm256_loadu_ps(vc + 16), a02);
+                a03 = _mm256_fmadd_ps(w, _mm256_loadu_ps(vc + 24), a03);
+                __asm__ volatile("" ::: "memory");
+                w = _mm256_broadcast_ss(p1 + c);
+                a10 = _mm256_fmadd_ps(w, _mm256_loadu_ps(vc), a10);
+                a11 = _mm256_fmadd_ps(w, _mm256_loadu_ps(vc + 8), a11);
+                a12 = _mm256_fmadd_ps(w, _mm256_loadu_ps(vc + 16), a12);
+                a13 = _mm256_fmadd_ps(w, _mm256_loadu_ps(vc + 24), a13);
+                __asm__ volatile("" ::: "memory");
+                w = _mm256_broadcast_ss(p2 + c);
+                a20 = _mm256_fmadd_ps(w, _mm256_loadu_ps(vc), a20);
+                a21 = _mm256_fmadd_ps(w, _mm256_loadu_ps(vc + 8), a21);
+                a22 = _mm256_fmadd_ps(w, _mm256_loadu_ps(vc + 16), a22);
+                a23 = _mm256_fmadd_ps(w, _mm256_loadu_ps(vc + 24), a23);
+            }
+            const __m256 sums[12] = {a00, a01, a02, a03, a10, a11, a12, a13, a20, a21, a22, a23};
+            for (int g = 0; g < gn; g++)
+                for (int i = 0; i < 4; i++) _mm256_storeu_ps(acc + (g0 + g) * D + half + 8 * i, sums[4 * g + i]);
         }
-        for (int i = 0; i < 8; i++) _mm256_storeu_ps(acc + g * D + 8 * i, a[i]);
     }
 }
 
@@ -569,28 +598,40 @@ ALWAYS_INLINE void attend_heads(const Attention *a, Py_ssize_t row, Py_ssize_t k
     }
 }
 
-/* The units [t0, t1) of R * H, numbered query row, KV head, head of the KV head's group, from
- * the slowest to the fastest: each run of heads of one row and one KV head goes together, so
- * one thread reads the row's keys once for all its heads, and a row's visible slots are
- * listed once for all its units. */
+/* The units [t0, t1) of R * H, numbered in blocks of ATT_ROW_BLOCK query rows (the last one
+ * shorter) and within a block by KV head, query row, head of the KV head's group, from the
+ * slowest to the fastest: each run of heads of one row and one KV head goes together, so one
+ * thread reads the row's keys once for all its heads; and a KV head's K/V rows (a few hundred
+ * KiB at a thousand keys) stay in L2 while the block's rows read them, instead of coming from
+ * L3 (or memory) once per row. A row's visible slots are listed once per block, for all its
+ * units. The order only decides when a unit runs, never how. */
+#ifndef ATT_ROW_BLOCK
+#define ATT_ROW_BLOCK 16
+#endif
 ALWAYS_INLINE int attention_units(const Attention *a, Py_ssize_t t0, Py_ssize_t t1, ScoresFn scores,
                                   ValuesFn values, ExpFn exp_block, MaxFn max_fn) {
-    Py_ssize_t G = a->H / a->KVH;
-    int64_t *slots = malloc((size_t)a->K * sizeof(int64_t));
-    float *p = malloc((size_t)(G * a->K + G * a->D) * sizeof(float));
+    const Py_ssize_t G = a->H / a->KVH, H = a->H, K = a->K;
+    int64_t *slots = malloc((size_t)(ATT_ROW_BLOCK * K) * sizeof(int64_t));
+    float *p = malloc((size_t)(G * K + G * a->D) * sizeof(float));
     if (!slots || !p) {
         free(slots);
         free(p);
         return -1;
     }
-    Py_ssize_t listed = -1, n = 0; /* the row whose slots `slots` holds, and their count */
+    Py_ssize_t counts[ATT_ROW_BLOCK]; /* visible keys of the block's rows; -1: not listed yet */
+    Py_ssize_t block = -1;
     for (Py_ssize_t t = t0; t < t1;) {
-        Py_ssize_t row = t / a->H, kvh = t % a->H / G, g = t % G, gn = G - g < t1 - t ? G - g : t1 - t;
-        if (row != listed) {
-            n = visible_slots(a, a->row_at ? a->row_at[row] : row, slots);
-            listed = row;
+        const Py_ssize_t b = t / (ATT_ROW_BLOCK * H), first = b * ATT_ROW_BLOCK;
+        const Py_ssize_t rows = a->R - first < ATT_ROW_BLOCK ? a->R - first : ATT_ROW_BLOCK;
+        const Py_ssize_t u = t - first * H, kvh = u / (rows * G), i = u % (rows * G) / G, g = u % G;
+        const Py_ssize_t row = first + i, gn = G - g < t1 - t ? G - g : t1 - t;
+        if (b != block) {
+            for (Py_ssize_t r = 0; r < ATT_ROW_BLOCK; r++) counts[r] = -1;
+            block = b;
         }
-        attend_heads(a, row, kvh, kvh * G + g, gn, slots, n, p, p + G * a->K, scores, values, exp_block, max_fn);
+        if (counts[i] < 0) counts[i] = visible_slots(a, a->row_at ? a->row_at[row] : row, slots + i * K);
+        attend_heads(a, row, kvh, kvh * G + g, gn, slots + i * K, counts[i], p, p + G * K, scores, values, exp_block,
+                     max_fn);
         t += gn;
     }
     free(slots);
