@@ -813,14 +813,17 @@ T_AVX2 static Py_ssize_t avx2_f32_far_pairs(const Product *p, Py_ssize_t n0, Py_
     }
     return n0 + 4 * half;
 }
-/* fp32, AVX2_WIDE_MIN to AVX2_WIDE_MAX rows: blocks of 3 weight rows x 4 rows, 12
- * accumulators + 3 weights + 1 x, so every FMA's operands are in registers (4 weight rows x 3
- * rows needed a 17th register and spilled), the block's 3 weight rows taken one from each
- * third of the range (three streams from memory, each prefetched AVX2_WIDE_PF rows ahead while
- * the block's first rows run). Each output by avx2_block's very operations (its FMAs over k in
- * order, its reduction), so the same results as at any other row count. A step's products at
- * 2-12 rows 1.06-1.19x faster than avx2_f32_far_pairs on a Zen 3, 16 rows the same, 33 rows
- * 0.91x (x no longer fits L1 and is read once per 3 weight rows instead of 4: docs/benchmarks.md). */
+/* fp32 at AVX2_WIDE_MIN to AVX2_WIDE_MAX rows, int8 per channel at 2 rows or more: blocks of
+ * 3 weight rows x 4 rows, 12 accumulators + 3 weights + 1 x, so every FMA's operands are in
+ * registers (4 weight rows x 3 rows needed a 17th register and spilled), the block's 3 weight
+ * rows taken one from each third of the range (three streams from memory, each prefetched
+ * AVX2_WIDE_PF rows ahead while the block's first rows run). Each output by avx2_block's very
+ * operations (its FMAs over k in order, its reduction, int8's scale at the end), so the same
+ * results as at any other row count. A step's products on a Zen 3, against the blocks before:
+ * fp32 1.06-1.19x at 2-12 rows, 16 rows the same, 33 rows 0.91x (x no longer fits L1 and is
+ * read once per 3 weight rows instead of 4), so fp32 keeps avx2_f32_far_pairs past 16; int8
+ * per channel 1.05-1.59x at 2-33 rows (its conversions shared by 4 rows instead of 3):
+ * docs/benchmarks.md. */
 #ifndef AVX2_WIDE_MIN
 #define AVX2_WIDE_MIN 2
 #endif
@@ -832,26 +835,23 @@ T_AVX2 static Py_ssize_t avx2_f32_far_pairs(const Product *p, Py_ssize_t n0, Py_
 #endif
 #define WIDE_NB 3
 #define WIDE_MB 4
-T_AVX2 ALWAYS_INLINE void avx2_f32_wide_block(const Product *p, Py_ssize_t m0, const int mb, const Py_ssize_t *nr,
-                                              const int nb, const char *const *pf) {
+T_AVX2 ALWAYS_INLINE void avx2_wide_block(const Product *p, Py_ssize_t m0, const int mb, const Py_ssize_t *nr,
+                                          const int nb, const char *const *pf, const int kind) {
     const Py_ssize_t K = p->K;
-    const float *w[WIDE_NB], *x = p->x + m0 * K;
+    const float *x = p->x + m0 * K;
     const char *pfs[WIDE_NB];
     __m256 acc[WIDE_MB][WIDE_NB], wv[WIDE_NB];
-    for (int j = 0; j < nb; j++) {
-        w[j] = (const float *)p->w + nr[j] * K;
-        pfs[j] = pf != NULL ? pf[j] : NULL;
-    }
+    for (int j = 0; j < nb; j++) pfs[j] = pf != NULL ? pf[j] : NULL;
     for (int i = 0; i < mb; i++)
         for (int j = 0; j < nb; j++) acc[i][j] = _mm256_setzero_ps();
     Py_ssize_t k = 0;
     for (; k + 8 <= K; k += 8) {
-        if (pf != NULL && (k & 8) == 0) /* each stream's row AVX2_WIDE_PF ahead: a line per 16 columns */
+        if (pf != NULL && (k & (kind == 0 ? 8 : 56)) == 0) /* each stream's row AVX2_WIDE_PF ahead: a line per 16 (fp32) or 64 columns */
             for (int j = 0; j < nb; j++) {
                 _mm_prefetch(pfs[j], BLOCK_HINT);
                 pfs[j] += 64;
             }
-        for (int j = 0; j < nb; j++) wv[j] = _mm256_loadu_ps(w[j] + k);
+        for (int j = 0; j < nb; j++) wv[j] = kind == 0 ? avx2_w_f32(p, nr[j], k) : avx2_w_i8(p, nr[j], k);
         for (int i = 0; i < mb; i++) {
             const __m256 xv = _mm256_loadu_ps(x + i * K + k);
             for (int j = 0; j < nb; j++) acc[i][j] = _mm256_fmadd_ps(xv, wv[j], acc[i][j]);
@@ -859,7 +859,7 @@ T_AVX2 ALWAYS_INLINE void avx2_f32_wide_block(const Product *p, Py_ssize_t m0, c
     }
     if (k < K) {
         const __m256i mask = avx2_tail_mask(K - k);
-        for (int j = 0; j < nb; j++) wv[j] = _mm256_maskload_ps(w[j] + k, mask);
+        for (int j = 0; j < nb; j++) wv[j] = avx2_w_tail(p, nr[j], k, K - k, kind);
         for (int i = 0; i < mb; i++) {
             const __m256 xv = _mm256_maskload_ps(x + i * K + k, mask);
             for (int j = 0; j < nb; j++) acc[i][j] = _mm256_fmadd_ps(xv, wv[j], acc[i][j]);
@@ -875,28 +875,31 @@ T_AVX2 ALWAYS_INLINE void avx2_f32_wide_block(const Product *p, Py_ssize_t m0, c
     if (mb * nb > 8) avx2_reduce8(a + 8, out + 8);
     c = 0;
     for (int i = 0; i < mb; i++)
-        for (int j = 0; j < nb; j++, c++) p->y[(m0 + i) * p->N + nr[j]] = out[c / 8 * 8 + c % 2 * 4 + c % 8 / 2];
+        for (int j = 0; j < nb; j++, c++) {
+            const float sum = out[c / 8 * 8 + c % 2 * 4 + c % 8 / 2];
+            p->y[(m0 + i) * p->N + nr[j]] = kind == 1 ? sum * p->scale[nr[j]] : sum;
+        }
 }
 
 /* The weight rows [n0, n1) as blocks of 3 rows, one from each third of the range (row b of
  * each third: three streams), times all rows, 4 at a time; the one or two rows the thirds
  * leave at the end, alone. */
-T_AVX2 static Py_ssize_t avx2_f32_wide(const Product *p, Py_ssize_t n0, Py_ssize_t n1) {
+T_AVX2 ALWAYS_INLINE Py_ssize_t avx2_wide(const Product *p, Py_ssize_t n0, Py_ssize_t n1, const int kind) {
     const Py_ssize_t third = (n1 - n0) / WIDE_NB;
     for (Py_ssize_t b = 0; b < third; b++) {
         const Py_ssize_t nr[WIDE_NB] = {n0 + b, n0 + third + b, n0 + 2 * third + b};
         const char *ahead[WIDE_NB], *const *pf = b + AVX2_WIDE_PF < third ? ahead : NULL;
-        for (int j = 0; j < WIDE_NB; j++) ahead[j] = (const char *)((const float *)p->w + (nr[j] + AVX2_WIDE_PF) * p->K);
+        for (int j = 0; j < WIDE_NB; j++) ahead[j] = next_block(p, nr[j] + AVX2_WIDE_PF, kind);
         Py_ssize_t m = 0;
-        for (; m + WIDE_MB <= p->M; m += WIDE_MB, pf = NULL) avx2_f32_wide_block(p, m, WIDE_MB, nr, WIDE_NB, pf);
+        for (; m + WIDE_MB <= p->M; m += WIDE_MB, pf = NULL) avx2_wide_block(p, m, WIDE_MB, nr, WIDE_NB, pf, kind);
         switch (p->M - m) {
-        case 3: avx2_f32_wide_block(p, m, 3, nr, WIDE_NB, pf); break;
-        case 2: avx2_f32_wide_block(p, m, 2, nr, WIDE_NB, pf); break;
-        case 1: avx2_f32_wide_block(p, m, 1, nr, WIDE_NB, pf); break;
+        case 3: avx2_wide_block(p, m, 3, nr, WIDE_NB, pf, kind); break;
+        case 2: avx2_wide_block(p, m, 2, nr, WIDE_NB, pf, kind); break;
+        case 1: avx2_wide_block(p, m, 1, nr, WIDE_NB, pf, kind); break;
         }
     }
     for (Py_ssize_t n = n0 + WIDE_NB * third; n < n1; n++)
-        for (Py_ssize_t m = 0; m < p->M; m++) avx2_f32_wide_block(p, m, 1, &n, 1, NULL);
+        for (Py_ssize_t m = 0; m < p->M; m++) avx2_wide_block(p, m, 1, &n, 1, NULL, kind);
     return n1;
 }
 
@@ -909,7 +912,8 @@ T_AVX2 static Py_ssize_t avx2_f32_wide(const Product *p, Py_ssize_t n0, Py_ssize
     T_AVX2 static void NAME(const Product *p, Py_ssize_t n0, Py_ssize_t n1) {               \
         float *scr = NULL;                                                                  \
         if (KIND == 0 && p->M == 1) n0 = avx2_f32_one_row(p, n0, n1);                      \
-        if (KIND == 0 && p->M >= AVX2_WIDE_MIN && p->M <= AVX2_WIDE_MAX) n0 = avx2_f32_wide(p, n0, n1); \
+        if ((KIND == 0 && p->M >= AVX2_WIDE_MIN && p->M <= AVX2_WIDE_MAX) || (KIND == 1 && p->M > 1)) \
+            n0 = avx2_wide(p, n0, n1, KIND);                                                \
         if (KIND == 0 && p->M > 1) n0 = avx2_f32_far_pairs(p, n0, n1);                     \
         if (KIND == 1 && p->M == 1) n0 = avx2_i8_one_row(p, n0, n1);                        \
         if (KIND == 3 && p->M > 2)                                                          \
