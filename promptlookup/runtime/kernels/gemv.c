@@ -12,7 +12,8 @@
  * or 8 emulated lanes on the generic path), lane l summing the products of the columns k
  * with k % L == l in increasing k -- reduced by a fixed tree at the end. Rows are blocked
  * (4 rows share each weight load on the AVX-512 and generic paths, 3 on AVX2's 16
- * registers) and outputs are blocked (4 weight rows per step), but a block of fewer rows
+ * registers) and outputs are blocked (4 weight rows per step; AVX2's fp32 at 2-16 rows and
+ * int8 per channel at 2+ rows: 3 weight rows x 4 rows, avx2_wide_block), but a block of fewer rows
  * runs the very same operations on each of its accumulators, so the blocking changes which
  * loads are shared, never the arithmetic. Quantized weights times more rows than one block
  * are first dequantized, a block of weight rows at a time, into a scratch that the fp32
