@@ -190,7 +190,9 @@ ALWAYS_INLINE float exp_one(float x) {
  * these lanes' compares to scalar code for AVX2. */
 typedef void (*ExpFn)(float *a, Py_ssize_t n);
 typedef float (*MaxFn)(const float *a, Py_ssize_t n); /* max_of and its x86 twins */
+typedef float (*SumFn)(const float *a, Py_ssize_t n); /* sum and its AVX2 twin */
 static float max_generic(const float *a, Py_ssize_t n) { return max_of(a, n); }
+static float sum_generic(const float *a, Py_ssize_t n) { return sum(a, n); }
 static void exp_block_generic(float *a, Py_ssize_t n) {
     Py_ssize_t i = 0;
     for (; i + LANES <= n; i += LANES) {
@@ -535,6 +537,27 @@ EXP_BLOCK(exp_block_avx512, T_512, 16, __m512, __m512i, _mm512, 512)
 /* max_of with intrinsics (GCC lowers max_of's lane compares to scalar code for AVX2): the
  * same LANES (16) running maxima, lane l over the indices = l mod 16 (max_ps(x, m) is exactly
  * x > m ? x : m, NaN and signed zeros included), combined by max_finish, as max_of does. */
+/* sum() in AVX2 registers: lanes 0-7 and 8-15 of its 16 running sums, the tail's missing lanes
+ * adding 0 as its load_tail does, then reduce_lanes' tree (lanes l + l + 8 first, then
+ * avx2_reduce's), so the same value. GCC lowered sum's 16-lane vector through the stack here:
+ * a tenth of an 11-row attention. */
+T_AVX2 static float sum_avx2(const float *a, Py_ssize_t n) {
+    __m256 lo = _mm256_setzero_ps(), hi = lo;
+    Py_ssize_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        lo = _mm256_add_ps(lo, _mm256_loadu_ps(a + i));
+        hi = _mm256_add_ps(hi, _mm256_loadu_ps(a + i + 8));
+    }
+    if (i < n) {
+        float t[16];
+        for (int l = 0; l < 16; l++) t[l] = i + l < n ? a[i + l] : 0.0f;
+        lo = _mm256_add_ps(lo, _mm256_loadu_ps(t));
+        hi = _mm256_add_ps(hi, _mm256_loadu_ps(t + 8));
+    }
+    return avx2_reduce(_mm256_add_ps(lo, hi));
+}
+T_512 static float sum_avx512(const float *a, Py_ssize_t n) { return sum(a, n); }
+
 T_AVX2 static float max_avx2(const float *a, Py_ssize_t n) {
     __m256 m0 = _mm256_set1_ps(a[0]), m1 = m0;
     Py_ssize_t i = 0;
@@ -581,7 +604,7 @@ ALWAYS_INLINE Py_ssize_t visible_slots(const Attention *a, Py_ssize_t at, int64_
  * row); scratch: gn * K scores, gn * D sums. */
 ALWAYS_INLINE void attend_heads(const Attention *a, Py_ssize_t row, Py_ssize_t kvh, Py_ssize_t h0, Py_ssize_t gn,
                                 const int64_t *slots, Py_ssize_t n, float *p, float *acc, ScoresFn scores,
-                                ValuesFn values, ExpFn exp_block, MaxFn max_fn) {
+                                ValuesFn values, ExpFn exp_block, MaxFn max_fn, SumFn sum_fn) {
     Py_ssize_t D = a->D, K = a->K;
     const float *kh = a->k + kvh * a->S * D, *vh = a->v + kvh * a->S * D;
     scores(a->q + (row * a->H + h0) * D, gn, D, kh, slots, n, p, K, a->scale);
@@ -592,7 +615,7 @@ ALWAYS_INLINE void attend_heads(const Attention *a, Py_ssize_t row, Py_ssize_t k
     }
     values(p, gn, D, vh, slots, n, K, acc);
     for (Py_ssize_t g = 0; g < gn; g++) {
-        float total = n ? sum(p + g * K, n) : 1.0f;
+        float total = n ? sum_fn(p + g * K, n) : 1.0f;
         float *out = a->o + (row * a->H + h0 + g) * D;
         for (Py_ssize_t d = 0; d < D; d++) out[d] = acc[g * D + d] / total;
     }
@@ -609,7 +632,7 @@ ALWAYS_INLINE void attend_heads(const Attention *a, Py_ssize_t row, Py_ssize_t k
 #define ATT_ROW_BLOCK 16
 #endif
 ALWAYS_INLINE int attention_units(const Attention *a, Py_ssize_t t0, Py_ssize_t t1, ScoresFn scores,
-                                  ValuesFn values, ExpFn exp_block, MaxFn max_fn) {
+                                  ValuesFn values, ExpFn exp_block, MaxFn max_fn, SumFn sum_fn) {
     const Py_ssize_t G = a->H / a->KVH, H = a->H, K = a->K;
     int64_t *slots = malloc((size_t)(ATT_ROW_BLOCK * K) * sizeof(int64_t));
     float *p = malloc((size_t)(G * K + G * a->D) * sizeof(float));
@@ -631,7 +654,7 @@ ALWAYS_INLINE int attention_units(const Attention *a, Py_ssize_t t0, Py_ssize_t 
         }
         if (counts[i] < 0) counts[i] = visible_slots(a, a->row_at ? a->row_at[row] : row, slots + i * K);
         attend_heads(a, row, kvh, kvh * G + g, gn, slots + i * K, counts[i], p, p + G * K, scores, values, exp_block,
-                     max_fn);
+                     max_fn, sum_fn);
         t += gn;
     }
     free(slots);
@@ -651,7 +674,7 @@ ALWAYS_INLINE int attention_units(const Attention *a, Py_ssize_t t0, Py_ssize_t 
     }                                                                                                      \
     TARGET static void rotary_##SUFFIX(const Rotary *a, Py_ssize_t r0, Py_ssize_t r1) { rotary_rows(a, r0, r1); } \
     TARGET static int attention_##SUFFIX(const Attention *a, Py_ssize_t t0, Py_ssize_t t1) {              \
-        return attention_units(a, t0, t1, scores_##SUFFIX, values_##SUFFIX, exp_block_##SUFFIX, max_##SUFFIX); \
+        return attention_units(a, t0, t1, scores_##SUFFIX, values_##SUFFIX, exp_block_##SUFFIX, max_##SUFFIX, sum_##SUFFIX); \
     }
 
 static void scores_generic_fn(const float *q0, Py_ssize_t G, Py_ssize_t D, const float *kh, const int64_t *slots,
