@@ -465,30 +465,27 @@ T_AVX2 static void values_avx2(const float *p, Py_ssize_t G, Py_ssize_t D, const
         const float *p0 = p + g0 * K, *p1 = p0 + (gn > 1 ? K : 0), *p2 = p0 + (gn > 2 ? 2 * K : 0);
         for (int half = 0; half < 64; half += 32) {
             __m256 a00 = _mm256_setzero_ps(), a01 = a00, a02 = a00, a03 = a00, a10 = a00, a11 = a00, a12 = a00,
-                   a13 = a00, a20 = a00, a21 = a00, a22 = a00, a23 = a00, w;
+                   a13 = a00, a20 = a00, a21 = a00, a22 = a00, a23 = a00;
             for (Py_ssize_t c = 0; c < n; c++) {
                 const float *vc = vh + slots[c] * D + half;
                 if (g0 == 0 && half == 0 && c + PF_KEYS < n) prefetch_row(vh + slots[c + PF_KEYS] * D, D);
                 /* heads past gn repeat a head, discarded; the half row comes from L1 for the second
                  * and third head (the empty asm keeps the compiler from holding it in 4 registers,
                  * which spilled the sums) */
-                w = _mm256_broadcast_ss(p0 + c);
-                a00 = _mm256_fmadd_ps(w, _mm256_loadu_ps(vc), a00);
-                a01 = _mm256_fmadd_ps(w, _mm256_loadu_ps(vc + 8), a01);
-                a02 = _mm256_fmadd_ps(w, _mm256_loadu_ps(vc + 16), a02);
-                a03 = _mm256_fmadd_ps(w, _mm256_loadu_ps(vc + 24), a03);
+#define HEAD_SUMS(pw, s0, s1, s2, s3)                         \
+    do {                                                      \
+        const __m256 w = _mm256_broadcast_ss(pw);             \
+        s0 = _mm256_fmadd_ps(w, _mm256_loadu_ps(vc), s0);      \
+        s1 = _mm256_fmadd_ps(w, _mm256_loadu_ps(vc + 8), s1);  \
+        s2 = _mm256_fmadd_ps(w, _mm256_loadu_ps(vc + 16), s2); \
+        s3 = _mm256_fmadd_ps(w, _mm256_loadu_ps(vc + 24), s3); \
+    } while (0)
+                HEAD_SUMS(p0 + c, a00, a01, a02, a03);
                 __asm__ volatile("" ::: "memory");
-                w = _mm256_broadcast_ss(p1 + c);
-                a10 = _mm256_fmadd_ps(w, _mm256_loadu_ps(vc), a10);
-                a11 = _mm256_fmadd_ps(w, _mm256_loadu_ps(vc + 8), a11);
-                a12 = _mm256_fmadd_ps(w, _mm256_loadu_ps(vc + 16), a12);
-                a13 = _mm256_fmadd_ps(w, _mm256_loadu_ps(vc + 24), a13);
+                HEAD_SUMS(p1 + c, a10, a11, a12, a13);
                 __asm__ volatile("" ::: "memory");
-                w = _mm256_broadcast_ss(p2 + c);
-                a20 = _mm256_fmadd_ps(w, _mm256_loadu_ps(vc), a20);
-                a21 = _mm256_fmadd_ps(w, _mm256_loadu_ps(vc + 8), a21);
-                a22 = _mm256_fmadd_ps(w, _mm256_loadu_ps(vc + 16), a22);
-                a23 = _mm256_fmadd_ps(w, _mm256_loadu_ps(vc + 24), a23);
+                HEAD_SUMS(p2 + c, a20, a21, a22, a23);
+#undef HEAD_SUMS
             }
             const __m256 sums[12] = {a00, a01, a02, a03, a10, a11, a12, a13, a20, a21, a22, a23};
             for (int g = 0; g < gn; g++)
