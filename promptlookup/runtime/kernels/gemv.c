@@ -794,12 +794,12 @@ T_AVX2 static Py_ssize_t avx2_i8_one_row(const Product *p, Py_ssize_t n0, Py_ssi
     }
     return n0 + 2 * half * 4;
 }
-/* fp32, more than one row, times the weight rows [n0, n1): blocks of 4 weight rows made of
- * pair b of the range's first half and pair b of its second half, so the weights stream from
- * two places at once (as the one-row kernel's, avx2_f32_blocks); each output by avx2_block's
- * operations, so the same results as blocks of 4 neighbours. 11 rows: 1.10x the products'
- * speed of 4 neighbouring rows a block on a Zen 3 (2-33 rows 1.05-1.17x, docs/benchmarks.md).
- * Returns the first row the pairs leave (at most 3 rows before n1). */
+/* fp32, more than AVX2_WIDE_MAX rows (fewer take avx2_wide, below), times the weight rows
+ * [n0, n1): blocks of 4 weight rows made of pair b of the range's first half and pair b of its
+ * second half, so the weights stream from two places at once (as the one-row kernel's,
+ * avx2_f32_blocks); each output by avx2_block's operations, so the same results as blocks of 4
+ * neighbours (2-33 rows 1.05-1.17x their speed on a Zen 3, docs/benchmarks.md). Returns the
+ * first row the pairs leave (at most 3 rows before n1). */
 T_AVX2 static Py_ssize_t avx2_f32_far_pairs(const Product *p, Py_ssize_t n0, Py_ssize_t n1) {
     const Py_ssize_t half = (n1 - n0) / 4;
     for (Py_ssize_t b = 0; b < half; b++) {
@@ -847,8 +847,8 @@ T_AVX2 ALWAYS_INLINE void avx2_wide_block(const Product *p, Py_ssize_t m0, const
         for (int j = 0; j < nb; j++) acc[i][j] = _mm256_setzero_ps();
     Py_ssize_t k = 0;
     for (; k + 8 <= K; k += 8) {
-        if (pf != NULL && (k & (kind == 0 ? 8 : 56)) == 0) /* each stream's row AVX2_WIDE_PF ahead: a line per 16 (fp32) or 64 columns */
-            for (int j = 0; j < nb; j++) {
+        if (pf != NULL && (k & (kind == 0 ? 8 : 56)) == 0) /* each stream's row AVX2_WIDE_PF ahead: */
+            for (int j = 0; j < nb; j++) {                      /* a line per 16 (fp32) or 64 columns */
                 _mm_prefetch(pfs[j], BLOCK_HINT);
                 pfs[j] += 64;
             }
