@@ -531,9 +531,6 @@ EXP_BLOCK(exp_block_avx2, T_AVX2, 8, __m256, __m256i, _mm256, 256)
 EXP_BLOCK(exp_block_avx512, T_512, 16, __m512, __m512i, _mm512, 512)
 #undef EXP_BLOCK
 
-/* max_of with intrinsics (GCC lowers max_of's lane compares to scalar code for AVX2): the
- * same LANES (16) running maxima, lane l over the indices = l mod 16 (max_ps(x, m) is exactly
- * x > m ? x : m, NaN and signed zeros included), combined by max_finish, as max_of does. */
 /* sum() in AVX2 registers: lanes 0-7 and 8-15 of its 16 running sums, the tail's missing lanes
  * adding 0 as its load_tail does, then reduce_lanes' tree (lanes l + l + 8 first, then
  * avx2_reduce's), so the same value. GCC lowered sum's 16-lane vector through the stack here:
@@ -555,6 +552,9 @@ T_AVX2 static float sum_avx2(const float *a, Py_ssize_t n) {
 }
 T_512 static float sum_avx512(const float *a, Py_ssize_t n) { return sum(a, n); }
 
+/* max_of with intrinsics (GCC lowers max_of's lane compares to scalar code for AVX2): the
+ * same LANES (16) running maxima, lane l over the indices = l mod 16 (max_ps(x, m) is exactly
+ * x > m ? x : m, NaN and signed zeros included), combined by max_finish, as max_of does. */
 T_AVX2 static float max_avx2(const float *a, Py_ssize_t n) {
     __m256 m0 = _mm256_set1_ps(a[0]), m1 = m0;
     Py_ssize_t i = 0;
