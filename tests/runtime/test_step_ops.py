@@ -213,6 +213,38 @@ def test_head_size_64_groups_and_row_blocks_are_exact_on_every_path_and_thread_c
         assert torch.equal(alone[0], outs[-1][r])
 
 
+@pytest.mark.parametrize("heads,kv_heads,d", [(9, 3, 64), (8, 2, 64), (5, 1, 64), (4, 2, 96), (6, 3, 48)])
+def test_one_row_split_by_a_team_gives_the_values_of_one_thread(heads, kv_heads, d):
+    """A one-row step by a team (attention_row_split: the keys split for the scores, the heads
+    for the softmax, the head size for the values) gives bitwise what one thread gives, on every
+    path and for 2 and 3 threads (key counts with 0-3 keys past a group of 4, each enough work
+    for a team; layers() runs the same split with few keys: the test of its team below); and
+    what the same row gives among other rows (the units route)."""
+    g = torch.Generator().manual_seed(5)
+    pool = 1100
+    pk, pv = torch.randn(kv_heads, pool, d, generator=g), torch.randn(kv_heads, pool, d, generator=g)
+    q = torch.randn(3, heads, d, generator=g)
+    before = torch.get_num_threads()
+    try:
+        for keys in (144, 145, 203, 1002):
+            assert heads * keys * d * 2 >= 1 << 16  # a team (step_ops.c's threads_for)
+            slots = torch.randperm(pool, generator=g)[:keys].view(1, keys)
+            outs = []
+            for level in levels():
+                kernels.set_isa(level)
+                for threads in (1, 2, 3):
+                    torch.set_num_threads(threads)
+                    outs.append(step_ops.attention(q[:1].clone(), pk, pv, 1, keys, 0.125, slots))
+            for other in outs[1:]:
+                assert torch.equal(outs[0], other), keys
+            torch.set_num_threads(1)
+            three = step_ops.attention(q.clone(), pk, pv, 3, keys, 0.125, slots.expand(3, keys).contiguous())
+            assert torch.equal(three[0], outs[0][0]), keys
+            torch.testing.assert_close(outs[0], sdpa(q[:1], pk, pv, slots[0], None, 0.125), rtol=1e-5, atol=1e-5)
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_bad_arguments_are_refused():
     pk, pv = pools()
     with pytest.raises(ValueError, match="contiguous"):
@@ -317,6 +349,8 @@ def test_one_call_runs_one_team_of_threads_and_gives_the_values_of_one_thread():
         steps.append(model(build_layout([[5]], [n + 1], [table], [1], 16, cpu), pool))
         steps.append(model(build_layout([[7, 8, 9, 10]], [n + 5], [table], [4], 16, cpu, parents=[[-1, 0, 0, 2]]), pool))
         steps.append(model(build_layout([[7], [8, 9]], [n + 2, 9], [table, [9, 10]], [1, 2], 16, cpu), pool))
+        for length in (1, 2, 3, 4, 5):  # one row over 1-5 keys: fewer keys than a team's threads' groups of 4
+            steps.append(model(build_layout([[length + 2]], [length], [[12]], [1], 16, cpu), pool))
         return steps
 
     before = torch.get_num_threads()

@@ -31,8 +31,10 @@
  *
  * Threads: attention splits its (query row, head) units over OpenMP threads (a thread takes a
  * run of heads of one KV head together; units go in blocks of rows a KV head at a time, see
- * attention_units), the other functions their rows; a split or an order decides which thread
- * computes a row and head and when, never how.
+ * attention_units), the other functions their rows; a step of one query row (decoding) by a
+ * team is split finer, the keys for the scores and the head size for the values, so that the
+ * threads share the K and V rows (attention_row_split); a split or an order decides which
+ * thread computes a value and when, never how.
  *
  * layers() runs all of these and the products (gemv.c's, through its capsule) for every
  * decoder layer of a step in one call, with the GIL released, in one OpenMP parallel region
@@ -401,17 +403,20 @@ T_512 static void scores_avx512(const float *q0, Py_ssize_t G, Py_ssize_t D, con
 #endif
 
 typedef void (*ValuesFn)(const float *p, Py_ssize_t G, Py_ssize_t D, const float *vh, const int64_t *slots,
-                         Py_ssize_t n, Py_ssize_t K, float *acc);
+                         Py_ssize_t n, Py_ssize_t K, float *acc, Py_ssize_t d0, Py_ssize_t d1);
 
-/* acc[g * D + d] = sum over c in order of p[g * K + c] * v_c[d] (one running sum per element). */
+/* acc[g * D + d] = sum over c in order of p[g * K + c] * v_c[d] (one running sum per element),
+ * for the columns d0 <= d < d1 (multiples of VALUES_PART, or d1 = D: the part a thread of
+ * attention_row_split takes); each element the same whatever the range. */
+#define VALUES_PART 32
 ALWAYS_INLINE void values_generic(const float *p, Py_ssize_t G, Py_ssize_t D, const float *vh, const int64_t *slots,
-                                  Py_ssize_t n, Py_ssize_t K, float *acc) {
-    memset(acc, 0, (size_t)(G * D) * sizeof(float));
+                                  Py_ssize_t n, Py_ssize_t K, float *acc, Py_ssize_t d0, Py_ssize_t d1) {
+    for (Py_ssize_t g = 0; g < G; g++) memset(acc + g * D + d0, 0, (size_t)(d1 - d0) * sizeof(float));
     for (Py_ssize_t c = 0; c < n; c++) {
         const float *vc = vh + slots[c] * D;
         for (Py_ssize_t g = 0; g < G; g++) {
             float w = p[g * K + c], *ag = acc + g * D;
-            for (Py_ssize_t d = 0; d < D; d++) ag[d] = __builtin_fmaf(w, vc[d], ag[d]);
+            for (Py_ssize_t d = d0; d < d1; d++) ag[d] = __builtin_fmaf(w, vc[d], ag[d]);
         }
     }
 }
@@ -421,9 +426,9 @@ ALWAYS_INLINE void values_generic(const float *p, Py_ssize_t G, Py_ssize_t D, co
  * keys reads each V row once for every head of the group; each head's sums take the same
  * operations in the same order as one head alone. */
 T_512 static void values_avx512(const float *p, Py_ssize_t G, Py_ssize_t D, const float *vh, const int64_t *slots,
-                                Py_ssize_t n, Py_ssize_t K, float *acc) {
+                                Py_ssize_t n, Py_ssize_t K, float *acc, Py_ssize_t d0, Py_ssize_t d1) {
     if (D != 64) {
-        values_generic(p, G, D, vh, slots, n, K, acc);
+        values_generic(p, G, D, vh, slots, n, K, acc, d0, d1);
         return;
     }
     for (Py_ssize_t g0 = 0; g0 < G; g0 += 4) {
@@ -433,19 +438,24 @@ T_512 static void values_avx512(const float *p, Py_ssize_t G, Py_ssize_t D, cons
             for (int i = 0; i < 4; i++) a[g][i] = _mm512_setzero_ps();
         for (Py_ssize_t c = 0; c < n; c++) {
             const float *vc = vh + slots[c] * D;
-            if (g0 == 0 && c + PF_KEYS < n) prefetch_row(vh + slots[c + PF_KEYS] * D, D);
-            const __m512 v0 = _mm512_loadu_ps(vc), v1 = _mm512_loadu_ps(vc + 16), v2 = _mm512_loadu_ps(vc + 32),
-                         v3 = _mm512_loadu_ps(vc + 48);
+            if (g0 == 0 && c + PF_KEYS < n) prefetch_row(vh + slots[c + PF_KEYS] * D + d0, d1 - d0);
+            const __m512 zero = _mm512_setzero_ps(); /* the columns outside [d0, d1) are not read */
+            const __m512 v0 = d0 < 32 ? _mm512_loadu_ps(vc) : zero, v1 = d0 < 32 ? _mm512_loadu_ps(vc + 16) : zero,
+                         v2 = d1 > 32 ? _mm512_loadu_ps(vc + 32) : zero, v3 = d1 > 32 ? _mm512_loadu_ps(vc + 48) : zero;
             for (int g = 0; g < gn; g++) {
                 __m512 w = _mm512_set1_ps(p[(g0 + g) * K + c]);
-                a[g][0] = _mm512_fmadd_ps(w, v0, a[g][0]);
-                a[g][1] = _mm512_fmadd_ps(w, v1, a[g][1]);
-                a[g][2] = _mm512_fmadd_ps(w, v2, a[g][2]);
-                a[g][3] = _mm512_fmadd_ps(w, v3, a[g][3]);
+                if (d0 < 32) {
+                    a[g][0] = _mm512_fmadd_ps(w, v0, a[g][0]);
+                    a[g][1] = _mm512_fmadd_ps(w, v1, a[g][1]);
+                }
+                if (d1 > 32) {
+                    a[g][2] = _mm512_fmadd_ps(w, v2, a[g][2]);
+                    a[g][3] = _mm512_fmadd_ps(w, v3, a[g][3]);
+                }
             }
         }
         for (int g = 0; g < gn; g++)
-            for (int i = 0; i < 4; i++) _mm512_storeu_ps(acc + (g0 + g) * D + 16 * i, a[g][i]);
+            for (int i = (int)d0 / 16; i < (int)d1 / 16; i++) _mm512_storeu_ps(acc + (g0 + g) * D + 16 * i, a[g][i]);
     }
 }
 
@@ -455,20 +465,20 @@ T_512 static void values_avx512(const float *p, Py_ssize_t G, Py_ssize_t D, cons
  * head (L2 -> L1 traffic, not the FMAs, bounded that loop). Each element's running sum takes
  * the same operations in the same order as one head alone. */
 T_AVX2 static void values_avx2(const float *p, Py_ssize_t G, Py_ssize_t D, const float *vh, const int64_t *slots,
-                               Py_ssize_t n, Py_ssize_t K, float *acc) {
+                               Py_ssize_t n, Py_ssize_t K, float *acc, Py_ssize_t d0, Py_ssize_t d1) {
     if (D != 64) {
-        values_generic(p, G, D, vh, slots, n, K, acc);
+        values_generic(p, G, D, vh, slots, n, K, acc, d0, d1);
         return;
     }
     for (Py_ssize_t g0 = 0; g0 < G; g0 += 3) {
         const int gn = G - g0 < 3 ? (int)(G - g0) : 3;
         const float *p0 = p + g0 * K, *p1 = p0 + (gn > 1 ? K : 0), *p2 = p0 + (gn > 2 ? 2 * K : 0);
-        for (int half = 0; half < 64; half += 32) {
+        for (Py_ssize_t half = d0; half < d1; half += 32) {
             __m256 a00 = _mm256_setzero_ps(), a01 = a00, a02 = a00, a03 = a00, a10 = a00, a11 = a00, a12 = a00,
                    a13 = a00, a20 = a00, a21 = a00, a22 = a00, a23 = a00;
             for (Py_ssize_t c = 0; c < n; c++) {
                 const float *vc = vh + slots[c] * D + half;
-                if (g0 == 0 && half == 0 && c + PF_KEYS < n) prefetch_row(vh + slots[c + PF_KEYS] * D, D);
+                if (g0 == 0 && half == d0 && c + PF_KEYS < n) prefetch_row(vh + slots[c + PF_KEYS] * D + d0, d1 - d0);
                 /* heads past gn repeat a head, discarded; the half row comes from L1 for the second
                  * and third head (the empty asm keeps the compiler from holding it in 4 registers,
                  * which spilled the sums) */
@@ -596,6 +606,10 @@ ALWAYS_INLINE Py_ssize_t visible_slots(const Attention *a, Py_ssize_t at, int64_
     return n;
 }
 
+typedef struct Barrier Barrier;
+static void team_wait(Barrier *b, int n);
+static void share(Py_ssize_t items, int t, int nt, Py_ssize_t *r0, Py_ssize_t *r1);
+
 /* Query row `row` of q, heads [h0, h0 + gn) of KV head kvh (a head's values never depend on
  * which of its group's heads share the call), over the n keys at `slots` (visible_slots of the
  * row); scratch: gn * K scores, gn * D sums. */
@@ -610,7 +624,7 @@ ALWAYS_INLINE void attend_heads(const Attention *a, Py_ssize_t row, Py_ssize_t k
         for (Py_ssize_t c = 0; c < n; c++) pg[c] = pg[c] - top;
         exp_block(pg, n);
     }
-    values(p, gn, D, vh, slots, n, K, acc);
+    values(p, gn, D, vh, slots, n, K, acc, 0, D);
     for (Py_ssize_t g = 0; g < gn; g++) {
         float total = n ? sum_fn(p + g * K, n) : 1.0f;
         float *out = a->o + (row * a->H + h0 + g) * D;
@@ -659,6 +673,52 @@ ALWAYS_INLINE int attention_units(const Attention *a, Py_ssize_t t0, Py_ssize_t 
     return 0;
 }
 
+/* Attention of a step's one query row (a decoding step: R = 1) by layers()' team of nt
+ * threads, in three parts with the team meeting after each: (1) the scores, the row's visible
+ * keys split between the threads in runs of 4 (scores' groups), each thread every KV head's
+ * heads over its keys; (2) each head's softmax (max, exp, total), the heads split; (3) the
+ * values, the head size split in parts of VALUES_PART columns, each thread every head's sums
+ * over every key for its columns. So each thread reads about 1/nt of the K and V rows, where
+ * attention_units splitting whole heads had one of two threads read two of the three KV heads.
+ * Every score, exp, total and sum is computed by the operations attend_heads uses, in the same
+ * order: the same values as attention_units, whatever nt. Scratch: `p`, H * K scores, and
+ * `totals`, H floats, shared by the team. Returns -1 (after meeting the team twice, as
+ * every thread must) when out of memory. */
+ALWAYS_INLINE int attention_row_split(const Attention *a, float *p, float *totals, Barrier *bar, int t, int nt,
+                                      ScoresFn scores, ValuesFn values, ExpFn exp_block, MaxFn max_fn, SumFn sum_fn) {
+    const Py_ssize_t H = a->H, G = H / a->KVH, K = a->K, D = a->D, S = a->S;
+    int64_t *slots = malloc((size_t)K * sizeof(int64_t));
+    float *acc = malloc((size_t)(H * D) * sizeof(float));
+    const int ok = slots && acc;
+    Py_ssize_t n = ok ? visible_slots(a, a->row_at ? a->row_at[0] : 0, slots) : 0, r0, r1;
+    share(n / 4, t, nt, &r0, &r1); /* the last part also takes the n % 4 left; fewer than 4: thread 0 */
+    const Py_ssize_t k0 = 4 * r0, k1 = (r0 < r1 && r1 == n / 4) || (n < 4 && t == 0) ? n : 4 * r1;
+    if (k0 < k1)
+        for (Py_ssize_t kvh = 0; kvh < a->KVH; kvh++)
+            scores(a->q + kvh * G * D, G, D, a->k + kvh * S * D, slots + k0, k1 - k0, p + kvh * G * K + k0, K, a->scale);
+    team_wait(bar, nt);
+    share(H, t, nt, &r0, &r1);
+    for (Py_ssize_t h = r0; h < r1; h++) {
+        float *ph = p + h * K, top = max_fn(ph, n);
+        for (Py_ssize_t c = 0; c < n; c++) ph[c] = ph[c] - top;
+        exp_block(ph, n);
+        totals[h] = n ? sum_fn(ph, n) : 1.0f;
+    }
+    team_wait(bar, nt);
+    const Py_ssize_t parts = D % VALUES_PART ? 1 : D / VALUES_PART;
+    share(parts, t, nt, &r0, &r1);
+    const Py_ssize_t d0 = r0 * (D / parts), d1 = r1 * (D / parts);
+    if (ok && d0 < d1)
+        for (Py_ssize_t kvh = 0; kvh < a->KVH; kvh++) {
+            values(p + kvh * G * K, G, D, a->v + kvh * S * D, slots, n, K, acc + kvh * G * D, d0, d1);
+            for (Py_ssize_t h = kvh * G; h < (kvh + 1) * G; h++)
+                for (Py_ssize_t d = d0; d < d1; d++) a->o[h * D + d] = acc[h * D + d] / totals[h];
+        }
+    free(slots);
+    free(acc);
+    return ok ? 0 : -1;
+}
+
 /* ------------------------------------------------------------------ one copy per path */
 
 #define PATHS(SUFFIX, TARGET)                                                                              \
@@ -672,6 +732,10 @@ ALWAYS_INLINE int attention_units(const Attention *a, Py_ssize_t t0, Py_ssize_t 
     TARGET static void rotary_##SUFFIX(const Rotary *a, Py_ssize_t r0, Py_ssize_t r1) { rotary_rows(a, r0, r1); } \
     TARGET static int attention_##SUFFIX(const Attention *a, Py_ssize_t t0, Py_ssize_t t1) {              \
         return attention_units(a, t0, t1, scores_##SUFFIX, values_##SUFFIX, exp_block_##SUFFIX, max_##SUFFIX, sum_##SUFFIX); \
+    }                                                                                                      \
+    TARGET static int attention_split_##SUFFIX(const Attention *a, float *p, float *totals, Barrier *bar, int t, int nt) { \
+        return attention_row_split(a, p, totals, bar, t, nt, scores_##SUFFIX, values_##SUFFIX, exp_block_##SUFFIX, \
+                                   max_##SUFFIX, sum_##SUFFIX);                                            \
     }
 
 static void scores_generic_fn(const float *q0, Py_ssize_t G, Py_ssize_t D, const float *kh, const int64_t *slots,
@@ -679,8 +743,8 @@ static void scores_generic_fn(const float *q0, Py_ssize_t G, Py_ssize_t D, const
     scores_generic(q0, G, D, kh, slots, n, p, K, scale);
 }
 static void values_generic_fn(const float *p, Py_ssize_t G, Py_ssize_t D, const float *vh, const int64_t *slots,
-                              Py_ssize_t n, Py_ssize_t K, float *acc) {
-    values_generic(p, G, D, vh, slots, n, K, acc);
+                              Py_ssize_t n, Py_ssize_t K, float *acc, Py_ssize_t d0, Py_ssize_t d1) {
+    values_generic(p, G, D, vh, slots, n, K, acc, d0, d1);
 }
 #define scores_generic scores_generic_fn
 #define values_generic values_generic_fn
@@ -696,17 +760,20 @@ typedef void (*RmsFn)(float *, const float *, const float *, float *, Py_ssize_t
 typedef void (*SiluFn)(const float *, float *, Py_ssize_t, Py_ssize_t, Py_ssize_t);
 typedef void (*RotaryFn)(const Rotary *, Py_ssize_t, Py_ssize_t);
 typedef int (*AttentionFn)(const Attention *, Py_ssize_t, Py_ssize_t);
+typedef int (*AttentionSplitFn)(const Attention *, float *, float *, Barrier *, int, int);
 
 #if PLD_X86
 static const RmsFn RMS[] = {rms_generic, rms_avx2, rms_avx512};
 static const SiluFn SILU[] = {silu_generic, silu_avx2, silu_avx512};
 static const RotaryFn ROTARY[] = {rotary_generic, rotary_avx2, rotary_avx512};
 static const AttentionFn ATTENTION[] = {attention_generic, attention_avx2, attention_avx512};
+static const AttentionSplitFn ATTENTION_SPLIT[] = {attention_split_generic, attention_split_avx2, attention_split_avx512};
 #else
 static const RmsFn RMS[] = {rms_generic};
 static const SiluFn SILU[] = {silu_generic};
 static const RotaryFn ROTARY[] = {rotary_generic};
 static const AttentionFn ATTENTION[] = {attention_generic};
+static const AttentionSplitFn ATTENTION_SPLIT[] = {attention_split_generic};
 #endif
 
 
@@ -785,6 +852,8 @@ static PyObject *py_rotary_write(PyObject *self, PyObject *const *args, Py_ssize
 }
 
 /* attention(q, k, v, read, mask, o, B, Q, H, KVH, D, K, S, start, scale) */
+static int attention_row_team(const Attention *a, int nt);
+
 static PyObject *py_attention(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     void *p[6];
     Py_ssize_t s[8];
@@ -798,7 +867,14 @@ static PyObject *py_attention(PyObject *self, PyObject *const *args, Py_ssize_t 
     if (a.KVH == 0 || a.H % a.KVH) return PyErr_Format(PyExc_ValueError, "heads (%zd) must be a multiple of KV heads", a.H);
     AttentionFn fn = ATTENTION[current_isa];
     Py_ssize_t units = a.R * a.H;
-    int failed = 0;
+    int failed = 0, nt = threads_for(units, (double)a.B * a.Q * a.H * a.K * a.D * 2);
+    if (a.R == 1 && nt > 1) { /* one row: attention_row_split by a team */
+        Py_BEGIN_ALLOW_THREADS
+        failed = attention_row_team(&a, nt);
+        Py_END_ALLOW_THREADS
+        if (failed) return PyErr_NoMemory();
+        Py_RETURN_NONE;
+    }
     Py_BEGIN_ALLOW_THREADS
     OVER_ROWS(units, (double)a.B * a.Q * a.H * a.K * a.D * 2, if (fn(&a, r0, r1)) {
         _Pragma("omp atomic write") failed = 1;
@@ -844,11 +920,11 @@ enum { PROJ_FIELDS = 5, REC_IN_NORM = 4 * PROJ_FIELDS, REC_POST_NORM, REC_NEXT_N
 #define SPIN_NS 20000
 #define SHORT_SPIN_NS 2000
 #define PROBE_EVERY 16
-typedef struct {
+struct Barrier {
     int count, phase, sleepers;
     long long spin_ns;       /* this call's budget */
     long waits, long_waits;  /* waits, and those longer than SPIN_NS (atomic counters) */
-} Barrier;
+};
 
 static void cpu_relax(void) {
 #if PLD_X86
@@ -894,9 +970,27 @@ static void team_wait(Barrier *b, int n) {
     if (start && now_ns() - start >= SPIN_NS) __atomic_add_fetch(&b->long_waits, 1, __ATOMIC_RELAXED);
 }
 
+/* attention_row_split of a one-row step by a team of nt threads of its own (step_ops.attention;
+ * layers() runs it in its team). Returns -1 when out of memory. */
+static int attention_row_team(const Attention *a, int nt) {
+    float *p = malloc((size_t)(a->H * a->K + a->H) * sizeof(float));
+    if (p == NULL) return -1;
+    AttentionSplitFn split = ATTENTION_SPLIT[current_isa];
+    Barrier bar = {.spin_ns = SPIN_NS};
+    int failed = 0;
+    _Pragma("omp parallel num_threads(nt)") {
+        if (split(a, p, p + a->H * a->K, &bar, omp_get_thread_num(), omp_get_num_threads())) {
+            _Pragma("omp atomic write") failed = 1;
+        }
+    }
+    free(p);
+    return failed ? -1 : 0;
+}
+
 /* What layers() works on; every thread of the team reads it. */
 typedef struct {
     float *h, *x, *qkv, *q, *o, *tmp, *gu, *act;
+    float *scores, *totals;  /* attention_row_split's shared scratch (one-row steps by a team), else NULL */
     const float *cos, *sin;
     const int64_t *pos, *slot, *read, *records, *pools, *row_at;
     const uint8_t *mask;
@@ -919,6 +1013,7 @@ static int layers_part(const Layers *a, Barrier *bar, int t, int nt) {
     SiluFn silu = SILU[current_isa];
     RotaryFn rotary = ROTARY[current_isa];
     AttentionFn attention = ATTENTION[current_isa];
+    AttentionSplitFn split = ATTENTION_SPLIT[current_isa];
     Py_ssize_t rows = a->rows, hidden = a->hidden, HD = a->H * a->D, r0, r1;
     int failed = 0;
 #define PROJ(rec, in, out, K_, N_) \
@@ -943,8 +1038,12 @@ static int layers_part(const Layers *a, Barrier *bar, int t, int nt) {
         Attention aa = {.q = a->q, .k = pk, .v = pv, .read = a->read, .mask = a->mask, .o = a->o, .row_at = a->row_at,
                         .R = rows, .B = a->B, .Q = a->Q, .H = a->H, .KVH = a->KVH, .D = a->D, .K = a->K, .S = a->S,
                         .start = a->start, .scale = a->scale};
-        share(rows * a->H, t, nt, &r0, &r1);
-        if (r0 < r1 && attention(&aa, r0, r1)) failed = 1; /* the team goes on to the end, so no thread waits alone */
+        if (a->scores) { /* one row, a team: every thread part of every head (it meets the team twice inside) */
+            if (split(&aa, a->scores, a->totals, bar, t, nt)) failed = 1;
+        } else {
+            share(rows * a->H, t, nt, &r0, &r1);
+            if (r0 < r1 && attention(&aa, r0, r1)) failed = 1; /* the team goes on to the end, so no thread waits alone */
+        }
         team_wait(bar, nt);
         PROJ(r + PROJ_FIELDS, a->o, a->tmp, HD, hidden);
         team_wait(bar, nt);
@@ -997,7 +1096,14 @@ static PyObject *py_layers(PyObject *self, PyObject *const *args, Py_ssize_t nar
     a.width = (a.H + 2 * a.KVH) * a.D;
     if (a.KVH == 0 || a.H % a.KVH || (a.row_at ? rows > a.B * a.Q : a.B * a.Q != rows))
         return PyErr_Format(PyExc_ValueError, "layers: bad shape");
+    int failed = 0, team = 1;
+#ifdef _OPENMP
+    /* A team only where the products are split (gemv.c's product_threads: the QKV product's work). */
+    if ((double)rows * hidden * a.width >= PARALLEL_MIN_WORK) team = omp_get_max_threads();
+#endif
+    const int split = rows == 1 && team > 1; /* attention_row_split, with its scratch */
     size_t floats = (size_t)rows * (size_t)(2 * hidden + a.width + 2 * a.H * a.D + 3 * a.inter);
+    if (split) floats += (size_t)(a.H * a.K + a.H);
     a.x = malloc(floats * sizeof(float));
     if (a.x == NULL) return PyErr_NoMemory();
     a.qkv = a.x + rows * hidden;
@@ -1006,11 +1112,10 @@ static PyObject *py_layers(PyObject *self, PyObject *const *args, Py_ssize_t nar
     a.tmp = a.o + rows * a.H * a.D;
     a.gu = a.tmp + rows * hidden;
     a.act = a.gu + rows * 2 * a.inter;
-    int failed = 0, team = 1;
-#ifdef _OPENMP
-    /* A team only where the products are split (gemv.c's product_threads: the QKV product's work). */
-    if ((double)rows * hidden * a.width >= PARALLEL_MIN_WORK) team = omp_get_max_threads();
-#endif
+    if (split) {
+        a.scores = a.act + rows * a.inter;
+        a.totals = a.scores + a.H * a.K;
+    }
     static int calls, short_spins; /* the budget's state (see Barrier); read and written under the GIL */
     int probe = !short_spins || calls++ % PROBE_EVERY == 0;
     Barrier bar = {.spin_ns = probe ? SPIN_NS : SHORT_SPIN_NS};
