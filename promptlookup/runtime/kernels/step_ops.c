@@ -867,18 +867,17 @@ static PyObject *py_attention(PyObject *self, PyObject *const *args, Py_ssize_t 
     if (a.KVH == 0 || a.H % a.KVH) return PyErr_Format(PyExc_ValueError, "heads (%zd) must be a multiple of KV heads", a.H);
     AttentionFn fn = ATTENTION[current_isa];
     Py_ssize_t units = a.R * a.H;
-    int failed = 0, nt = threads_for(units, (double)a.B * a.Q * a.H * a.K * a.D * 2);
-    if (a.R == 1 && nt > 1) { /* one row: attention_row_split by a team */
-        Py_BEGIN_ALLOW_THREADS
-        failed = attention_row_team(&a, nt);
-        Py_END_ALLOW_THREADS
-        if (failed) return PyErr_NoMemory();
-        Py_RETURN_NONE;
-    }
+    const double work = (double)a.B * a.Q * a.H * a.K * a.D * 2;
+    const int team = a.R == 1 ? threads_for(units, work) : 1; /* one row: attention_row_split by a team */
+    int failed = 0;
     Py_BEGIN_ALLOW_THREADS
-    OVER_ROWS(units, (double)a.B * a.Q * a.H * a.K * a.D * 2, if (fn(&a, r0, r1)) {
-        _Pragma("omp atomic write") failed = 1;
-    });
+    if (team > 1) {
+        failed = attention_row_team(&a, team);
+    } else {
+        OVER_ROWS(units, work, if (fn(&a, r0, r1)) {
+            _Pragma("omp atomic write") failed = 1;
+        });
+    }
     Py_END_ALLOW_THREADS
     if (failed) return PyErr_NoMemory();
     Py_RETURN_NONE;
