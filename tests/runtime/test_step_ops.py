@@ -241,6 +241,13 @@ def test_one_row_split_by_a_team_gives_the_values_of_one_thread(heads, kv_heads,
             three = step_ops.attention(q.clone(), pk, pv, 3, keys, 0.125, slots.expand(3, keys).contiguous())
             assert torch.equal(three[0], outs[0][0]), keys
             torch.testing.assert_close(outs[0], sdpa(q[:1], pk, pv, slots[0], None, 0.125), rtol=1e-5, atol=1e-5)
+        hidden = torch.zeros(1, 1, 144, dtype=torch.bool)  # a row that sees no key: zeros, on every route
+        slots = torch.randperm(pool, generator=g)[:144].view(1, 144)
+        for level in levels():
+            kernels.set_isa(level)
+            for threads in (1, 2, 3):
+                torch.set_num_threads(threads)
+                assert not step_ops.attention(q[:1].clone(), pk, pv, 1, 144, 0.125, slots, mask=hidden).any()
     finally:
         torch.set_num_threads(before)
 

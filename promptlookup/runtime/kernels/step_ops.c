@@ -698,11 +698,11 @@ ALWAYS_INLINE int attention_row_split(const Attention *a, float *p, float *total
             scores(a->q + kvh * G * D, G, D, a->k + kvh * S * D, slots + k0, k1 - k0, p + kvh * G * K + k0, K, a->scale);
     team_wait(bar, nt);
     share(H, t, nt, &r0, &r1);
-    for (Py_ssize_t h = r0; h < r1; h++) {
+    for (Py_ssize_t h = r0; h < r1 && n; h++) {
         float *ph = p + h * K, top = max_fn(ph, n);
         for (Py_ssize_t c = 0; c < n; c++) ph[c] = ph[c] - top;
         exp_block(ph, n);
-        totals[h] = n ? sum_fn(ph, n) : 1.0f;
+        totals[h] = sum_fn(ph, n);
     }
     team_wait(bar, nt);
     const Py_ssize_t parts = D % VALUES_PART ? 1 : D / VALUES_PART;
@@ -711,8 +711,10 @@ ALWAYS_INLINE int attention_row_split(const Attention *a, float *p, float *total
     if (ok && d0 < d1)
         for (Py_ssize_t kvh = 0; kvh < a->KVH; kvh++) {
             values(p + kvh * G * K, G, D, a->v + kvh * S * D, slots, n, K, acc + kvh * G * D, d0, d1);
-            for (Py_ssize_t h = kvh * G; h < (kvh + 1) * G; h++)
-                for (Py_ssize_t d = d0; d < d1; d++) a->o[h * D + d] = acc[h * D + d] / totals[h];
+            for (Py_ssize_t h = kvh * G; h < (kvh + 1) * G; h++) {
+                const float total = n ? totals[h] : 1.0f; /* no visible key: zeros, as attend_heads */
+                for (Py_ssize_t d = d0; d < d1; d++) a->o[h * D + d] = acc[h * D + d] / total;
+            }
         }
     free(slots);
     free(acc);
