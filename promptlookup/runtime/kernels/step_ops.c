@@ -610,6 +610,14 @@ typedef struct Barrier Barrier;
 static void team_wait(Barrier *b, int n);
 static void share(Py_ssize_t items, int t, int nt, Py_ssize_t *r0, Py_ssize_t *r1);
 
+/* A head's scores p[0..n) in place as exp(p[c] - their max): its softmax before the division
+ * by their total. */
+ALWAYS_INLINE void exp_minus_max(float *p, Py_ssize_t n, MaxFn max_fn, ExpFn exp_block) {
+    const float top = max_fn(p, n);
+    for (Py_ssize_t c = 0; c < n; c++) p[c] = p[c] - top;
+    exp_block(p, n);
+}
+
 /* Query row `row` of q, heads [h0, h0 + gn) of KV head kvh (a head's values never depend on
  * which of its group's heads share the call), over the n keys at `slots` (visible_slots of the
  * row); scratch: gn * K scores, gn * D sums. */
@@ -619,11 +627,7 @@ ALWAYS_INLINE void attend_heads(const Attention *a, Py_ssize_t row, Py_ssize_t k
     Py_ssize_t D = a->D, K = a->K;
     const float *kh = a->k + kvh * a->S * D, *vh = a->v + kvh * a->S * D;
     scores(a->q + (row * a->H + h0) * D, gn, D, kh, slots, n, p, K, a->scale);
-    for (Py_ssize_t g = 0; g < gn; g++) {
-        float *pg = p + g * K, top = max_fn(pg, n);
-        for (Py_ssize_t c = 0; c < n; c++) pg[c] = pg[c] - top;
-        exp_block(pg, n);
-    }
+    for (Py_ssize_t g = 0; g < gn; g++) exp_minus_max(p + g * K, n, max_fn, exp_block);
     values(p, gn, D, vh, slots, n, K, acc, 0, D);
     for (Py_ssize_t g = 0; g < gn; g++) {
         float total = n ? sum_fn(p + g * K, n) : 1.0f;
@@ -681,12 +685,14 @@ ALWAYS_INLINE int attention_units(const Attention *a, Py_ssize_t t0, Py_ssize_t 
  * over every key for its columns. So each thread reads about 1/nt of the K and V rows, where
  * attention_units splitting whole heads had one of two threads read two of the three KV heads.
  * Every score, exp, total and sum is computed by the operations attend_heads uses, in the same
- * order: the same values as attention_units, whatever nt. Scratch: `p`, H * K scores, and
- * `totals`, H floats, shared by the team. Returns -1 (after meeting the team twice, as
- * every thread must) when out of memory. */
-ALWAYS_INLINE int attention_row_split(const Attention *a, float *p, float *totals, Barrier *bar, int t, int nt,
-                                      ScoresFn scores, ValuesFn values, ExpFn exp_block, MaxFn max_fn, SumFn sum_fn) {
+ * order: the same values as attention_units, whatever nt. Scratch `p`, shared by the team:
+ * ROW_SPLIT_SCRATCH(a) floats, the H * K scores then the H totals. Returns -1 (after meeting the
+ * team twice, as every thread must) when out of memory. */
+#define ROW_SPLIT_SCRATCH(a) ((a)->H * (a)->K + (a)->H)
+ALWAYS_INLINE int attention_row_split(const Attention *a, float *p, Barrier *bar, int t, int nt, ScoresFn scores,
+                                      ValuesFn values, ExpFn exp_block, MaxFn max_fn, SumFn sum_fn) {
     const Py_ssize_t H = a->H, G = H / a->KVH, K = a->K, D = a->D, S = a->S;
+    float *totals = p + H * K;
     int64_t *slots = malloc((size_t)K * sizeof(int64_t));
     float *acc = malloc((size_t)(H * D) * sizeof(float));
     const int ok = slots && acc;
@@ -699,10 +705,8 @@ ALWAYS_INLINE int attention_row_split(const Attention *a, float *p, float *total
     team_wait(bar, nt);
     share(H, t, nt, &r0, &r1);
     for (Py_ssize_t h = r0; h < r1 && n; h++) {
-        float *ph = p + h * K, top = max_fn(ph, n);
-        for (Py_ssize_t c = 0; c < n; c++) ph[c] = ph[c] - top;
-        exp_block(ph, n);
-        totals[h] = sum_fn(ph, n);
+        exp_minus_max(p + h * K, n, max_fn, exp_block);
+        totals[h] = sum_fn(p + h * K, n);
     }
     team_wait(bar, nt);
     const Py_ssize_t parts = D % VALUES_PART ? 1 : D / VALUES_PART;
@@ -735,9 +739,9 @@ ALWAYS_INLINE int attention_row_split(const Attention *a, float *p, float *total
     TARGET static int attention_##SUFFIX(const Attention *a, Py_ssize_t t0, Py_ssize_t t1) {              \
         return attention_units(a, t0, t1, scores_##SUFFIX, values_##SUFFIX, exp_block_##SUFFIX, max_##SUFFIX, sum_##SUFFIX); \
     }                                                                                                      \
-    TARGET static int attention_split_##SUFFIX(const Attention *a, float *p, float *totals, Barrier *bar, int t, int nt) { \
-        return attention_row_split(a, p, totals, bar, t, nt, scores_##SUFFIX, values_##SUFFIX, exp_block_##SUFFIX, \
-                                   max_##SUFFIX, sum_##SUFFIX);                                            \
+    TARGET static int attention_split_##SUFFIX(const Attention *a, float *p, Barrier *bar, int t, int nt) { \
+        return attention_row_split(a, p, bar, t, nt, scores_##SUFFIX, values_##SUFFIX, exp_block_##SUFFIX, max_##SUFFIX, \
+                                   sum_##SUFFIX);                                                          \
     }
 
 static void scores_generic_fn(const float *q0, Py_ssize_t G, Py_ssize_t D, const float *kh, const int64_t *slots,
@@ -762,7 +766,7 @@ typedef void (*RmsFn)(float *, const float *, const float *, float *, Py_ssize_t
 typedef void (*SiluFn)(const float *, float *, Py_ssize_t, Py_ssize_t, Py_ssize_t);
 typedef void (*RotaryFn)(const Rotary *, Py_ssize_t, Py_ssize_t);
 typedef int (*AttentionFn)(const Attention *, Py_ssize_t, Py_ssize_t);
-typedef int (*AttentionSplitFn)(const Attention *, float *, float *, Barrier *, int, int);
+typedef int (*AttentionSplitFn)(const Attention *, float *, Barrier *, int, int);
 
 #if PLD_X86
 static const RmsFn RMS[] = {rms_generic, rms_avx2, rms_avx512};
@@ -974,13 +978,13 @@ static void team_wait(Barrier *b, int n) {
 /* attention_row_split of a one-row step by a team of nt threads of its own (step_ops.attention;
  * layers() runs it in its team). Returns -1 when out of memory. */
 static int attention_row_team(const Attention *a, int nt) {
-    float *p = malloc((size_t)(a->H * a->K + a->H) * sizeof(float));
+    float *p = malloc((size_t)ROW_SPLIT_SCRATCH(a) * sizeof(float));
     if (p == NULL) return -1;
     AttentionSplitFn split = ATTENTION_SPLIT[current_isa];
     Barrier bar = {.spin_ns = SPIN_NS};
     int failed = 0;
     _Pragma("omp parallel num_threads(nt)") {
-        if (split(a, p, p + a->H * a->K, &bar, omp_get_thread_num(), omp_get_num_threads())) {
+        if (split(a, p, &bar, omp_get_thread_num(), omp_get_num_threads())) {
             _Pragma("omp atomic write") failed = 1;
         }
     }
@@ -991,7 +995,7 @@ static int attention_row_team(const Attention *a, int nt) {
 /* What layers() works on; every thread of the team reads it. */
 typedef struct {
     float *h, *x, *qkv, *q, *o, *tmp, *gu, *act;
-    float *scores, *totals;  /* attention_row_split's shared scratch (one-row steps by a team), else NULL */
+    float *split_scratch;    /* attention_row_split's, shared by the team (one-row steps by a team), else NULL */
     const float *cos, *sin;
     const int64_t *pos, *slot, *read, *records, *pools, *row_at;
     const uint8_t *mask;
@@ -1039,8 +1043,8 @@ static int layers_part(const Layers *a, Barrier *bar, int t, int nt) {
         Attention aa = {.q = a->q, .k = pk, .v = pv, .read = a->read, .mask = a->mask, .o = a->o, .row_at = a->row_at,
                         .R = rows, .B = a->B, .Q = a->Q, .H = a->H, .KVH = a->KVH, .D = a->D, .K = a->K, .S = a->S,
                         .start = a->start, .scale = a->scale};
-        if (a->scores) { /* one row, a team: every thread part of every head (it meets the team twice inside) */
-            if (split(&aa, a->scores, a->totals, bar, t, nt)) failed = 1;
+        if (a->split_scratch) { /* one row, a team: every thread part of every head (it meets the team twice inside) */
+            if (split(&aa, a->split_scratch, bar, t, nt)) failed = 1;
         } else {
             share(rows * a->H, t, nt, &r0, &r1);
             if (r0 < r1 && attention(&aa, r0, r1)) failed = 1; /* the team goes on to the end, so no thread waits alone */
@@ -1104,7 +1108,7 @@ static PyObject *py_layers(PyObject *self, PyObject *const *args, Py_ssize_t nar
 #endif
     const int split = rows == 1 && team > 1; /* attention_row_split, with its scratch */
     size_t floats = (size_t)rows * (size_t)(2 * hidden + a.width + 2 * a.H * a.D + 3 * a.inter);
-    if (split) floats += (size_t)(a.H * a.K + a.H);
+    if (split) floats += (size_t)ROW_SPLIT_SCRATCH(&a);
     a.x = malloc(floats * sizeof(float));
     if (a.x == NULL) return PyErr_NoMemory();
     a.qkv = a.x + rows * hidden;
@@ -1113,10 +1117,7 @@ static PyObject *py_layers(PyObject *self, PyObject *const *args, Py_ssize_t nar
     a.tmp = a.o + rows * a.H * a.D;
     a.gu = a.tmp + rows * hidden;
     a.act = a.gu + rows * 2 * a.inter;
-    if (split) {
-        a.scores = a.act + rows * a.inter;
-        a.totals = a.scores + a.H * a.K;
-    }
+    if (split) a.split_scratch = a.act + rows * a.inter;
     static int calls, short_spins; /* the budget's state (see Barrier); read and written under the GIL */
     int probe = !short_spins || calls++ % PROBE_EVERY == 0;
     Barrier bar = {.spin_ns = probe ? SPIN_NS : SHORT_SPIN_NS};
