@@ -27,6 +27,15 @@ With ``--num_code N`` (default 3; 0 skips it), each thread count also generates
 (``[k, n] = [10, 2]``, the cost-aware draft policy), the two alternating per prompt,
 without block reuse (so every run pays its prompt): tok/s of each, prompt included.
 
+With ``--against DIR [DIR ...]`` (other engines of the same model, e.g. its int8 and int4
+builds), each thread count also times plain steps of those engines and of ``--engine_dir``
+alternately in this one process, a step of each in turn (the order reversed every other
+round), ``--steps`` of each, each at the same context. Ratios of engines run minutes apart
+follow whatever else the host's memory serves meanwhile; steps taken side by side see the
+same moment. Reported per engine: its median plain ms, and its speed over ``--engine_dir``
+as the median of the per-round ratios (``--engine_dir``'s step / its step), wall and
+process CPU time.
+
 With ``--profile`` (at the first thread count) it also splits the plain and 11-row steps, in
 process CPU ms: the decoder layers (on the CPU in float32, one C call:
 ``step_ops.layers``, products, attention and norms together), the LM head, and the rest
@@ -124,11 +133,12 @@ def verify_only(batch: Any, tree: Any, sampling: Any) -> list[int]:
 
 def step_times(fns: dict[str, Callable[[], Any]], rounds: int) -> dict[str, list[tuple[float, float]]]:
     """(wall, process CPU) seconds of each function, called alternately ``rounds`` times (one
-    after the other within a round, so machine load hits all alike). At one thread the
-    CPU time leaves out the time the thread waited for a core: steadier on a busy machine."""
+    after the other within a round, in reverse order every other round, so machine load and
+    the caches each left behind hit all alike). At one thread the CPU time leaves out the
+    time the thread waited for a core: steadier on a busy machine."""
     out: dict[str, list[tuple[float, float]]] = {k: [] for k in fns}
-    for _ in range(rounds):
-        for k, fn in fns.items():
+    for r in range(rounds):
+        for k, fn in (fns.items() if r % 2 == 0 else reversed(fns.items())):
             t, c = time.perf_counter(), time.process_time()
             fn()
             out[k].append((time.perf_counter() - t, time.process_time() - c))
@@ -174,6 +184,20 @@ def profile_steps(fns: dict[str, Callable[[], Any]], model: Any, steps: int) -> 
             out[name]["op_by_op_ms"] = statistics.median(c for _, c in times) * 1e3
     finally:
         model.layer_records = records
+    return out
+
+
+def paired_speeds(times: dict[str, list[tuple[float, float]]], base: str) -> dict[str, dict[str, float]]:
+    """Per engine other than ``base``: its median plain ms (wall) and its speed over ``base``
+    as the median over rounds of ``base``'s time / its time in the same round (wall and
+    process CPU), from :func:`step_times` of the engines' steps side by side."""
+    out = {}
+    for name, t in times.items():
+        if name == base:
+            continue
+        out[name] = {"plain_ms": statistics.median(w for w, _ in t) * 1e3,
+                     "speed_over_base": statistics.median(b[0] / x[0] for b, x in zip(times[base], t)),
+                     "speed_over_base_cpu": statistics.median(b[1] / x[1] for b, x in zip(times[base], t))}
     return out
 
 
@@ -232,6 +256,8 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--prefill_rounds", type=int, default=3, help="timed prefills of the context per thread count (0: skip)")
     p.add_argument("--num_code", type=int, default=3, help="code-edit prompts generated plainly and with V2 (0: skip)")
     p.add_argument("--max_new_tokens", type=int, default=96, help="new tokens per generated prompt")
+    p.add_argument("--against", nargs="+", default=[], metavar="DIR",
+                   help="other engines whose plain steps alternate with --engine_dir's in this process (their speed over it)")
     p.add_argument("--profile", action="store_true", help="also split the steps at the first thread count (layers, LM head, rest; op by op)")
     p.add_argument("--output_json", default=None, help="write the results here as JSON (default: print only)")
     return p
@@ -275,6 +301,14 @@ def main(argv: list[str] | None = None) -> int:
           f"{header['cpus']} CPUs; torch {header['torch']}")
     print(f"engine: {args.engine_dir}; weights read per plain step {weight_bytes / 1e6:.1f} MB "
           f"(+ {kv_bytes / 1e6:.1f} MB of K/V at {len(prompt)} tokens, not counted)")
+    others: dict[str, Callable[[], Any]] = {}
+    other_batches = []
+    for other_dir in args.against:  # each at the same context, stepping on its own runner
+        other_batch = load_runner(other_dir, device="cpu").open([prompt])
+        other_batch.step([0], [[]], -1, greedy)
+        other_batches.append(other_batch)
+        print(f"against: {other_dir}; weights read per plain step {step_weight_bytes(other_dir) / 1e6:.1f} MB")
+        others[str(other_dir)] = lambda b=other_batch: b.step([0], [[]], -1, greedy)  # noqa: E731
     no_reuse = runner_without_reuse(runner) if args.prefill_rounds else None
     results: dict[str, Any] = {"header": header, "engine_dir": str(args.engine_dir), "context": len(prompt),
                                "weight_bytes_per_step": weight_bytes, "kv_bytes_at_context": kv_bytes,
@@ -311,6 +345,13 @@ def main(argv: list[str] | None = None) -> int:
             line += f" {row['plain_tok_s']:9.1f} {row['v2_tok_s']:7.1f}"
         results["by_threads"][str(n)] = row
         print(line, flush=True)
+        if others:
+            for fn in others.values():  # warm-up at this thread count
+                fn()
+            row["against"] = paired_speeds(step_times({"base": plain, **others}, args.steps), "base")
+            for name, r in row["against"].items():
+                print(f"{'':>7} side by side: {name}: plain {r['plain_ms']:.1f} ms, speed over --engine_dir "
+                      f"{r['speed_over_base']:.2f} (process CPU {r['speed_over_base_cpu']:.2f})", flush=True)
     print("targets: rate/limit >= 0.75, 11-row/1-row <= 2.5; medians of wall ms, and of process CPU ms (cpu)"
           + ("; gen: tok/s of whole generations (prompt included)" if gen_prompts else ""))
     if args.profile:
@@ -322,6 +363,8 @@ def main(argv: list[str] | None = None) -> int:
         for name, p in prof.items():
             print(f"{name:>8} {p['layers_ms']:7.1f} {p['lm_head_ms']:7.1f} {p['rest_ms']:6.1f} {p['op_by_op_ms']:8.1f}")
     batch.close()
+    for other_batch in other_batches:
+        other_batch.close()
     if args.output_json:
         atomic_write_json(args.output_json, results)
         print(f"wrote {args.output_json}")

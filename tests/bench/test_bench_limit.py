@@ -12,7 +12,7 @@ def bench_limit():
     return load_bench("bench_limit")
 
 
-def test_tiny_run_writes_steps_and_prefill(bench_limit, tiny_engine_dir, tmp_path):
+def test_tiny_run_writes_steps_prefill_and_side_by_side_speeds(bench_limit, tiny_engine_dir, tmp_path):
     import torch
 
     out = tmp_path / "limit.json"
@@ -20,12 +20,14 @@ def test_tiny_run_writes_steps_and_prefill(bench_limit, tiny_engine_dir, tmp_pat
     try:
         code = bench_limit.main(["--engine_dir", str(tiny_engine_dir), "--threads", "1", "--context", "40", "--steps", "2",
                                  "--matrix_mib", "1", "--repeats", "1", "--num_code", "0", "--prefill_rounds", "2",
-                                 "--output_json", str(out)])
+                                 "--against", str(tiny_engine_dir), "--output_json", str(out)])
     finally:
         torch.set_num_threads(threads)
     assert code == 0
     row = json.loads(out.read_text())["by_threads"]["1"]
     assert row["plain_ms"] > 0 and row["verify11_ms"] > 0 and row["prefill_ms"] > 0
+    side_by_side = row["against"][str(tiny_engine_dir)]  # the engine against itself, steps alternated
+    assert side_by_side["plain_ms"] > 0 and side_by_side["speed_over_base"] > 0 and side_by_side["speed_over_base_cpu"] > 0
 
 
 @pytest.mark.parametrize("argv,message", [
