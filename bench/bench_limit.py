@@ -348,7 +348,7 @@ def main(argv: list[str] | None = None) -> int:
         if others:
             for fn in others.values():  # warm-up at this thread count
                 fn()
-            row["against"] = paired_speeds(step_times({"base": plain, **others}, args.steps), "base")
+            row["against"] = paired_speeds(step_times({"": plain, **others}, args.steps), "")  # "": no engine's name
             for name, r in row["against"].items():
                 print(f"{'':>7} side by side: {name}: plain {r['plain_ms']:.1f} ms, speed over --engine_dir "
                       f"{r['speed_over_base']:.2f} (process CPU {r['speed_over_base_cpu']:.2f})", flush=True)
