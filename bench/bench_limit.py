@@ -187,18 +187,20 @@ def profile_steps(fns: dict[str, Callable[[], Any]], model: Any, steps: int) -> 
     return out
 
 
+def round_ratio(num: list[tuple[float, float]], den: list[tuple[float, float]], i: int = 0) -> float:
+    """The median over rounds of ``num``'s time / ``den``'s time in the same round, from
+    :func:`step_times` (``i``: 0 wall, 1 process CPU)."""
+    return statistics.median(a[i] / b[i] for a, b in zip(num, den))
+
+
 def paired_speeds(times: dict[str, list[tuple[float, float]]], base: str) -> dict[str, dict[str, float]]:
     """Per engine other than ``base``: its median plain ms (wall) and its speed over ``base``
-    as the median over rounds of ``base``'s time / its time in the same round (wall and
-    process CPU), from :func:`step_times` of the engines' steps side by side."""
-    out = {}
-    for name, t in times.items():
-        if name == base:
-            continue
-        out[name] = {"plain_ms": statistics.median(w for w, _ in t) * 1e3,
-                     "speed_over_base": statistics.median(b[0] / x[0] for b, x in zip(times[base], t)),
-                     "speed_over_base_cpu": statistics.median(b[1] / x[1] for b, x in zip(times[base], t))}
-    return out
+    (:func:`round_ratio` of ``base``'s steps over its, wall and process CPU), from
+    :func:`step_times` of the engines' steps side by side."""
+    return {name: {"plain_ms": statistics.median(w for w, _ in t) * 1e3,
+                   "speed_over_base": round_ratio(times[base], t),
+                   "speed_over_base_cpu": round_ratio(times[base], t, 1)}
+            for name, t in times.items() if name != base}
 
 
 def runner_without_reuse(runner: Any) -> Any:
@@ -301,14 +303,12 @@ def main(argv: list[str] | None = None) -> int:
           f"{header['cpus']} CPUs; torch {header['torch']}")
     print(f"engine: {args.engine_dir}; weights read per plain step {weight_bytes / 1e6:.1f} MB "
           f"(+ {kv_bytes / 1e6:.1f} MB of K/V at {len(prompt)} tokens, not counted)")
-    others: dict[str, Callable[[], Any]] = {}
-    other_batches = []
+    other_batches: dict[str, Any] = {}
     for other_dir in args.against:  # each at the same context, stepping on its own runner
-        other_batch = load_runner(other_dir, device="cpu").open([prompt])
-        other_batch.step([0], [[]], -1, greedy)
-        other_batches.append(other_batch)
+        other_batches[str(other_dir)] = load_runner(other_dir, device="cpu").open([prompt])
+        other_batches[str(other_dir)].step([0], [[]], -1, greedy)
         print(f"against: {other_dir}; weights read per plain step {step_weight_bytes(other_dir) / 1e6:.1f} MB")
-        others[str(other_dir)] = lambda b=other_batch: b.step([0], [[]], -1, greedy)  # noqa: E731
+    others = {name: (lambda b=b: b.step([0], [[]], -1, greedy)) for name, b in other_batches.items()}
     no_reuse = runner_without_reuse(runner) if args.prefill_rounds else None
     results: dict[str, Any] = {"header": header, "engine_dir": str(args.engine_dir), "context": len(prompt),
                                "weight_bytes_per_step": weight_bytes, "kv_bytes_at_context": kv_bytes,
@@ -331,7 +331,7 @@ def main(argv: list[str] | None = None) -> int:
         times = step_times({"plain": plain, "verify": verify}, args.steps)
         med = {k: [statistics.median(x[i] for x in v) * 1e3 for i in (0, 1)] for k, v in times.items()}
         (plain_ms, plain_cpu_ms), (verify_ms, verify_cpu_ms) = med["plain"], med["verify"]
-        ratio = statistics.median(v[0] / p[0] for p, v in zip(times["plain"], times["verify"]))
+        ratio = round_ratio(times["verify"], times["plain"])
         row = {"bandwidth_gb_s": bandwidth, "limit_ms": limit_ms, "plain_ms": plain_ms, "plain_tok_s": 1e3 / plain_ms,
                "rate_over_limit": limit_ms / plain_ms, "verify11_ms": verify_ms, "verify11_over_plain": ratio,
                "plain_cpu_ms": plain_cpu_ms, "verify11_cpu_ms": verify_cpu_ms}
@@ -363,7 +363,7 @@ def main(argv: list[str] | None = None) -> int:
         for name, p in prof.items():
             print(f"{name:>8} {p['layers_ms']:7.1f} {p['lm_head_ms']:7.1f} {p['rest_ms']:6.1f} {p['op_by_op_ms']:8.1f}")
     batch.close()
-    for other_batch in other_batches:
+    for other_batch in other_batches.values():
         other_batch.close()
     if args.output_json:
         atomic_write_json(args.output_json, results)
