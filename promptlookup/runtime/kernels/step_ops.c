@@ -677,8 +677,8 @@ ALWAYS_INLINE int attention_units(const Attention *a, Py_ssize_t t0, Py_ssize_t 
     return 0;
 }
 
-/* Attention of a step's one query row (a decoding step: R = 1) by layers()' team of nt
- * threads, in three parts with the team meeting after each: (1) the scores, the row's visible
+/* Attention of a step's one query row (a decoding step: R = 1) by a team of nt threads
+ * (layers()' team, or attention_row_team's for step_ops.attention), in three parts with the team meeting after each: (1) the scores, the row's visible
  * keys split between the threads in runs of 4 (scores' groups), each thread every KV head's
  * heads over its keys; (2) each head's softmax (max, exp, total), the heads split; (3) the
  * values, the head size split in parts of VALUES_PART columns, each thread every head's sums
