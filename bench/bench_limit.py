@@ -34,7 +34,9 @@ round), ``--steps`` of each, each at the same context. Ratios of engines run min
 follow whatever else the host's memory serves meanwhile; steps taken side by side see the
 same moment. Reported per engine: its median plain ms, and its speed over ``--engine_dir``
 as the median of the per-round ratios (``--engine_dir``'s step / its step), wall and
-process CPU time.
+process CPU time. ``--kv_cache_dtype`` sets the KV cache's element type of every engine of
+the run; ``DIR@DTYPE`` that of one engine (so one engine can run beside itself with the
+other cache type).
 
 With ``--profile`` (at the first thread count) it also splits the plain and 11-row steps, in
 process CPU ms: the decoder layers (on the CPU in float32, one C call:
@@ -60,8 +62,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from bench.machine import cpu_model_and_flags  # noqa: E402
 from promptlookup.cli.args import ArgumentParser  # noqa: E402  (before torch: OpenMP policy)
+from promptlookup.defaults import KV_CACHE_DTYPES  # noqa: E402
+from promptlookup.errors import UserError  # noqa: E402
 
 import torch  # noqa: E402
+
+from promptlookup.runtime.options import KvCacheConfig  # noqa: E402
 
 CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "amx_tile", "amx_bf16")
 DRAFT_ROWS = 10  # the verification step feeds 1 + DRAFT_ROWS tokens
@@ -204,11 +210,23 @@ def paired_speeds(times: dict[str, list[tuple[float, float]]], base: str) -> dic
 
 
 def runner_without_reuse(runner: Any) -> Any:
-    """A runner sharing ``runner``'s weights and limits, without block reuse (every prompt paid)."""
+    """A runner sharing ``runner``'s weights, limits and KV cache type, without block reuse
+    (every prompt paid)."""
+    from dataclasses import replace
+
     from promptlookup.runtime.torch_runner import TorchRunner
 
     return TorchRunner(runner.model, runner.limits, tokens_per_block=runner.pool.block_size,
-                       kv_cache_enable_block_reuse=False, step_cost_table=runner.step_cost_table)
+                       kv_cache=replace(runner.kv_cache, enable_block_reuse=False),
+                       step_cost_table=runner.step_cost_table)
+
+
+def engine_and_kv(spec: str, default_kv: str) -> tuple[str, str]:
+    """``--against``'s ``DIR`` or ``DIR@DTYPE`` as (folder, KV cache dtype)."""
+    folder, _, kv = spec.rpartition("@") if "@" in spec else (spec, "", default_kv)
+    if kv not in KV_CACHE_DTYPES:
+        raise UserError(f"--against {spec}: {kv!r} is not a KV cache dtype; choose {', '.join(KV_CACHE_DTYPES)}")
+    return folder, kv
 
 
 def prefill_ms(runner: Any, prompt: list[int], rounds: int) -> float:
@@ -258,8 +276,11 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--prefill_rounds", type=int, default=3, help="timed prefills of the context per thread count (0: skip)")
     p.add_argument("--num_code", type=int, default=3, help="code-edit prompts generated plainly and with V2 (0: skip)")
     p.add_argument("--max_new_tokens", type=int, default=96, help="new tokens per generated prompt")
-    p.add_argument("--against", nargs="+", default=[], metavar="DIR",
-                   help="other engines whose plain steps alternate with --engine_dir's in this process (their speed over it)")
+    p.add_argument("--kv_cache_dtype", choices=KV_CACHE_DTYPES, default="auto",
+                   help="the KV cache's element type for --engine_dir and, unless named, --against's engines")
+    p.add_argument("--against", nargs="+", default=[], metavar="DIR[@DTYPE]",
+                   help="other engines whose plain steps alternate with --engine_dir's in this process (their speed "
+                        "over it); @DTYPE: that engine's KV cache dtype (an engine may appear twice)")
     p.add_argument("--profile", action="store_true", help="also split the steps at the first thread count (layers, LM head, rest; op by op)")
     p.add_argument("--output_json", default=None, help="write the results here as JSON (default: print only)")
     return p
@@ -287,11 +308,12 @@ def main(argv: list[str] | None = None) -> int:
     tokenizer = load_tokenizer(args.engine_dir)
     prompt = context_prompt(tokenizer, args.context)
     configure_threads(args.threads[0])
-    runner = load_runner(args.engine_dir, device="cpu")
+    against = [engine_and_kv(spec, args.kv_cache_dtype) for spec in args.against]
+    runner = load_runner(args.engine_dir, device="cpu", kv_cache=KvCacheConfig(dtype=args.kv_cache_dtype))
     if runner.model.dtype != torch.float32:
         print(f"note: a {runner.model.dtype} engine; the probe reads fp32")
     cfg = runner.model.config
-    kv_bytes = 2 * cfg.num_hidden_layers * runner.model.kv_size * runner.model.dtype.itemsize * len(prompt)
+    kv_bytes = 2 * cfg.num_hidden_layers * runner.model.kv_size * runner.pool.dtype.itemsize * len(prompt)
     greedy = SamplingConfig()
     batch = runner.open([prompt])
     batch.step([0], [[]], -1, greedy)  # the prompt's forward pass
@@ -302,15 +324,18 @@ def main(argv: list[str] | None = None) -> int:
     print(f"CPU: {header['cpu']}; flags: {' '.join(header['flags']) or 'none of ' + ','.join(CPU_FLAGS)}; "
           f"{header['cpus']} CPUs; torch {header['torch']}")
     print(f"engine: {args.engine_dir}; weights read per plain step {weight_bytes / 1e6:.1f} MB "
-          f"(+ {kv_bytes / 1e6:.1f} MB of K/V at {len(prompt)} tokens, not counted)")
+          f"(+ {kv_bytes / 1e6:.1f} MB of {runner.pool.dtype} K/V at {len(prompt)} tokens, not counted)")
     other_batches: dict[str, Any] = {}
-    for other_dir in args.against:  # each at the same context, stepping on its own runner
-        other_batches[str(other_dir)] = load_runner(other_dir, device="cpu").open([prompt])
-        other_batches[str(other_dir)].step([0], [[]], -1, greedy)
-        print(f"against: {other_dir}; weights read per plain step {step_weight_bytes(other_dir) / 1e6:.1f} MB")
+    for spec, (other_dir, kv) in zip(args.against, against):  # each at the same context, stepping on its own runner
+        other = load_runner(other_dir, device="cpu", kv_cache=KvCacheConfig(dtype=kv))
+        other_batches[spec] = other.open([prompt])
+        other_batches[spec].step([0], [[]], -1, greedy)
+        print(f"against: {spec}; weights read per plain step {step_weight_bytes(other_dir) / 1e6:.1f} MB; "
+              f"{other.pool.dtype} K/V")
     others = {name: (lambda b=b: b.step([0], [[]], -1, greedy)) for name, b in other_batches.items()}
     no_reuse = runner_without_reuse(runner) if args.prefill_rounds else None
     results: dict[str, Any] = {"header": header, "engine_dir": str(args.engine_dir), "context": len(prompt),
+                               "kv_cache_dtype": str(runner.pool.dtype).removeprefix("torch."),
                                "weight_bytes_per_step": weight_bytes, "kv_bytes_at_context": kv_bytes,
                                "by_threads": {}}
     gen_prompts = []

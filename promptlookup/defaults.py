@@ -52,6 +52,14 @@ DEFAULT_CPU_WEIGHT_COPIES = 1
 # (promptlookup.runtime.compiled). Off by default: on the CPU the eager path measured faster
 # (docs/benchmarks.md, "Compiled forward on the CPU"), and each step shape costs a compile.
 COMPILE_MODES = ("off", "inductor")
+
+# The KV cache's element type (KvCacheConfig.dtype, --kv_cache_dtype; TensorRT-LLM's names):
+# "auto" stores K/V in the engine's own dtype; "float16" halves a float32 engine's cache (the
+# bytes each decoding step's attention reads, and the memory a context takes), with K/V
+# rounded to float16 as written (promptlookup.runtime.kv_cache). "auto" by default: the
+# outputs of a float32 engine then stay those of float32 attention.
+KV_CACHE_DTYPES = ("auto", "float32", "float16", "bfloat16")
+DEFAULT_KV_CACHE_DTYPE = "auto"
 DEFAULT_COMPILE_MODE = "off"
 
 # Drafting state that lives for the whole process is bounded, least recently used first

@@ -48,6 +48,9 @@ def refuse_unmapped(*, draft_length_policy: str, draft_token_budget: int | None,
     if draft_length_policy != "full":
         raise UserError(f"draft_length_policy {draft_length_policy!r}: TensorRT-LLM verifies every draft in full; "
                         "pass 'full' or use backend='torch'")
+    if kv.dtype != "auto":
+        raise UserError(f"KvCacheConfig(dtype={kv.dtype!r}): the TensorRT-LLM path keeps its engine's KV cache type "
+                        "here; drop it or use backend='torch'")
     if not kv.enable_block_reuse:
         raise UserError("KvCacheConfig(enable_block_reuse=False): the TensorRT-LLM path always reuses KV blocks "
                         "(prompt lookup needs it); drop it or use backend='torch'")

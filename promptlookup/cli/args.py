@@ -18,10 +18,12 @@ from ..defaults import (
     DEFAULT_IS_KEEP_ALL,
     DEFAULT_IS_PUBLIC_POOL,
     DEFAULT_IS_USE_OLDEST,
+    DEFAULT_KV_CACHE_DTYPE,
     DEFAULT_KV_CACHE_ENABLE_BLOCK_REUSE,
     DEFAULT_MIN_MATCHING_NGRAM_SIZE,
     DEFAULT_WORKFLOW,
     DRAFT_LENGTH_POLICIES,
+    KV_CACHE_DTYPES,
     WORKFLOWS,
 )
 from ..errors import UserError
@@ -185,6 +187,15 @@ def add_kv_fraction_argument(group: Any) -> None:
                             "max_batch_size x max_seq_len tokens (TensorRT-LLM engines: TensorRT-LLM's own sizing)")
 
 
+def add_kv_dtype_argument(group: Any) -> None:
+    """``--kv_cache_dtype`` (quickstart_advanced.py's flag, TensorRT-LLM's KvCacheConfig.dtype):
+    the KV cache's element type (:data:`promptlookup.defaults.KV_CACHE_DTYPES`)."""
+    group.add_argument("--kv_cache_dtype", choices=KV_CACHE_DTYPES, default=DEFAULT_KV_CACHE_DTYPE,
+                       help="PyTorch engines: the KV cache's element type. auto (default): the engine's dtype; float16 "
+                            "halves a float32 engine's cache and the bytes each step's attention reads (K/V rounded "
+                            "to float16 as written; greedy speculative output still equals plain output on it)")
+
+
 def add_common_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Flags shared by run.py and summarize.py (TensorRT-LLM's names where they exist)."""
     from ..drafting.base import DRAFT_MODES, POOL_RULES
@@ -196,6 +207,7 @@ def add_common_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    help="KV cache capacity in tokens; default: twice max_batch_size full sequences (PyTorch engines), "
                         "TensorRT-LLM's own sizing (TensorRT-LLM)")
     add_kv_fraction_argument(g)
+    add_kv_dtype_argument(g)
     g.add_argument("--enable_chunked_context", action="store_true",
                    help="TensorRT-LLM: process long prompts in chunks (V1: ModelRunnerCpp's enable_chunked_context; "
                         "V2: the LLM API's enable_chunked_prefill)")
@@ -351,15 +363,16 @@ def runtime_from_args(args: argparse.Namespace):
 
 
 def kv_cache_from_args(args: argparse.Namespace):
-    """``--kv_cache_enable_block_reuse``, ``--max_tokens_in_paged_kv_cache`` and
-    ``--kv_cache_free_gpu_memory_fraction`` (refused outside (0, 1], by its flag's name) as
-    one :class:`~promptlookup.runtime.options.KvCacheConfig`."""
+    """``--kv_cache_enable_block_reuse``, ``--max_tokens_in_paged_kv_cache``,
+    ``--kv_cache_free_gpu_memory_fraction`` (refused outside (0, 1], by its flag's name) and
+    ``--kv_cache_dtype`` as one :class:`~promptlookup.runtime.options.KvCacheConfig`."""
     from ..runtime.options import KvCacheConfig, require_fraction
 
     fraction = args.kv_cache_free_gpu_memory_fraction
     if fraction is not None:
         require_fraction("--kv_cache_free_gpu_memory_fraction", fraction)
-    return KvCacheConfig(args.kv_cache_enable_block_reuse, args.max_tokens_in_paged_kv_cache, fraction)
+    return KvCacheConfig(args.kv_cache_enable_block_reuse, args.max_tokens_in_paged_kv_cache, fraction,
+                         args.kv_cache_dtype)
 
 
 def sampling_from_args(args: argparse.Namespace, given: Collection[str] = frozenset()):

@@ -24,8 +24,8 @@ from typing import Any
 from ..defaults import DEFAULT_LOOKAHEAD, DEFAULT_MAX_MATCHING_NGRAM_SIZE, DEFAULT_MIN_MATCHING_NGRAM_SIZE
 from ..errors import UserError
 from ..runtime.options import require_fraction
-from .args import (ArgumentParser, add_block_reuse_argument, add_num_threads_argument, add_pool_options,
-                   refuse_filters_when_greedy)
+from .args import (ArgumentParser, add_block_reuse_argument, add_kv_dtype_argument, add_num_threads_argument,
+                   add_pool_options, refuse_filters_when_greedy)
 
 DEFAULT_PROMPTS = [
     "Hello, my name is",
@@ -67,6 +67,7 @@ def build_parser() -> ArgumentParser:
                         "cudaMemGetInfo; CPU: MemAvailable) that the KV cache takes (default: none, not TensorRT-LLM's "
                         "0.9: on a CPU that would commit most of the RAM; the KV cache then holds 2 x max_batch_size "
                         "x max_seq_len tokens)")
+    add_kv_dtype_argument(g)
     g = p.add_argument_group("sampling")
     g.add_argument("--max_tokens", type=int, default=64, help="new tokens per prompt at most")
     g.add_argument("--temperature", type=float, default=0.0,
@@ -220,8 +221,8 @@ def main(argv: list[str] | None = None) -> int:
         raise UserError("--prompt must not be empty")
     reuse = args.kv_cache_enable_block_reuse and not args.disable_kv_cache_reuse
     with LLM(model, speculative_config=spec, cache_dir=args.cache_dir, device=args.device, build=build,
-             kv_cache_config=KvCacheConfig(enable_block_reuse=reuse,
-                                           free_gpu_memory_fraction=args.kv_cache_fraction)) as llm:
+             kv_cache_config=KvCacheConfig(enable_block_reuse=reuse, free_gpu_memory_fraction=args.kv_cache_fraction,
+                                           dtype=args.kv_cache_dtype)) as llm:
         if args.apply_chat_template:
             from ..text import has_chat_template
 

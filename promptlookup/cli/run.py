@@ -136,7 +136,8 @@ def _run(args: Any, given: Any, begun: float) -> int:
              "TensorRT-LLM" if where["dtype"] is None else where["device"], where["dtype"] or "engine dtype")
     pool = getattr(runner, "pool", None)  # a PyTorch engine's KV pool, sized on load
     if pool is not None:
-        log.info("KV cache: %d tokens, %.1f MiB", pool.tokens, pool.nbytes / 2**20)
+        log.info("KV cache: %d tokens, %s, %.1f MiB", pool.tokens, str(pool.dtype).removeprefix("torch."),
+                 pool.nbytes / 2**20)
     if where["dtype"] is not None:
         import torch
 
@@ -244,6 +245,7 @@ def _run(args: Any, given: Any, begun: float) -> int:
                     "cuda_graphs": where["cuda_graphs"],
                     "cpu_weight_copies": args.cpu_weight_copies,
                     "torch_compile": args.torch_compile,
+                    "kv_cache_dtype": str(pool.dtype).removeprefix("torch.") if pool is not None else None,
                     **weights_of(engine_cfg.pretrained),
                     "drafter_implementation": drafter.classes.implementation if drafter else None,
                 },

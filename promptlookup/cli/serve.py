@@ -15,8 +15,8 @@ from ..defaults import (DEFAULT_DRAFT_LENGTH_POLICY, DEFAULT_DRAFTER_MODE, DEFAU
                         DRAFT_LENGTH_POLICIES)
 from ..drafting.base import DRAFT_MODES
 from ..errors import UserError
-from .args import (ArgumentParser, add_block_reuse_argument, add_kv_fraction_argument, add_num_threads_argument,
-                   add_pool_limit_options, add_pool_options, finite_float, kv_cache_from_args,
+from .args import (ArgumentParser, add_block_reuse_argument, add_kv_dtype_argument, add_kv_fraction_argument,
+                   add_num_threads_argument, add_pool_limit_options, add_pool_options, finite_float, kv_cache_from_args,
                    parse_prompt_lookup_config, require_lookup_config)
 
 API_KEY_ENV = "PROMPTLOOKUP_API_KEY"  # --api_key's default (as vLLM's VLLM_API_KEY)
@@ -56,6 +56,7 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--max_tokens_in_paged_kv_cache", type=int, default=None,
                    help="KV cache budget in tokens (default: 2 x max_batch_size x max_seq_len)")
     add_kv_fraction_argument(p)
+    add_kv_dtype_argument(p)
     p.add_argument("--device", default=None, help="auto (default), cpu, cuda or cuda:N")
     add_num_threads_argument(p)
     p.add_argument("--api_key", default=None,

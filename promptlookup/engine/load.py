@@ -91,6 +91,9 @@ def load_runner(
         if runtime.cuda_graph_mode is not None:
             raise UserError("--cuda_graph_mode/--no-cuda_graph_mode apply to PyTorch engines here; "
                             "drop the flag for a TensorRT-LLM engine")
+        if kv_cache.dtype != "auto":
+            raise UserError(f"--kv_cache_dtype {kv_cache.dtype} applies to PyTorch engines; a TensorRT-LLM engine's KV "
+                            "cache type is fixed when it is built; drop it")
         from ..runtime.trtllm import TrtllmRunner, trtllm_unavailable_reason
         from .trtllm_config import read_trtllm_engine_config
 

@@ -153,6 +153,11 @@ class KVPool:
         return (self.num_blocks - 1) * self.block_size
 
     @property
+    def dtype(self) -> torch.dtype:
+        """The K/V element type (``KvCacheConfig.dtype`` resolved)."""
+        return self.k[0].dtype
+
+    @property
     def nbytes(self) -> int:
         """Bytes of the K and V tensors (the whole pool)."""
         return sum(t.numel() * t.element_size() for t in (*self.k, *self.v))

@@ -1,8 +1,9 @@
 """The runtime's options as two config objects, passed whole from the CLI and the API to
 ``engine.load_runner`` (instead of loose keywords threaded through every layer):
 
-- :class:`KvCacheConfig` (TensorRT-LLM's LLM API name): prefix block reuse and the paged
-  KV budget, in tokens and/or as a fraction of the memory free after the weights load;
+- :class:`KvCacheConfig` (TensorRT-LLM's LLM API name): prefix block reuse, the paged
+  KV budget, in tokens and/or as a fraction of the memory free after the weights load, and
+  the cache's element type;
 - :class:`RuntimeConfig`: where and how an engine computes (device, CUDA graphs,
   compiled steps, the CPU weight layout, CPU threads).
 
@@ -15,10 +16,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+from typing import TYPE_CHECKING
+
 from ..defaults import (COMPILE_MODES, CPU_WEIGHT_COPIES, DEFAULT_COMPILE_MODE, DEFAULT_CPU_WEIGHT_COPIES,
-                        DEFAULT_KV_CACHE_ENABLE_BLOCK_REUSE)
+                        DEFAULT_KV_CACHE_DTYPE, DEFAULT_KV_CACHE_ENABLE_BLOCK_REUSE, KV_CACHE_DTYPES)
 from ..errors import UserError
 from ..threads import configure_threads, resolve_num_threads
+
+if TYPE_CHECKING:
+    import torch
 
 
 def require_int(name: str, value: object, minimum: int) -> None:
@@ -50,18 +56,35 @@ class KvCacheConfig:
     (:func:`~.kv_cache.pool_blocks`); with ``max_tokens`` too, the smaller wins. Neither:
     2 x max_batch_size x max_seq_len tokens. The default is not TensorRT-LLM's 0.9: on a
     CPU that would commit most of the machine's RAM (the server commits its pool at
-    start-up), and a token budget the engine's limits fit is enough for them."""
+    start-up), and a token budget the engine's limits fit is enough for them.
+
+    ``dtype`` (TensorRT-LLM's field, ``--kv_cache_dtype``): ``"auto"`` (the engine's dtype),
+    ``"float32"``, ``"float16"`` or ``"bfloat16"``. K and V are rounded to it as written and
+    widened back to the engine's dtype as read, so a row's attention reads the same values
+    whichever step (plain, draft verification, tree) wrote them: greedy speculative output
+    still equals plain greedy output on the same cache. Which routes take which types is
+    checked on load (:meth:`kv_dtype_for`)."""
 
     enable_block_reuse: bool = DEFAULT_KV_CACHE_ENABLE_BLOCK_REUSE
     max_tokens: int | None = None
     free_gpu_memory_fraction: float | None = None
+    dtype: str = DEFAULT_KV_CACHE_DTYPE
 
     def __post_init__(self) -> None:
         require_bool("enable_block_reuse", self.enable_block_reuse)
+        if self.dtype not in KV_CACHE_DTYPES:
+            raise UserError(f"KV cache dtype {self.dtype!r} (--kv_cache_dtype) is not one this runtime stores; choose "
+                            f"{', '.join(KV_CACHE_DTYPES)}")
         if self.max_tokens is not None:
             require_int("max_tokens", self.max_tokens, 1)
         if self.free_gpu_memory_fraction is not None:
             require_fraction("free_gpu_memory_fraction", self.free_gpu_memory_fraction)
+
+    def kv_dtype_for(self, model_dtype: torch.dtype) -> torch.dtype:
+        """The pool's element type for an engine computing in ``model_dtype``."""
+        import torch
+
+        return model_dtype if self.dtype == "auto" else getattr(torch, self.dtype)
 
 
 @dataclass(frozen=True)
@@ -126,6 +149,7 @@ def with_options(
     kv_cache_enable_block_reuse: bool | None = None,
     max_tokens_in_paged_kv_cache: int | None = None,
     kv_cache_free_gpu_memory_fraction: float | None = None,
+    kv_cache_dtype: str | None = None,
 ) -> tuple[RuntimeConfig, KvCacheConfig]:
     """The two config objects, with any single option given as a keyword (``run.py``'s flag
     names; ``None``: the object's value) folded in: the one place loose options become
@@ -135,5 +159,5 @@ def with_options(
                  compile_mode=compile_mode)
     runtime = replace(runtime, **{k: v for k, v in loose.items() if v is not None})
     kv = dict(enable_block_reuse=kv_cache_enable_block_reuse, max_tokens=max_tokens_in_paged_kv_cache,
-              free_gpu_memory_fraction=kv_cache_free_gpu_memory_fraction)
+              free_gpu_memory_fraction=kv_cache_free_gpu_memory_fraction, dtype=kv_cache_dtype)
     return runtime, replace(kv_cache, **{k: v for k, v in kv.items() if v is not None})

@@ -357,8 +357,8 @@ class PagedLlama(nn.Module):
                              cos.view(B, Q, 1, D).transpose(1, 2), sin.view(B, Q, 1, D).transpose(1, 2))
             k = apply_rotary(qkv[:, self.q_size : self.q_size + self.kv_size].view(rows, KVH, D), cos, sin)
         v = qkv[:, self.q_size + self.kv_size :].view(rows, KVH, D)
-        pool_k.index_copy_(1, write, k.transpose(0, 1))
-        pool_v.index_copy_(1, write, v.transpose(0, 1))
+        pool_k.index_copy_(1, write, k.transpose(0, 1).to(pool_k.dtype))  # rounded where the cache's type is narrower
+        pool_v.index_copy_(1, write, v.transpose(0, 1).to(pool_v.dtype))
         o = self._attend(q, pool_k, pool_v, layout)
         h = h + layer.o_proj(o.transpose(1, 2).reshape(rows, H * D))
         gate, up = layer.gate_up(torch.rms_norm(h, self.norm_shape, layer.post_norm, self.eps)).split(
@@ -384,8 +384,9 @@ class PagedLlama(nn.Module):
             flat = layout.read_slots.reshape(-1)
             keys = pk.index_select(1, flat).view(KVH, B, layout.kv_len, D).transpose(0, 1)
             values = pv.index_select(1, flat).view(KVH, B, layout.kv_len, D).transpose(0, 1)
-        return F.scaled_dot_product_attention(
-            q, keys, values, attn_mask=layout.mask, scale=self.scaling, enable_gqa=KVH != self.num_heads
+        return F.scaled_dot_product_attention(  # K/V widened (or narrowed) to q's type where the cache's differs
+            q, keys.to(q.dtype), values.to(q.dtype), attn_mask=layout.mask, scale=self.scaling,
+            enable_gqa=KVH != self.num_heads
         )
 
 

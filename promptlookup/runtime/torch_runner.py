@@ -33,6 +33,7 @@ from .base import EngineLimits, GenerationOutput, RunnerCapabilities, RunnerStat
 from .batch_costs import BatchStepCosts
 from .compiled import CompiledForward
 from .cuda_graphs import CudaGraphs, StepBuckets
+from .kernels import step_ops
 from .kv_cache import SCRATCH_BLOCK, BlockManager, KVPool, SequenceBlocks, pool_blocks
 from .logits_processors import apply_logits_processors, row_prefixes
 from .logprobs import TokenLogprob, along_path, fetch_step_with_logprobs
@@ -305,16 +306,18 @@ class TorchRunner:
             model, cpu_weight_copies=runtime.cpu_weight_copies, dense_projections=compiled)
         self.limits = limits
         cfg = self.model.config
+        kv_dtype = kv_cache.kv_dtype_for(self.model.dtype)
+        self._check_kv_dtype(kv_dtype, compiled, cuda_graph_mode)
         num_blocks = pool_blocks(kv_cache, limits.max_batch_size, limits.max_seq_len, tokens_per_block,  # after weights
                                  KVPool.bytes_per_token(cfg.num_hidden_layers, self.model.num_kv_heads,
-                                                        self.model.head_dim, self.model.dtype), self.model.device)
+                                                        self.model.head_dim, kv_dtype), self.model.device)
         self.pool = KVPool(
             cfg.num_hidden_layers,
             self.model.num_kv_heads,
             self.model.head_dim,
             tokens_per_block,
             num_blocks,
-            dtype=self.model.dtype,
+            dtype=kv_dtype,
             device=self.model.device,
             zeroed=compiled,  # the compiled forward's attention reads whole blocks in place
         )
@@ -341,6 +344,26 @@ class TorchRunner:
         if on_cuda and cuda_graph_mode is not False:
             self.graphs = CudaGraphs(self.model, self.pool, buckets,
                                      self.compiled.padded_forward if self.compiled is not None else None)
+
+    def _check_kv_dtype(self, kv_dtype: torch.dtype, compiled: bool, cuda_graph_mode: bool | None) -> None:
+        """Refuse, in one line, a KV cache type (``KvCacheConfig.dtype``) other than the
+        engine's where the step would not read it: the compiled step and the CUDA graphs read
+        the pool in place in the engine's dtype, and the C route of a float32 CPU engine
+        stores float32 or float16 (:mod:`.kernels.step_ops`). The eager PyTorch route takes
+        any (K/V cast as written and as read)."""
+        model_dtype = self.model.dtype
+        if kv_dtype == model_dtype:
+            return
+        name, engine = str(kv_dtype).removeprefix("torch."), str(model_dtype).removeprefix("torch.")
+        flag = f"--kv_cache_dtype {name} (KvCacheConfig.dtype) on a {engine} engine"
+        if compiled:
+            raise UserError(f"{flag}: --torch_compile inductor reads the KV cache in the engine's dtype; drop one of "
+                            "them (or pass --kv_cache_dtype auto)")
+        if self.model.device.type == "cuda" and cuda_graph_mode is not False:
+            raise UserError(f"{flag}: the CUDA graphs read the KV cache in the engine's dtype; pass "
+                            "--no-cuda_graph_mode, or --kv_cache_dtype auto")
+        if self.model.uses_step_ops and kv_dtype not in step_ops.KV_DTYPES:
+            raise UserError(f"{flag}: the CPU kernels store K/V as float32 or float16; choose --kv_cache_dtype float16")
 
     def _check_dtype_runs(self) -> None:
         """Refuse, in one line and before any request, a half-precision model that this

@@ -195,3 +195,15 @@ def test_bad_device_is_one_line_and_exit_2(tiny_engine_dir):
         r = run_cli("--engine_dir", str(tiny_engine_dir), "--input_text", TEXT, "--device", "cpu", "--cuda_graph_mode")
         assert r.returncode == 2 and "--cuda_graph_mode needs the model on a CUDA device" in r.stderr
         assert "Traceback" not in r.stderr
+
+
+def test_a_float16_kv_cache_is_recorded_and_lookup_output_equals_plain_output_on_it(tiny_engine_dir, tmp_path):
+    """``--kv_cache_dtype float16`` (quickstart_advanced.py's flag): the pool halves, the JSON
+    records it, and prompt lookup's output equals plain decoding's on the same cache."""
+    args = ("--input_text", TEXT, "--input_text", "a b a b a b", "--device", "cpu", "--kv_cache_dtype", "float16")
+    plain = run_json(tiny_engine_dir, tmp_path, *args)
+    spec = run_json(tiny_engine_dir, tmp_path, *args, "--prompt_lookup_config", "[6,2,[0]]")
+    assert plain["config"]["kv_cache_dtype"] == spec["config"]["kv_cache_dtype"] == "float16"
+    assert [s["output_ids"] for s in spec["sequences"]] == [s["output_ids"] for s in plain["sequences"]]
+    assert run_json(tiny_engine_dir, tmp_path, "--input_text", TEXT, "--device", "cpu")["config"]["kv_cache_dtype"] \
+        == "float32"

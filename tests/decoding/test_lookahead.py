@@ -1,4 +1,5 @@
 """Lookahead decoding: the paper's mask, the window and pool rules, and exact output."""
+import functools
 import random
 
 import pytest
@@ -17,6 +18,7 @@ from promptlookup.decoding.lookahead import (
 from promptlookup.drafting.base import DraftConfig
 from promptlookup.errors import UserError
 from promptlookup.runtime.base import EngineLimits
+from promptlookup.runtime.options import KvCacheConfig
 from promptlookup.runtime.torch_runner import TorchRunner
 from tests.runtime.test_greedy_equivalence import END_ID, MAX_NEW, make_prompts
 from tests.quantized import quantized_model
@@ -120,28 +122,35 @@ def test_bad_configs_are_one_line_errors(text, fragment):
     assert fragment in str(err.value) and "\n" not in str(err.value)
 
 
-@pytest.fixture(scope="module", params=[0, 1, "int8", "int4", "int8g"])
+@pytest.fixture(scope="module", params=[0, 1, "int8", "int4", "int8g", "f16kv", "int4_f16kv"])
 def model_and_plain(request):
-    """A tiny model (seeds 0, 1; ``int8``/``int4``/``int8g``: seed 0's weight-only quantized engine model)."""
-    quantized = isinstance(request.param, str)
-    model = quantized_model(tiny_llama(seed=0), request.param) if quantized else tiny_llama(seed=request.param)
-    prompts = make_prompts(0 if quantized else request.param)
-    plain = generate(runner_for(model), prompts, max_new_tokens=MAX_NEW, end_id=END_ID)
-    return model, prompts, [r.output_ids for r in plain]
+    """(a runner factory taking runner_for's keywords, the prompts, their plain outputs) for a tiny
+    model (seeds 0, 1; ``int8``/``int4``/``int8g``: seed 0's weight-only quantized engine model;
+    ``f16kv``, ``int4_f16kv``: seed 0's float32 and int4 engines over a float16 K/V cache)."""
+    named = isinstance(request.param, str)
+    precision = request.param.removesuffix("f16kv").removesuffix("_") if named else ""
+    model = tiny_llama(seed=0 if named else request.param)
+    if precision:
+        model = quantized_model(model, precision)
+    kv_dtype = "float16" if named and request.param.endswith("f16kv") else "auto"
+    make = functools.partial(runner_for, model, kv_dtype=kv_dtype)
+    prompts = make_prompts(0 if named else request.param)
+    plain = generate(make(), prompts, max_new_tokens=MAX_NEW, end_id=END_ID)
+    return make, prompts, [r.output_ids for r in plain]
 
 
-def runner_for(model, reuse=True, kv_tokens=None, block=8, costs=None):
+def runner_for(model, reuse=True, kv_tokens=None, block=8, costs=None, kv_dtype="auto"):
     limits = EngineLimits(max_batch_size=8, max_input_len=512, max_seq_len=768, max_draft_len=40, vocab_size=512)
-    return TorchRunner(model, limits, tokens_per_block=block, max_tokens_in_paged_kv_cache=kv_tokens,
-                       kv_cache_enable_block_reuse=reuse, step_cost_table=costs)
+    return TorchRunner(model, limits, tokens_per_block=block, step_cost_table=costs,
+                       kv_cache=KvCacheConfig(enable_block_reuse=reuse, max_tokens=kv_tokens, dtype=kv_dtype))
 
 
 @pytest.mark.parametrize("w,n,g", [(1, 2, 1), (4, 3, 4), (3, 4, 2)])
 @pytest.mark.parametrize("with_lookup", [False, True])
 def test_lookahead_is_token_identical(model_and_plain, w, n, g, with_lookup):
-    model, prompts, plain = model_and_plain
+    make, prompts, plain = model_and_plain
     draft = DraftConfig(prompt_lookup_num_tokens=4, max_matching_ngram_size=2) if with_lookup else None
-    runner = runner_for(model)
+    runner = make()
     got = generate(runner, prompts, max_new_tokens=MAX_NEW, end_id=END_ID, lookahead=LookaheadConfig(w, n, g),
                    draft=draft, draft_length_policy="full")
     assert [r.output_ids for r in got] == plain
@@ -155,17 +164,17 @@ def test_lookahead_is_token_identical(model_and_plain, w, n, g, with_lookup):
 
 @pytest.mark.parametrize("reuse", [True, False])
 def test_lookahead_unbatched_with_and_without_reuse(model_and_plain, reuse):
-    model, prompts, plain = model_and_plain
-    runner = runner_for(model, reuse=reuse)
+    make, prompts, plain = model_and_plain
+    runner = make(reuse=reuse)
     for p, want in zip(prompts, plain):
         got = generate(runner, [p], max_new_tokens=MAX_NEW, end_id=END_ID, lookahead=LookaheadConfig(3, 3, 3))
         assert got[0].output_ids == want
 
 
 def test_lookahead_under_eviction(model_and_plain):
-    model, prompts, plain = model_and_plain
+    make, prompts, plain = model_and_plain
     longest = max(len(p) for p in prompts) + MAX_NEW + 48
-    runner = runner_for(model, kv_tokens=longest + 24, block=4)
+    runner = make(kv_tokens=longest + 24, block=4)
     for p, want in zip(prompts, plain):
         got = generate(runner, [p], max_new_tokens=MAX_NEW, end_id=END_ID, lookahead=LookaheadConfig(4, 3, 4),
                        draft=DraftConfig(prompt_lookup_num_tokens=6, max_matching_ngram_size=2))
@@ -174,28 +183,28 @@ def test_lookahead_under_eviction(model_and_plain):
 
 
 def test_cost_policy_switches_an_expensive_window_off_without_changing_output(model_and_plain):
-    model, prompts, plain = model_and_plain
+    make, prompts, plain = model_and_plain
     steep = [0.0] + [1.0 + 0.5 * (q - 1) for q in range(1, 64)]  # every extra token costs half a step
-    runner = runner_for(model, costs=steep)
+    runner = make(costs=steep)
     got = generate(runner, prompts, max_new_tokens=MAX_NEW, end_id=END_ID, lookahead=LookaheadConfig(4, 3, 4))
     assert [r.output_ids for r in got] == plain
-    flat = runner_for(model, costs=[0.0] + [1.0] * 63)
+    flat = make(costs=[0.0] + [1.0] * 63)
     wide = generate(flat, prompts, max_new_tokens=MAX_NEW, end_id=END_ID, lookahead=LookaheadConfig(4, 3, 4))
     assert [r.output_ids for r in wide] == plain
     assert sum(r.tree_tokens for r in got) < sum(r.tree_tokens for r in wide)
 
 
 def test_a_step_too_large_for_the_engine_is_refused(model_and_plain):
-    model, prompts, _ = model_and_plain
+    make, prompts, _ = model_and_plain
     with pytest.raises(UserError, match=r"rebuild with --max_draft_len \d+"):
-        generate(runner_for(model), prompts[:1], max_new_tokens=4, end_id=END_ID, lookahead=LookaheadConfig(8, 5, 8))
+        generate(make(), prompts[:1], max_new_tokens=4, end_id=END_ID, lookahead=LookaheadConfig(8, 5, 8))
 
 
 @pytest.mark.parametrize("with_lookup", [False, True])
 def test_lookahead_in_the_v1_loop_with_resubmission_and_reuse(model_and_plain, with_lookup):
     """V1 re-submits whole sequences each step; block reuse maps them back after tree steps."""
-    model, prompts, plain = model_and_plain
-    runner = runner_for(model)
+    make, prompts, plain = model_and_plain
+    runner = make()
     draft = DraftConfig(prompt_lookup_num_tokens=4, max_matching_ngram_size=2, mode="longest") if with_lookup else None
     got = generate(runner, prompts, max_new_tokens=MAX_NEW, end_id=END_ID, lookahead=LookaheadConfig(3, 3, 3),
                    draft=draft, workflow="v1", draft_length_policy="full")

@@ -145,3 +145,24 @@ def test_compiled_graphs_reading_the_pool_in_place_are_token_identical(gpu_model
         got = generate(runner, prompts, max_new_tokens=MAX_NEW, end_id=END_ID, draft=d, workflow="v2")
         assert [r.output_ids for r in got] == reference
     assert {k for _, _, k in runner.graphs.graphs} == {768}  # no context buckets
+
+
+@cuda
+def test_a_float16_kv_cache_on_the_gpu_keeps_lookup_exact_and_refuses_graphs(gpu_model_and_reference):
+    """``KvCacheConfig(dtype="float16")`` under a float32 engine on the GPU: the eager route
+    rounds K/V as written, and V1/V2 give plain decoding's tokens on that cache; the CUDA graphs
+    (which read the pool in place, in the engine's dtype) refuse it in one line."""
+    from promptlookup.runtime.options import KvCacheConfig, RuntimeConfig
+
+    model, prompts, _ = gpu_model_and_reference
+    limits = EngineLimits(max_batch_size=8, max_input_len=512, max_seq_len=768, max_draft_len=16, vocab_size=512)
+    with pytest.raises(UserError, match="--no-cuda_graph_mode"):
+        TorchRunner(model, limits, kv_cache=KvCacheConfig(dtype="float16"))
+    runner = TorchRunner(model, limits, runtime=RuntimeConfig(cuda_graph_mode=False),
+                         kv_cache=KvCacheConfig(dtype="float16"))
+    assert runner.pool.dtype == torch.float16 and runner.pool.k[0].device.type == "cuda"
+    plain = [r.output_ids for r in generate(runner, prompts, max_new_tokens=MAX_NEW, end_id=END_ID)]
+    draft = DraftConfig(prompt_lookup_num_tokens=10, max_matching_ngram_size=2)
+    for workflow in ("v1", "v2"):
+        got = generate(runner, prompts, max_new_tokens=MAX_NEW, end_id=END_ID, draft=draft, workflow=workflow)
+        assert [r.output_ids for r in got] == plain

@@ -264,9 +264,11 @@ def test_bad_arguments_are_refused():
         step_ops.attention(torch.randn(2, H, D), pk, pv, 1, 10, 1.0, mask=torch.ones(1, 2, 9, dtype=torch.bool))
 
 
-def test_the_model_route_equals_the_pytorch_route():
+@pytest.mark.parametrize("kv_dtype", [torch.float32, torch.float16])
+def test_the_model_route_equals_the_pytorch_route(kv_dtype):
     """A tiny random Llama: logits of a prefill (over MAX_ATTENTION_ROWS rows, SDPA inside),
-    then a plain step and a tree step, through the C route and through PyTorch's."""
+    then a plain step and a tree step, through the C route and through PyTorch's; with a
+    float32 and a float16 K/V pool (both routes round K/V as written)."""
     from promptlookup.runtime.kv_cache import KVPool
     from promptlookup.runtime.paged_llama import PagedLlama, build_layout
 
@@ -277,7 +279,7 @@ def test_the_model_route_equals_the_pytorch_route():
         model = PagedLlama.from_hf(hf)
         assert model.uses_step_ops
         model.uses_step_ops = c_route
-        pool = KVPool(2, 2, 16, 16, 16, dtype=torch.float32, device="cpu")
+        pool = KVPool(2, 2, 16, 16, 16, dtype=kv_dtype, device="cpu")
         table = list(range(1, 12))
         n = len(prompt)
         steps = [model(build_layout([prompt], [n], [table], [1], 16, torch.device("cpu")), pool)]
@@ -289,9 +291,11 @@ def test_the_model_route_equals_the_pytorch_route():
         torch.testing.assert_close(c, t, rtol=1e-4, atol=1e-4)
 
 
-def test_one_call_for_all_layers_equals_the_calls_one_by_one_bitwise():
+@pytest.mark.parametrize("kv_dtype", [torch.float32, torch.float16])
+def test_one_call_for_all_layers_equals_the_calls_one_by_one_bitwise(kv_dtype):
     """``step_ops.layers`` (a decoding step's layers in one C call) against the same step run
-    op by op from Python: chains, a tree, a padded batch of two; and every fp32/int8/int4 projection."""
+    op by op from Python: chains, a tree, a padded batch of two; and every fp32/int8/int4
+    projection; over a float32 and a float16 K/V pool."""
     from promptlookup.runtime.kv_cache import KVPool
     from promptlookup.runtime.paged_llama import PagedLlama, build_layout
     from promptlookup.runtime.quant_linear import QuantLinear
@@ -322,7 +326,7 @@ def test_one_call_for_all_layers_equals_the_calls_one_by_one_bitwise():
         assert model.layer_records is not None
         if not fused:
             model.layer_records = None
-        pool = KVPool(3, 2, 16, 16, 16, zeroed=True)
+        pool = KVPool(3, 2, 16, 16, 16, dtype=kv_dtype, zeroed=True)
         table, n = [1, 2, 3, 5, 6, 7], len(prompt)
         steps = [model(build_layout([prompt], [n], [table], [1], 16, cpu), pool)]
         steps.append(model(build_layout([[5]], [n + 1], [table], [1], 16, cpu), pool))
@@ -333,10 +337,11 @@ def test_one_call_for_all_layers_equals_the_calls_one_by_one_bitwise():
         assert torch.equal(fused, one_by_one)
 
 
-def test_one_call_runs_one_team_of_threads_and_gives_the_values_of_one_thread():
+@pytest.mark.parametrize("kv_dtype", [torch.float32, torch.float16])
+def test_one_call_runs_one_team_of_threads_and_gives_the_values_of_one_thread(kv_dtype):
     """Products big enough to be split: ``layers`` runs its whole step in one parallel region
     (threads meet at a barrier after each operation). Any team size, and the route op by op,
-    give bitwise the logits of one thread."""
+    give bitwise the logits of one thread (a float32 and a float16 K/V pool)."""
     from promptlookup.runtime.kv_cache import KVPool
     from promptlookup.runtime.paged_llama import PagedLlama, build_layout
 
@@ -350,7 +355,7 @@ def test_one_call_runs_one_team_of_threads_and_gives_the_values_of_one_thread():
         model = PagedLlama.from_hf(hf)
         if not fused:
             model.layer_records = None
-        pool = KVPool(2, 2, 64, 16, 16, zeroed=True)
+        pool = KVPool(2, 2, 64, 16, 16, dtype=kv_dtype, zeroed=True)
         table, n = [1, 2, 3], len(prompt)
         steps = [model(build_layout([prompt], [n], [table], [n], 16, cpu), pool)]
         steps.append(model(build_layout([[5]], [n + 1], [table], [1], 16, cpu), pool))

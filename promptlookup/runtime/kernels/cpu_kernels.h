@@ -7,9 +7,10 @@
 
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
 #define PLD_X86 1
+#include <cpuid.h>
 #include <immintrin.h>
-#define T_AVX2 __attribute__((target("avx2,fma")))
-#define T_512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma")))
+#define T_AVX2 __attribute__((target("avx2,fma,f16c")))
+#define T_512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
 #else
 #define PLD_X86 0
 #endif
@@ -36,10 +37,13 @@ T_512 ALWAYS_INLINE float avx512_reduce(__m512 a) {
 }
 #endif
 
-/* The widest path this CPU runs: AVX-512 needs avx512f+bw+vl, AVX2 needs avx2+fma. */
+/* The widest path this CPU runs: AVX-512 needs avx512f+bw+vl, AVX2 needs avx2+fma; both
+ * need F16C (the float16 K/V pool's conversions; every CPU with AVX2 has it). */
 static int best_isa(void) {
 #if PLD_X86
+    unsigned int eax, ebx, ecx = 0, edx;
     __builtin_cpu_init();
+    if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx) || !(ecx & bit_F16C)) return ISA_GENERIC;
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl"))
         return ISA_AVX512;
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return ISA_AVX2;

@@ -41,6 +41,14 @@
  * whose threads meet after each operation at a barrier that spins before it sleeps (so they
  * are woken once per step, not once per operation; see Barrier).
  *
+ * The K/V pool holds float32, or float16 (`half`: KvCacheConfig.dtype "float16", half the
+ * bytes attention reads): rotary_write rounds the rotated K and the V rows to float16 to
+ * nearest even (F16C's vcvtps2ph on the x86 paths, float_to_half's bits on the generic one:
+ * the same bits), and attention widens each K/V element it reads back to float32 (exact),
+ * then computes as over a float32 pool. So every path still gives the same values, and a
+ * row's attention reads the rounded K/V of every key, its own included, whichever step wrote
+ * them.
+ *
  * Cost per call: rms_norm and silu_mul O(rows * width); rotary_write O(rows * (H + 2 KVH) * D);
  * attention, per query row and head, two passes over its visible keys' K and V rows
  * (2 * D multiply-adds per key each); layers(), the sum of its parts.
@@ -209,6 +217,69 @@ static void exp_block_generic(float *a, Py_ssize_t n) {
     }
 }
 
+/* ------------------------------------------------------------------ float16 K/V elements */
+
+/* IEEE binary16 bits to float: exact (a subnormal is its 10-bit count times 2^-24; a NaN keeps
+ * its payload, quieted, as F16C's vcvtph2ps does). */
+ALWAYS_INLINE float half_to_float(uint16_t h) {
+    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1Fu, m = h & 0x3FFu;
+    uint32_t bits;
+    if (e == 0) {
+        float f = (float)m * 0x1p-24f;
+        memcpy(&bits, &f, sizeof bits);
+        bits |= sign;
+    } else if (e == 0x1F) {
+        bits = sign | 0x7F800000u | (m << 13) | (m ? 0x400000u : 0);
+    } else {
+        bits = sign | ((e + 112) << 23) | (m << 13);
+    }
+    float out;
+    memcpy(&out, &bits, sizeof out);
+    return out;
+}
+
+/* float to IEEE binary16 bits, rounded to nearest even (F16C's vcvtps2ph with
+ * _MM_FROUND_TO_NEAREST_INT gives the same bits): 65520 and above become infinity; below
+ * 2^-14, a subnormal (|f| * 2^24 rounded to an integer, the last step to 2^-14 included). */
+ALWAYS_INLINE uint16_t float_to_half(float f) {
+    uint32_t x;
+    memcpy(&x, &f, sizeof x);
+    const uint32_t sign = (x >> 16) & 0x8000u, ax = x & 0x7FFFFFFFu;
+    if (ax > 0x7F800000u) return (uint16_t)(sign | 0x7E00u | ((ax >> 13) & 0x3FFu)); /* NaN, quieted */
+    if (ax >= 0x477FF000u) return (uint16_t)(sign | 0x7C00u);                         /* >= 65520: infinity */
+    if (ax >= 0x38800000u) {                                                          /* a normal half */
+        uint32_t base = (ax >> 13) - 0x1C000u, rest = ax & 0x1FFFu;
+        base += rest > 0x1000u || (rest == 0x1000u && (base & 1u));
+        return (uint16_t)(sign | base);
+    }
+    float a;
+    memcpy(&a, &ax, sizeof a);
+    const float big = a * 0x1p24f + 0x1p23f; /* exact product; the sum (< 2^23 + 1025) rounded to an integer, to nearest even */
+    return (uint16_t)(sign | (uint32_t)(big - 0x1p23f));
+}
+
+/* n floats of src rounded into float16 at dst (the pool's K/V rows when half); the x86 paths
+ * have F16C twins. */
+typedef void (*StoreHalfFn)(uint16_t *dst, const float *src, Py_ssize_t n);
+static void store_half_generic(uint16_t *dst, const float *src, Py_ssize_t n) {
+    for (Py_ssize_t i = 0; i < n; i++) dst[i] = float_to_half(src[i]);
+}
+
+/* Bytes of one K/V element: float32, or float16 when `half`. */
+#define KV_BYTES(half) ((half) ? 2 : 4)
+
+/* The address of the K/V row at slot `slot` of one KV head's pool `head` ([S, D]). */
+ALWAYS_INLINE const void *kv_row(const void *head, int64_t slot, Py_ssize_t D, int half) {
+    return (const char *)head + slot * D * KV_BYTES(half);
+}
+
+/* Elements [d0, d1) of a K/V row as float32 into out[d0..d1) (a copy only when half). */
+ALWAYS_INLINE const float *kv_floats(const void *row, Py_ssize_t d0, Py_ssize_t d1, int half, float *out) {
+    if (!half) return (const float *)row;
+    for (Py_ssize_t d = d0; d < d1; d++) out[d] = half_to_float(((const uint16_t *)row)[d]);
+    return out;
+}
+
 /* ------------------------------------------------------------------ the kernels' bodies */
 
 ALWAYS_INLINE void rms_rows(float *h, const float *delta, const float *w, float *y, Py_ssize_t r0, Py_ssize_t r1,
@@ -249,53 +320,89 @@ typedef struct {
     const float *cos, *sin;  /* tables [positions, D] */
     const int64_t *pos;      /* [rows] */
     const int64_t *slot;     /* [rows] write slots */
-    float *q, *k, *v;        /* q [rows, H, D]; pool k/v [KVH, S, D] */
+    float *q;                /* [rows, H, D] */
+    void *k, *v;             /* pool [KVH, S, D], float32 or (half) float16 */
     Py_ssize_t rows, stride, H, KVH, D, S;
+    int half;
 } Rotary;
 
-ALWAYS_INLINE void rotary_rows(const Rotary *a, Py_ssize_t r0, Py_ssize_t r1) {
+ALWAYS_INLINE void rotary_rows(const Rotary *a, Py_ssize_t r0, Py_ssize_t r1, StoreHalfFn store_half) {
     Py_ssize_t D = a->D;
+    float *rotated = a->half ? malloc((size_t)D * sizeof(float)) : NULL; /* K rotated, before its rounding */
+    if (a->half && rotated == NULL) abort(); /* out of memory for one head's row */
     for (Py_ssize_t r = r0; r < r1; r++) {
         const float *x = a->qkv + r * a->stride, *c = a->cos + a->pos[r] * D, *s = a->sin + a->pos[r] * D;
         for (Py_ssize_t h = 0; h < a->H; h++) rotate(x + h * D, c, s, a->q + (r * a->H + h) * D, D);
         for (Py_ssize_t h = 0; h < a->KVH; h++) {
             Py_ssize_t at = (h * a->S + a->slot[r]) * D;
-            rotate(x + (a->H + h) * D, c, s, a->k + at, D);
-            memcpy(a->v + at, x + (a->H + a->KVH + h) * D, (size_t)D * sizeof(float));
+            const float *v = x + (a->H + a->KVH + h) * D;
+            if (a->half) {
+                rotate(x + (a->H + h) * D, c, s, rotated, D);
+                store_half((uint16_t *)a->k + at, rotated, D);
+                store_half((uint16_t *)a->v + at, v, D);
+            } else {
+                rotate(x + (a->H + h) * D, c, s, (float *)a->k + at, D);
+                memcpy((float *)a->v + at, v, (size_t)D * sizeof(float));
+            }
         }
     }
+    free(rotated);
 }
 
 typedef struct {
     const float *q;          /* [B * Q, H, D] */
-    const float *k, *v;      /* pool [KVH, S, D] */
+    const void *k, *v;       /* pool [KVH, S, D], float32 or (half) float16 */
     const int64_t *read;     /* [B, K] slot of each key, or NULL: slot = start + j */
     const uint8_t *mask;     /* [B, Q, K] (nonzero = visible), or NULL: every key visible */
     float *o;                /* [R, H, D] */
     const int64_t *row_at;   /* [R]: the place b * Q + qi of q's row r in the step, or NULL (R = B * Q, row r at r) */
     Py_ssize_t R, B, Q, H, KVH, D, K, S, start;
     float scale;
+    int half;
 } Attention;
 
-/* p[g * K + c] = scale * (q0[g] . key c) for the n keys at `slots`, the G heads of one KV head. */
-typedef void (*ScoresFn)(const float *q0, Py_ssize_t G, Py_ssize_t D, const float *kh, const int64_t *slots,
+/* p[g * K + c] = scale * (q0[g] . key c) for the n keys at `slots`, the G heads of one KV head
+ * (kh: its pool [S, D]; each function reads one element type: the *_h ones float16). */
+typedef void (*ScoresFn)(const float *q0, Py_ssize_t G, Py_ssize_t D, const void *kh, const int64_t *slots,
                          Py_ssize_t n, float *p, Py_ssize_t K, float scale);
 
-ALWAYS_INLINE void scores_generic(const float *q0, Py_ssize_t G, Py_ssize_t D, const float *kh, const int64_t *slots,
-                                  Py_ssize_t n, float *p, Py_ssize_t K, float scale) {
+ALWAYS_INLINE void scores_generic(const float *q0, Py_ssize_t G, Py_ssize_t D, const void *kh, const int64_t *slots,
+                                  Py_ssize_t n, float *p, Py_ssize_t K, float scale, int half) {
+    float *row = half ? malloc((size_t)D * sizeof(float)) : NULL;
+    if (half && row == NULL) abort(); /* out of memory for one K row */
     for (Py_ssize_t c = 0; c < n; c++) {
-        const float *kc = kh + slots[c] * D;
+        const float *kc = kv_floats(kv_row(kh, slots[c], D, half), 0, D, half, row);
         for (Py_ssize_t g = 0; g < G; g++) p[g * K + c] = dot_fma(q0 + g * D, kc, D) * scale;
     }
+    free(row);
 }
 
 #if PLD_X86
 
-/* The cache lines of one K or V row, fetched PF_KEYS keys ahead (the pool is read from
- * memory: the products between two layers' attention evict it from the caches). */
-static inline void prefetch_row(const float *row, Py_ssize_t d) {
-    for (Py_ssize_t i = 0; i < d; i += 16) _mm_prefetch((const char *)(row + i), _MM_HINT_T0);
+/* The cache lines of `bytes` bytes of one K or V row, fetched PF_KEYS keys ahead (the pool is
+ * read from memory: the products between two layers' attention evict it from the caches). */
+static inline void prefetch_row(const void *row, Py_ssize_t bytes) {
+    for (Py_ssize_t i = 0; i < bytes; i += 64) _mm_prefetch((const char *)row + i, _MM_HINT_T0);
 }
+
+/* 8 (AVX2) or 16 (AVX-512) elements of a K/V row from element i, as float32. */
+T_AVX2 ALWAYS_INLINE __m256 kv8(const void *row, Py_ssize_t i, int half) {
+    return half ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)row + i)))
+                : _mm256_loadu_ps((const float *)row + i);
+}
+T_512 ALWAYS_INLINE __m512 kv16(const void *row, Py_ssize_t i, int half) {
+    return half ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)row + i)))
+                : _mm512_loadu_ps((const float *)row + i);
+}
+
+/* n floats rounded into float16 by F16C, to nearest even (store_half_generic's bits). */
+T_AVX2 static void store_half_avx2(uint16_t *dst, const float *src, Py_ssize_t n) {
+    Py_ssize_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(dst + i), _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; i++) dst[i] = float_to_half(src[i]);
+}
+T_512 static void store_half_avx512(uint16_t *dst, const float *src, Py_ssize_t n) { store_half_avx2(dst, src, n); }
 
 /* Four keys' lane halves (lanes 0-7, 8-15) reduced together, each by reduce_lanes' tree. */
 T_AVX2 static inline __m128 tree16x4_avx2(const __m256 *lo, const __m256 *hi) {
@@ -311,19 +418,20 @@ T_AVX2 static inline __m128 tree16x4_avx2(const __m256 *lo, const __m256 *hi) {
 
 /* dot() for D a multiple of 16: the same lanes, products and tree, in AVX2 registers; four
  * keys at a time share one reduction. */
-T_AVX2 static void scores_avx2(const float *q0, Py_ssize_t G, Py_ssize_t D, const float *kh, const int64_t *slots,
-                               Py_ssize_t n, float *p, Py_ssize_t K, float scale) {
+T_AVX2 ALWAYS_INLINE void scores_avx2_of(const float *q0, Py_ssize_t G, Py_ssize_t D, const void *kh,
+                                         const int64_t *slots, Py_ssize_t n, float *p, Py_ssize_t K, float scale,
+                                         const int half) {
     if (D % LANES) {
-        scores_generic(q0, G, D, kh, slots, n, p, K, scale);
+        scores_generic(q0, G, D, kh, slots, n, p, K, scale, half);
         return;
     }
     const __m128 sc = _mm_set1_ps(scale);
     Py_ssize_t c = 0;
     for (; c + 4 <= n; c += 4) {
-        const float *k[4];
+        const void *k[4];
         for (int j = 0; j < 4; j++) {
-            k[j] = kh + slots[c + j] * D;
-            if (c + PF_KEYS + j < n) prefetch_row(kh + slots[c + PF_KEYS + j] * D, D);
+            k[j] = kv_row(kh, slots[c + j], D, half);
+            if (c + PF_KEYS + j < n) prefetch_row(kv_row(kh, slots[c + PF_KEYS + j], D, half), D * KV_BYTES(half));
         }
         for (Py_ssize_t g = 0; g < G; g++) {
             const float *qg = q0 + g * D;
@@ -332,21 +440,21 @@ T_AVX2 static void scores_avx2(const float *q0, Py_ssize_t G, Py_ssize_t D, cons
             for (Py_ssize_t i = 0; i < D; i += LANES) {
                 __m256 ql = _mm256_loadu_ps(qg + i), qh = _mm256_loadu_ps(qg + i + 8);
                 for (int j = 0; j < 4; j++) {
-                    lo[j] = _mm256_fmadd_ps(ql, _mm256_loadu_ps(k[j] + i), lo[j]);
-                    hi[j] = _mm256_fmadd_ps(qh, _mm256_loadu_ps(k[j] + i + 8), hi[j]);
+                    lo[j] = _mm256_fmadd_ps(ql, kv8(k[j], i, half), lo[j]);
+                    hi[j] = _mm256_fmadd_ps(qh, kv8(k[j], i + 8, half), hi[j]);
                 }
             }
             _mm_storeu_ps(p + g * K + c, _mm_mul_ps(tree16x4_avx2(lo, hi), sc));
         }
     }
     for (; c < n; c++) {
-        const float *kc = kh + slots[c] * D;
+        const void *kc = kv_row(kh, slots[c], D, half);
         for (Py_ssize_t g = 0; g < G; g++) {
             const float *qg = q0 + g * D;
             __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
             for (Py_ssize_t i = 0; i < D; i += LANES) {
-                lo = _mm256_fmadd_ps(_mm256_loadu_ps(qg + i), _mm256_loadu_ps(kc + i), lo);
-                hi = _mm256_fmadd_ps(_mm256_loadu_ps(qg + i + 8), _mm256_loadu_ps(kc + i + 8), hi);
+                lo = _mm256_fmadd_ps(_mm256_loadu_ps(qg + i), kv8(kc, i, half), lo);
+                hi = _mm256_fmadd_ps(_mm256_loadu_ps(qg + i + 8), kv8(kc, i + 8, half), hi);
             }
             p[g * K + c] = avx2_reduce(_mm256_add_ps(lo, hi)) * scale; /* reduce_lanes' tree */
         }
@@ -364,71 +472,77 @@ T_512 static inline __m128 tree16x4_avx512(__m512 a, __m512 b, __m512 c, __m512 
     return tree16x4_avx2(lo, hi);
 }
 
-T_512 static void scores_avx512(const float *q0, Py_ssize_t G, Py_ssize_t D, const float *kh, const int64_t *slots,
-                                 Py_ssize_t n, float *p, Py_ssize_t K, float scale) {
+T_512 ALWAYS_INLINE void scores_avx512_of(const float *q0, Py_ssize_t G, Py_ssize_t D, const void *kh,
+                                          const int64_t *slots, Py_ssize_t n, float *p, Py_ssize_t K, float scale,
+                                          const int half) {
     if (D % LANES) {
-        scores_generic(q0, G, D, kh, slots, n, p, K, scale);
+        scores_generic(q0, G, D, kh, slots, n, p, K, scale, half);
         return;
     }
     const __m128 sc = _mm_set1_ps(scale);
     Py_ssize_t c = 0;
     for (; c + 4 <= n; c += 4) { /* four keys at a time: one joint reduction */
-        const float *k0 = kh + slots[c] * D, *k1 = kh + slots[c + 1] * D, *k2 = kh + slots[c + 2] * D,
-                    *k3 = kh + slots[c + 3] * D;
-        for (int j = 0; j < 4 && c + PF_KEYS + j < n; j++) prefetch_row(kh + slots[c + PF_KEYS + j] * D, D);
+        const void *k0 = kv_row(kh, slots[c], D, half), *k1 = kv_row(kh, slots[c + 1], D, half),
+                   *k2 = kv_row(kh, slots[c + 2], D, half), *k3 = kv_row(kh, slots[c + 3], D, half);
+        for (int j = 0; j < 4 && c + PF_KEYS + j < n; j++)
+            prefetch_row(kv_row(kh, slots[c + PF_KEYS + j], D, half), D * KV_BYTES(half));
         for (Py_ssize_t g = 0; g < G; g++) {
             const float *qg = q0 + g * D;
             __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
             for (Py_ssize_t i = 0; i < D; i += LANES) {
                 __m512 qv = _mm512_loadu_ps(qg + i);
-                a0 = _mm512_fmadd_ps(qv, _mm512_loadu_ps(k0 + i), a0);
-                a1 = _mm512_fmadd_ps(qv, _mm512_loadu_ps(k1 + i), a1);
-                a2 = _mm512_fmadd_ps(qv, _mm512_loadu_ps(k2 + i), a2);
-                a3 = _mm512_fmadd_ps(qv, _mm512_loadu_ps(k3 + i), a3);
+                a0 = _mm512_fmadd_ps(qv, kv16(k0, i, half), a0);
+                a1 = _mm512_fmadd_ps(qv, kv16(k1, i, half), a1);
+                a2 = _mm512_fmadd_ps(qv, kv16(k2, i, half), a2);
+                a3 = _mm512_fmadd_ps(qv, kv16(k3, i, half), a3);
             }
             _mm_storeu_ps(p + g * K + c, _mm_mul_ps(tree16x4_avx512(a0, a1, a2, a3), sc));
         }
     }
     for (; c < n; c++) {
-        const float *kc = kh + slots[c] * D;
+        const void *kc = kv_row(kh, slots[c], D, half);
         for (Py_ssize_t g = 0; g < G; g++) {
             const float *qg = q0 + g * D;
             __m512 acc = _mm512_setzero_ps();
             for (Py_ssize_t i = 0; i < D; i += LANES)
-                acc = _mm512_fmadd_ps(_mm512_loadu_ps(qg + i), _mm512_loadu_ps(kc + i), acc);
+                acc = _mm512_fmadd_ps(_mm512_loadu_ps(qg + i), kv16(kc, i, half), acc);
             p[g * K + c] = avx512_reduce(acc) * scale; /* reduce_lanes' tree */
         }
     }
 }
 #endif
 
-typedef void (*ValuesFn)(const float *p, Py_ssize_t G, Py_ssize_t D, const float *vh, const int64_t *slots,
+typedef void (*ValuesFn)(const float *p, Py_ssize_t G, Py_ssize_t D, const void *vh, const int64_t *slots,
                          Py_ssize_t n, Py_ssize_t K, float *acc, Py_ssize_t d0, Py_ssize_t d1);
 
 /* acc[g * D + d] = sum over c in order of p[g * K + c] * v_c[d] (one running sum per element),
  * for the columns d0 <= d < d1 (multiples of VALUES_PART, or d1 = D: the part a thread of
  * attention_row_split takes); each element the same whatever the range. */
 #define VALUES_PART 32
-ALWAYS_INLINE void values_generic(const float *p, Py_ssize_t G, Py_ssize_t D, const float *vh, const int64_t *slots,
-                                  Py_ssize_t n, Py_ssize_t K, float *acc, Py_ssize_t d0, Py_ssize_t d1) {
+ALWAYS_INLINE void values_generic(const float *p, Py_ssize_t G, Py_ssize_t D, const void *vh, const int64_t *slots,
+                                  Py_ssize_t n, Py_ssize_t K, float *acc, Py_ssize_t d0, Py_ssize_t d1, int half) {
+    float *row = half ? malloc((size_t)D * sizeof(float)) : NULL;
+    if (half && row == NULL) abort(); /* out of memory for one V row */
     for (Py_ssize_t g = 0; g < G; g++) memset(acc + g * D + d0, 0, (size_t)(d1 - d0) * sizeof(float));
     for (Py_ssize_t c = 0; c < n; c++) {
-        const float *vc = vh + slots[c] * D;
+        const float *vc = kv_floats(kv_row(vh, slots[c], D, half), d0, d1, half, row);
         for (Py_ssize_t g = 0; g < G; g++) {
             float w = p[g * K + c], *ag = acc + g * D;
             for (Py_ssize_t d = d0; d < d1; d++) ag[d] = __builtin_fmaf(w, vc[d], ag[d]);
         }
     }
+    free(row);
 }
 
 #if PLD_X86
 /* values_generic with the sums of up to four heads in registers (D == 64): one pass over the
  * keys reads each V row once for every head of the group; each head's sums take the same
  * operations in the same order as one head alone. */
-T_512 static void values_avx512(const float *p, Py_ssize_t G, Py_ssize_t D, const float *vh, const int64_t *slots,
-                                Py_ssize_t n, Py_ssize_t K, float *acc, Py_ssize_t d0, Py_ssize_t d1) {
+T_512 ALWAYS_INLINE void values_avx512_of(const float *p, Py_ssize_t G, Py_ssize_t D, const void *vh,
+                                          const int64_t *slots, Py_ssize_t n, Py_ssize_t K, float *acc, Py_ssize_t d0,
+                                          Py_ssize_t d1, const int half) {
     if (D != 64) {
-        values_generic(p, G, D, vh, slots, n, K, acc, d0, d1);
+        values_generic(p, G, D, vh, slots, n, K, acc, d0, d1, half);
         return;
     }
     for (Py_ssize_t g0 = 0; g0 < G; g0 += 4) {
@@ -437,11 +551,13 @@ T_512 static void values_avx512(const float *p, Py_ssize_t G, Py_ssize_t D, cons
         for (int g = 0; g < 4; g++)
             for (int i = 0; i < 4; i++) a[g][i] = _mm512_setzero_ps();
         for (Py_ssize_t c = 0; c < n; c++) {
-            const float *vc = vh + slots[c] * D;
-            if (g0 == 0 && c + PF_KEYS < n) prefetch_row(vh + slots[c + PF_KEYS] * D + d0, d1 - d0);
+            const void *vc = kv_row(vh, slots[c], D, half);
+            if (g0 == 0 && c + PF_KEYS < n)
+                prefetch_row((const char *)kv_row(vh, slots[c + PF_KEYS], D, half) + d0 * KV_BYTES(half),
+                             (d1 - d0) * KV_BYTES(half));
             const __m512 zero = _mm512_setzero_ps(); /* the columns outside [d0, d1) are not read */
-            const __m512 v0 = d0 < 32 ? _mm512_loadu_ps(vc) : zero, v1 = d0 < 32 ? _mm512_loadu_ps(vc + 16) : zero,
-                         v2 = d1 > 32 ? _mm512_loadu_ps(vc + 32) : zero, v3 = d1 > 32 ? _mm512_loadu_ps(vc + 48) : zero;
+            const __m512 v0 = d0 < 32 ? kv16(vc, 0, half) : zero, v1 = d0 < 32 ? kv16(vc, 16, half) : zero,
+                         v2 = d1 > 32 ? kv16(vc, 32, half) : zero, v3 = d1 > 32 ? kv16(vc, 48, half) : zero;
             for (int g = 0; g < gn; g++) {
                 __m512 w = _mm512_set1_ps(p[(g0 + g) * K + c]);
                 if (d0 < 32) {
@@ -464,10 +580,11 @@ T_512 static void values_avx512(const float *p, Py_ssize_t G, Py_ssize_t D, cons
  * each V row's half once for the three heads, where a head at a time read it from L2 once per
  * head (L2 -> L1 traffic, not the FMAs, bounded that loop). Each element's running sum takes
  * the same operations in the same order as one head alone. */
-T_AVX2 static void values_avx2(const float *p, Py_ssize_t G, Py_ssize_t D, const float *vh, const int64_t *slots,
-                               Py_ssize_t n, Py_ssize_t K, float *acc, Py_ssize_t d0, Py_ssize_t d1) {
+T_AVX2 ALWAYS_INLINE void values_avx2_of(const float *p, Py_ssize_t G, Py_ssize_t D, const void *vh,
+                                         const int64_t *slots, Py_ssize_t n, Py_ssize_t K, float *acc, Py_ssize_t d0,
+                                         Py_ssize_t d1, const int f16) {
     if (D != 64) {
-        values_generic(p, G, D, vh, slots, n, K, acc, d0, d1);
+        values_generic(p, G, D, vh, slots, n, K, acc, d0, d1, f16);
         return;
     }
     for (Py_ssize_t g0 = 0; g0 < G; g0 += 3) {
@@ -477,18 +594,20 @@ T_AVX2 static void values_avx2(const float *p, Py_ssize_t G, Py_ssize_t D, const
             __m256 a00 = _mm256_setzero_ps(), a01 = a00, a02 = a00, a03 = a00, a10 = a00, a11 = a00, a12 = a00,
                    a13 = a00, a20 = a00, a21 = a00, a22 = a00, a23 = a00;
             for (Py_ssize_t c = 0; c < n; c++) {
-                const float *vc = vh + slots[c] * D + half;
-                if (g0 == 0 && half == d0 && c + PF_KEYS < n) prefetch_row(vh + slots[c + PF_KEYS] * D + d0, d1 - d0);
+                const void *vc = kv_row(vh, slots[c], D, f16);
+                if (g0 == 0 && half == d0 && c + PF_KEYS < n)
+                    prefetch_row((const char *)kv_row(vh, slots[c + PF_KEYS], D, f16) + d0 * KV_BYTES(f16),
+                                 (d1 - d0) * KV_BYTES(f16));
                 /* heads past gn repeat a head, discarded; the half row comes from L1 for the second
                  * and third head (the empty asm keeps the compiler from holding it in 4 registers,
                  * which spilled the sums) */
 #define HEAD_SUMS(pw, s0, s1, s2, s3)                         \
     do {                                                      \
         const __m256 w = _mm256_broadcast_ss(pw);             \
-        s0 = _mm256_fmadd_ps(w, _mm256_loadu_ps(vc), s0);      \
-        s1 = _mm256_fmadd_ps(w, _mm256_loadu_ps(vc + 8), s1);  \
-        s2 = _mm256_fmadd_ps(w, _mm256_loadu_ps(vc + 16), s2); \
-        s3 = _mm256_fmadd_ps(w, _mm256_loadu_ps(vc + 24), s3); \
+        s0 = _mm256_fmadd_ps(w, kv8(vc, half, f16), s0);      \
+        s1 = _mm256_fmadd_ps(w, kv8(vc, half + 8, f16), s1);  \
+        s2 = _mm256_fmadd_ps(w, kv8(vc, half + 16, f16), s2); \
+        s3 = _mm256_fmadd_ps(w, kv8(vc, half + 24, f16), s3); \
     } while (0)
                 HEAD_SUMS(p0 + c, a00, a01, a02, a03);
                 __asm__ volatile("" ::: "memory");
@@ -625,7 +744,7 @@ ALWAYS_INLINE void attend_heads(const Attention *a, Py_ssize_t row, Py_ssize_t k
                                 const int64_t *slots, Py_ssize_t n, float *p, float *acc, ScoresFn scores,
                                 ValuesFn values, ExpFn exp_block, MaxFn max_fn, SumFn sum_fn) {
     Py_ssize_t D = a->D, K = a->K;
-    const float *kh = a->k + kvh * a->S * D, *vh = a->v + kvh * a->S * D;
+    const void *kh = kv_row(a->k, kvh * a->S, D, a->half), *vh = kv_row(a->v, kvh * a->S, D, a->half);
     scores(a->q + (row * a->H + h0) * D, gn, D, kh, slots, n, p, K, a->scale);
     for (Py_ssize_t g = 0; g < gn; g++) exp_minus_max(p + g * K, n, max_fn, exp_block);
     values(p, gn, D, vh, slots, n, K, acc, 0, D);
@@ -701,7 +820,8 @@ ALWAYS_INLINE int attention_row_split(const Attention *a, float *p, Barrier *bar
     const Py_ssize_t k0 = 4 * r0, k1 = (r0 < r1 && r1 == n / 4) || (n < 4 && t == 0) ? n : 4 * r1;
     if (k0 < k1)
         for (Py_ssize_t kvh = 0; kvh < a->KVH; kvh++)
-            scores(a->q + kvh * G * D, G, D, a->k + kvh * S * D, slots + k0, k1 - k0, p + kvh * G * K + k0, K, a->scale);
+            scores(a->q + kvh * G * D, G, D, kv_row(a->k, kvh * S, D, a->half), slots + k0, k1 - k0, p + kvh * G * K + k0,
+                   K, a->scale);
     team_wait(bar, nt);
     share(H, t, nt, &r0, &r1);
     for (Py_ssize_t h = r0; h < r1 && n; h++) {
@@ -714,7 +834,7 @@ ALWAYS_INLINE int attention_row_split(const Attention *a, float *p, Barrier *bar
     const Py_ssize_t d0 = r0 * (D / parts), d1 = r1 * (D / parts);
     if (ok && d0 < d1)
         for (Py_ssize_t kvh = 0; kvh < a->KVH; kvh++) {
-            values(p + kvh * G * K, G, D, a->v + kvh * S * D, slots, n, K, acc + kvh * G * D, d0, d1);
+            values(p + kvh * G * K, G, D, kv_row(a->v, kvh * S, D, a->half), slots, n, K, acc + kvh * G * D, d0, d1);
             for (Py_ssize_t h = kvh * G; h < (kvh + 1) * G; h++) {
                 const float total = n ? totals[h] : 1.0f; /* no visible key: zeros, as attend_heads */
                 for (Py_ssize_t d = d0; d < d1; d++) a->o[h * D + d] = acc[h * D + d] / total;
@@ -727,6 +847,27 @@ ALWAYS_INLINE int attention_row_split(const Attention *a, float *p, Barrier *bar
 
 /* ------------------------------------------------------------------ one copy per path */
 
+/* The attention functions of one path for each pool element type: NAME (float32), NAME_h (float16). */
+#define KV_TWINS(SUFFIX, TARGET)                                                                              \
+    TARGET static void scores_##SUFFIX(const float *q0, Py_ssize_t G, Py_ssize_t D, const void *kh,           \
+                                       const int64_t *slots, Py_ssize_t n, float *p, Py_ssize_t K, float scale) { \
+        scores_##SUFFIX##_of(q0, G, D, kh, slots, n, p, K, scale, 0);                                         \
+    }                                                                                                         \
+    TARGET static void scores_##SUFFIX##_h(const float *q0, Py_ssize_t G, Py_ssize_t D, const void *kh,       \
+                                           const int64_t *slots, Py_ssize_t n, float *p, Py_ssize_t K, float scale) { \
+        scores_##SUFFIX##_of(q0, G, D, kh, slots, n, p, K, scale, 1);                                         \
+    }                                                                                                         \
+    TARGET static void values_##SUFFIX(const float *p, Py_ssize_t G, Py_ssize_t D, const void *vh,            \
+                                       const int64_t *slots, Py_ssize_t n, Py_ssize_t K, float *acc, Py_ssize_t d0, \
+                                       Py_ssize_t d1) {                                                       \
+        values_##SUFFIX##_of(p, G, D, vh, slots, n, K, acc, d0, d1, 0);                                       \
+    }                                                                                                         \
+    TARGET static void values_##SUFFIX##_h(const float *p, Py_ssize_t G, Py_ssize_t D, const void *vh,        \
+                                           const int64_t *slots, Py_ssize_t n, Py_ssize_t K, float *acc,      \
+                                           Py_ssize_t d0, Py_ssize_t d1) {                                    \
+        values_##SUFFIX##_of(p, G, D, vh, slots, n, K, acc, d0, d1, 1);                                       \
+    }
+
 #define PATHS(SUFFIX, TARGET)                                                                              \
     TARGET static void rms_##SUFFIX(float *h, const float *delta, const float *w, float *y, Py_ssize_t r0, \
                                     Py_ssize_t r1, Py_ssize_t n, float eps) {                              \
@@ -735,29 +876,39 @@ ALWAYS_INLINE int attention_row_split(const Attention *a, float *p, Barrier *bar
     TARGET static void silu_##SUFFIX(const float *gu, float *out, Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t n) { \
         silu_rows(gu, out, r0, r1, n, exp_block_##SUFFIX);                                                 \
     }                                                                                                      \
-    TARGET static void rotary_##SUFFIX(const Rotary *a, Py_ssize_t r0, Py_ssize_t r1) { rotary_rows(a, r0, r1); } \
+    TARGET static void rotary_##SUFFIX(const Rotary *a, Py_ssize_t r0, Py_ssize_t r1) {                    \
+        rotary_rows(a, r0, r1, store_half_##SUFFIX);                                                       \
+    }                                                                                                      \
     TARGET static int attention_##SUFFIX(const Attention *a, Py_ssize_t t0, Py_ssize_t t1) {              \
-        return attention_units(a, t0, t1, scores_##SUFFIX, values_##SUFFIX, exp_block_##SUFFIX, max_##SUFFIX, sum_##SUFFIX); \
+        return a->half ? attention_units(a, t0, t1, scores_##SUFFIX##_h, values_##SUFFIX##_h, exp_block_##SUFFIX, \
+                                         max_##SUFFIX, sum_##SUFFIX)                                        \
+                       : attention_units(a, t0, t1, scores_##SUFFIX, values_##SUFFIX, exp_block_##SUFFIX,   \
+                                         max_##SUFFIX, sum_##SUFFIX);                                       \
     }                                                                                                      \
     TARGET static int attention_split_##SUFFIX(const Attention *a, float *p, Barrier *bar, int t, int nt) { \
-        return attention_row_split(a, p, bar, t, nt, scores_##SUFFIX, values_##SUFFIX, exp_block_##SUFFIX, max_##SUFFIX, \
-                                   sum_##SUFFIX);                                                          \
+        return a->half ? attention_row_split(a, p, bar, t, nt, scores_##SUFFIX##_h, values_##SUFFIX##_h,  \
+                                             exp_block_##SUFFIX, max_##SUFFIX, sum_##SUFFIX)                \
+                       : attention_row_split(a, p, bar, t, nt, scores_##SUFFIX, values_##SUFFIX,          \
+                                             exp_block_##SUFFIX, max_##SUFFIX, sum_##SUFFIX);               \
     }
 
-static void scores_generic_fn(const float *q0, Py_ssize_t G, Py_ssize_t D, const float *kh, const int64_t *slots,
-                              Py_ssize_t n, float *p, Py_ssize_t K, float scale) {
-    scores_generic(q0, G, D, kh, slots, n, p, K, scale);
+static void scores_generic_of(const float *q0, Py_ssize_t G, Py_ssize_t D, const void *kh, const int64_t *slots,
+                              Py_ssize_t n, float *p, Py_ssize_t K, float scale, int half) {
+    scores_generic(q0, G, D, kh, slots, n, p, K, scale, half);
 }
-static void values_generic_fn(const float *p, Py_ssize_t G, Py_ssize_t D, const float *vh, const int64_t *slots,
-                              Py_ssize_t n, Py_ssize_t K, float *acc, Py_ssize_t d0, Py_ssize_t d1) {
-    values_generic(p, G, D, vh, slots, n, K, acc, d0, d1);
+static void values_generic_of(const float *p, Py_ssize_t G, Py_ssize_t D, const void *vh, const int64_t *slots,
+                              Py_ssize_t n, Py_ssize_t K, float *acc, Py_ssize_t d0, Py_ssize_t d1, int half) {
+    values_generic(p, G, D, vh, slots, n, K, acc, d0, d1, half);
 }
 #define scores_generic scores_generic_fn
 #define values_generic values_generic_fn
+KV_TWINS(generic, )
 PATHS(generic, )
 #undef scores_generic
 #undef values_generic
 #if PLD_X86
+KV_TWINS(avx2, T_AVX2)
+KV_TWINS(avx512, T_512)
 PATHS(avx2, T_AVX2)
 PATHS(avx512, T_512)
 #endif
@@ -772,12 +923,14 @@ typedef int (*AttentionSplitFn)(const Attention *, float *, Barrier *, int, int)
 static const RmsFn RMS[] = {rms_generic, rms_avx2, rms_avx512};
 static const SiluFn SILU[] = {silu_generic, silu_avx2, silu_avx512};
 static const RotaryFn ROTARY[] = {rotary_generic, rotary_avx2, rotary_avx512};
+static const StoreHalfFn STORE_HALF[] = {store_half_generic, store_half_avx2, store_half_avx512};
 static const AttentionFn ATTENTION[] = {attention_generic, attention_avx2, attention_avx512};
 static const AttentionSplitFn ATTENTION_SPLIT[] = {attention_split_generic, attention_split_avx2, attention_split_avx512};
 #else
 static const RmsFn RMS[] = {rms_generic};
 static const SiluFn SILU[] = {silu_generic};
 static const RotaryFn ROTARY[] = {rotary_generic};
+static const StoreHalfFn STORE_HALF[] = {store_half_generic};
 static const AttentionFn ATTENTION[] = {attention_generic};
 static const AttentionSplitFn ATTENTION_SPLIT[] = {attention_split_generic};
 #endif
@@ -844,12 +997,12 @@ static PyObject *py_silu_mul(PyObject *self, PyObject *const *args, Py_ssize_t n
     Py_RETURN_NONE;
 }
 
-/* rotary_write(qkv, cos, sin, pos, slot, q, k, v, rows, stride, H, KVH, D, S) */
+/* rotary_write(qkv, cos, sin, pos, slot, q, k, v, rows, stride, H, KVH, D, S, half) */
 static PyObject *py_rotary_write(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     void *p[8];
-    Py_ssize_t s[6];
-    if (parse_args(args, nargs, 14, p, 8, s, 1) < 0) return NULL;
-    Rotary a = {p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], s[0], s[1], s[2], s[3], s[4], s[5]};
+    Py_ssize_t s[7];
+    if (parse_args(args, nargs, 15, p, 8, s, 1) < 0) return NULL;
+    Rotary a = {p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], s[0], s[1], s[2], s[3], s[4], s[5], s[6] != 0};
     RotaryFn fn = ROTARY[current_isa];
     Py_BEGIN_ALLOW_THREADS
     OVER_ROWS(a.rows, (double)a.rows * (a.H + 2 * a.KVH) * a.D * 2, fn(&a, r0, r1));
@@ -857,19 +1010,19 @@ static PyObject *py_rotary_write(PyObject *self, PyObject *const *args, Py_ssize
     Py_RETURN_NONE;
 }
 
-/* attention(q, k, v, read, mask, o, B, Q, H, KVH, D, K, S, start, scale) */
+/* attention(q, k, v, read, mask, o, B, Q, H, KVH, D, K, S, start, half, scale) */
 static int attention_row_team(const Attention *a, int nt);
 
 static PyObject *py_attention(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     void *p[6];
-    Py_ssize_t s[8];
+    Py_ssize_t s[9];
     int err;
-    if (nargs != 15) return PyErr_Format(PyExc_TypeError, "expected 15 arguments, got %zd", nargs);
-    float scale = as_float(args[14], &err);
-    if (err || parse_args(args, 14, 14, p, 6, s, 1) < 0) return NULL;
+    if (nargs != 16) return PyErr_Format(PyExc_TypeError, "expected 16 arguments, got %zd", nargs);
+    float scale = as_float(args[15], &err);
+    if (err || parse_args(args, 15, 15, p, 6, s, 1) < 0) return NULL;
     Attention a = {.q = p[0], .k = p[1], .v = p[2], .read = p[3], .mask = p[4], .o = p[5], .row_at = NULL,
                    .R = s[0] * s[1], .B = s[0], .Q = s[1], .H = s[2], .KVH = s[3], .D = s[4], .K = s[5], .S = s[6],
-                   .start = s[7], .scale = scale};
+                   .start = s[7], .scale = scale, .half = s[8] != 0};
     if (a.KVH == 0 || a.H % a.KVH) return PyErr_Format(PyExc_ValueError, "heads (%zd) must be a multiple of KV heads", a.H);
     AttentionFn fn = ATTENTION[current_isa];
     Py_ssize_t units = a.R * a.H;
@@ -1001,6 +1154,7 @@ typedef struct {
     const uint8_t *mask;
     Py_ssize_t rows, hidden, H, KVH, D, inter, S, B, Q, K, start, L, width;
     float eps, scale;
+    int half;                /* the pools hold float16 (else float32) */
 } Layers;
 
 /* Thread t of nt's share [r0, r1) of `items` independent items (empty for the threads left
@@ -1033,16 +1187,17 @@ static int layers_part(const Layers *a, Barrier *bar, int t, int nt) {
     team_wait(bar, nt);
     for (Py_ssize_t l = 0; l < a->L; l++) {
         const int64_t *r = a->records + l * RECORD;
-        float *pk = (float *)(intptr_t)a->pools[2 * l], *pv = (float *)(intptr_t)a->pools[2 * l + 1];
+        void *pk = (void *)(intptr_t)a->pools[2 * l], *pv = (void *)(intptr_t)a->pools[2 * l + 1];
         PROJ(r, a->x, a->qkv, hidden, a->width);
         team_wait(bar, nt);
-        Rotary ra = {a->qkv, a->cos, a->sin, a->pos, a->slot, a->q, pk, pv, rows, a->width, a->H, a->KVH, a->D, a->S};
+        Rotary ra = {a->qkv, a->cos, a->sin, a->pos, a->slot, a->q, pk, pv, rows, a->width, a->H, a->KVH, a->D, a->S,
+                     a->half};
         share(rows, t, nt, &r0, &r1);
         if (r0 < r1) rotary(&ra, r0, r1);
         team_wait(bar, nt);
         Attention aa = {.q = a->q, .k = pk, .v = pv, .read = a->read, .mask = a->mask, .o = a->o, .row_at = a->row_at,
                         .R = rows, .B = a->B, .Q = a->Q, .H = a->H, .KVH = a->KVH, .D = a->D, .K = a->K, .S = a->S,
-                        .start = a->start, .scale = a->scale};
+                        .start = a->start, .scale = a->scale, .half = a->half};
         if (a->split_scratch) { /* one row, a team: every thread part of every head (it meets the team twice inside) */
             if (split(&aa, a->split_scratch, bar, t, nt)) failed = 1;
         } else {
@@ -1075,7 +1230,7 @@ static int layers_part(const Layers *a, Barrier *bar, int t, int nt) {
 }
 
 /* layers(h, cos, sin, pos, slot, read, mask, records, pools, row_at, rows, hidden, H, KVH, D, inter, S, B,
- *        Q, K, start, L, eps, scale): the L decoder layers over the residual rows h [rows, hidden], in place:
+ *        Q, K, start, L, half, eps, scale): the L decoder layers over the residual rows h [rows, hidden], in place:
  * per layer norm, QKV product, rotary + K/V write, attention, O product, residual add + norm,
  * gate/up product, SiLU gate, down product, residual add (+ the next layer's norm): the very
  * operations, in the same order, that PagedLlama._step_ops_forward calls one by one, so the
@@ -1087,16 +1242,16 @@ static int layers_part(const Layers *a, Barrier *bar, int t, int nt) {
  * operation. */
 static PyObject *py_layers(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     void *p[10];
-    Py_ssize_t s[12];
+    Py_ssize_t s[13];
     int err1, err2;
-    if (nargs != 24) return PyErr_Format(PyExc_TypeError, "expected 24 arguments, got %zd", nargs);
+    if (nargs != 25) return PyErr_Format(PyExc_TypeError, "expected 25 arguments, got %zd", nargs);
     if (product == NULL) return PyErr_Format(PyExc_RuntimeError, "set_product() was not called");
-    float eps = as_float(args[22], &err1), scale = as_float(args[23], &err2);
-    if (err1 || err2 || parse_args(args, 22, 22, p, 10, s, 1) < 0) return NULL;
+    float eps = as_float(args[23], &err1), scale = as_float(args[24], &err2);
+    if (err1 || err2 || parse_args(args, 23, 23, p, 10, s, 1) < 0) return NULL;
     Layers a = {.h = p[0], .cos = p[1], .sin = p[2], .pos = p[3], .slot = p[4], .read = p[5], .mask = p[6],
                 .records = p[7], .pools = p[8], .row_at = p[9], .rows = s[0], .hidden = s[1], .H = s[2], .KVH = s[3], .D = s[4],
                 .inter = s[5], .S = s[6], .B = s[7], .Q = s[8], .K = s[9], .start = s[10], .L = s[11],
-                .eps = eps, .scale = scale};
+                .half = s[12] != 0, .eps = eps, .scale = scale};
     Py_ssize_t rows = a.rows, hidden = a.hidden;
     a.width = (a.H + 2 * a.KVH) * a.D;
     if (a.KVH == 0 || a.H % a.KVH || (a.row_at ? rows > a.B * a.Q : a.B * a.Q != rows))
@@ -1161,16 +1316,27 @@ static PyObject *py_exp(PyObject *self, PyObject *arg) {
     return PyFloat_FromDouble(exp_one((float)x));
 }
 
+/* store_half(src, dst, n): the current path's rounding of n floats into float16 (tests). */
+static PyObject *py_store_half(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    void *p[2];
+    Py_ssize_t s[1];
+    if (parse_args(args, nargs, 3, p, 2, s, 0) < 0) return NULL;
+    STORE_HALF[current_isa]((uint16_t *)p[1], (const float *)p[0], s[0]);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"rms_norm", (PyCFunction)(void (*)(void))py_rms_norm, METH_FASTCALL, "rms_norm(h, delta, w, y, rows, n, eps)"},
     {"silu_mul", (PyCFunction)(void (*)(void))py_silu_mul, METH_FASTCALL, "silu_mul(gate_up, out, rows, n)"},
     {"rotary_write", (PyCFunction)(void (*)(void))py_rotary_write, METH_FASTCALL,
-     "rotary_write(qkv, cos, sin, pos, slot, q, k, v, rows, stride, H, KVH, D, S)"},
+     "rotary_write(qkv, cos, sin, pos, slot, q, k, v, rows, stride, H, KVH, D, S, half)"},
     {"attention", (PyCFunction)(void (*)(void))py_attention, METH_FASTCALL,
-     "attention(q, k, v, read, mask, o, B, Q, H, KVH, D, K, S, start, scale)"},
+     "attention(q, k, v, read, mask, o, B, Q, H, KVH, D, K, S, start, half, scale)"},
     {"layers", (PyCFunction)(void (*)(void))py_layers, METH_FASTCALL,
      "layers(h, cos, sin, pos, slot, read, mask, records, pools, row_at, rows, hidden, H, KVH, D, inter, S, B, Q, K, start, L, "
-     "eps, scale)"},
+     "half, eps, scale)"},
+    {"store_half", (PyCFunction)(void (*)(void))py_store_half, METH_FASTCALL,
+     "store_half(src, dst, n): n floats rounded to float16 as rotary_write stores them (tests)"},
     {"set_product", py_set_product, METH_O, "set_product(capsule): the products of gemv.c, for layers()"},
     {"set_isa", py_set_isa, METH_O, "set_isa(level): 0 generic, 1 avx2, 2 avx512"},
     {"get_isa", py_get_isa, METH_NOARGS, "the path in use (0, 1 or 2)"},

@@ -75,6 +75,20 @@ def _dense(t: torch.Tensor, name: str, dtype: torch.dtype = torch.float32) -> No
                          f"(contiguous: {t.is_contiguous()}) on {t.device}")
 
 
+KV_DTYPES = (torch.float32, torch.float16)  # the pool element types the C code reads and writes
+
+
+def _pool_half(pool_k: torch.Tensor, pool_v: torch.Tensor) -> int:
+    """1 where the pool ``pool_k``/``pool_v`` holds float16, 0 for float32 (both contiguous CPU
+    tensors of one of :data:`KV_DTYPES`, the same for K and V), as the C code takes it."""
+    if pool_k.dtype not in KV_DTYPES or pool_v.dtype is not pool_k.dtype:
+        raise ValueError(f"the K/V pool must be float32 or float16 (one for K and V), got {pool_k.dtype} and "
+                         f"{pool_v.dtype}")
+    _dense(pool_k, "pool_k", pool_k.dtype)
+    _dense(pool_v, "pool_v", pool_k.dtype)
+    return int(pool_k.dtype is torch.float16)
+
+
 def _in_range(what: str, name: str, index: torch.Tensor, size: int) -> None:
     """The C code reads ``table[index]`` unchecked: every index must be in ``[0, size)``."""
     if index.numel() and (int(index.min()) < 0 or int(index.max()) >= size):
@@ -144,10 +158,11 @@ def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
 def rotary_write(qkv: torch.Tensor, cos: torch.Tensor, sin_signed: torch.Tensor, positions: torch.Tensor,
                  slots: torch.Tensor, pool_k: torch.Tensor, pool_v: torch.Tensor, heads: int) -> torch.Tensor:
     """Q ``[rows, heads, D]`` rotated, from a fused ``qkv`` ``[rows, (heads + 2 KVH) * D]``;
-    K (rotated) and V written into ``pool_k``/``pool_v`` ``[KVH, S, D]`` at ``slots`` ``[rows]``.
+    K (rotated) and V written into ``pool_k``/``pool_v`` ``[KVH, S, D]`` at ``slots`` ``[rows]``
+    (float32, or float16 rounded to nearest even: :func:`store_half`).
     ``cos``/``sin_signed``: the rotary table ``[positions, D]`` (:class:`~promptlookup.runtime.rotary.RotaryTable`)."""
-    for t, name in ((qkv, "qkv"), (pool_k, "pool_k"), (pool_v, "pool_v")):
-        _dense(t, name)
+    _dense(qkv, "qkv")
+    half = _pool_half(pool_k, pool_v)
     kvh, s, d = pool_k.shape
     rows = qkv.shape[0]
     if qkv.dim() != 2 or qkv.shape[1] != (heads + 2 * kvh) * d or pool_v.shape != pool_k.shape:
@@ -155,7 +170,7 @@ def rotary_write(qkv: torch.Tensor, cos: torch.Tensor, sin_signed: torch.Tensor,
     _check_rotary("rotary_write", cos, sin_signed, positions, slots, rows, d, s)
     q = qkv.new_empty(rows, heads, d)
     _C.rotary_write(qkv.data_ptr(), cos.data_ptr(), sin_signed.data_ptr(), positions.data_ptr(), slots.data_ptr(),
-                    q.data_ptr(), pool_k.data_ptr(), pool_v.data_ptr(), rows, qkv.shape[1], heads, kvh, d, s)
+                    q.data_ptr(), pool_k.data_ptr(), pool_v.data_ptr(), rows, qkv.shape[1], heads, kvh, d, s, half)
     return q
 
 
@@ -166,10 +181,10 @@ def attention(q: torch.Tensor, pool_k: torch.Tensor, pool_v: torch.Tensor, batch
 
     Sequence ``b``'s keys ``j < kv_len`` sit at slots ``read_slots[b, j]`` (``[batch, kv_len]``),
     or at ``start + j`` when ``read_slots`` is ``None`` (one sequence, contiguous blocks);
-    ``mask`` ``[batch, Q, kv_len]`` bool says which keys each row sees (``None``: all)."""
+    ``mask`` ``[batch, Q, kv_len]`` bool says which keys each row sees (``None``: all). A float16
+    pool's K/V are widened to float32 as read (exact); the arithmetic is float32's."""
     _dense(q, "q")
-    _dense(pool_k, "pool_k")
-    _dense(pool_v, "pool_v")
+    half = _pool_half(pool_k, pool_v)
     rows, h, d = q.shape
     kvh, s, _ = pool_k.shape
     if rows % batch or pool_v.shape != pool_k.shape or pool_k.shape[2] != d or h % kvh:
@@ -179,7 +194,7 @@ def attention(q: torch.Tensor, pool_k: torch.Tensor, pool_v: torch.Tensor, batch
     o = q.new_empty(rows, h * d)
     _C.attention(q.data_ptr(), pool_k.data_ptr(), pool_v.data_ptr(),
                  0 if read_slots is None else read_slots.data_ptr(), 0 if mask is None else mask.data_ptr(),
-                 o.data_ptr(), batch, per_seq, h, kvh, d, kv_len, s, start, scale)
+                 o.data_ptr(), batch, per_seq, h, kvh, d, kv_len, s, start, half, scale)
     return o
 
 
@@ -214,7 +229,8 @@ def layers(h: torch.Tensor, records: torch.Tensor, pool_k: list[torch.Tensor], p
     in one call: the operations of the functions above and of the products (gemv.c), in the
     order ``PagedLlama`` calls them one by one, so bitwise the same values, without a return to
     Python between them. ``records``: :func:`layer_records`; ``pool_k``/``pool_v``: each
-    layer's pool ``[KVH, S, D]``; the rest as :func:`rotary_write` and :func:`attention`.
+    layer's pool ``[KVH, S, D]`` (float32 or float16, one type for all); the rest as
+    :func:`rotary_write` and :func:`attention`.
 
     A batch's real rows only (its sequences padded to ``per_seq = Q`` rows each): ``h``,
     ``positions`` and ``slots`` hold those rows, and ``row_at`` ``[rows]`` (int64) gives each
@@ -225,10 +241,11 @@ def layers(h: torch.Tensor, records: torch.Tensor, pool_k: list[torch.Tensor], p
     n_layers = records.shape[0]
     kvh, s, d = pool_k[0].shape
     rows, hidden = h.shape
+    half = _pool_half(pool_k[0], pool_v[0])
     for t in (*pool_k, *pool_v):
         if t.shape != (kvh, s, d):
             raise ValueError("layers: every layer's pool must have one shape")
-        _dense(t, "pool")
+        _dense(t, "pool", pool_k[0].dtype)
     if len(pool_k) != n_layers or len(pool_v) != n_layers or (row_at is None and rows % batch):
         raise ValueError(f"layers: h {tuple(h.shape)}, {n_layers} records, {len(pool_k)} pools, batch {batch}")
     _check_rotary("layers", cos, sin_signed, positions, slots, rows, d, s)
@@ -244,7 +261,17 @@ def layers(h: torch.Tensor, records: torch.Tensor, pool_k: list[torch.Tensor], p
     _C.layers(h.data_ptr(), cos.data_ptr(), sin_signed.data_ptr(), positions.data_ptr(), slots.data_ptr(),
               0 if read_slots is None else read_slots.data_ptr(), 0 if mask is None else mask.data_ptr(),
               records.data_ptr(), pools.data_ptr(), 0 if row_at is None else row_at.data_ptr(), rows, hidden, heads,
-              kvh, d, intermediate, s, batch, per_seq, kv_len, start, n_layers, eps, scale)
+              kvh, d, intermediate, s, batch, per_seq, kv_len, start, n_layers, half, eps, scale)
+
+
+def store_half(x: torch.Tensor) -> torch.Tensor:
+    """``x`` (contiguous float32 on the CPU) rounded to float16 by the current path, as
+    :func:`rotary_write` stores K/V in a float16 pool: to nearest even, the bits of
+    ``x.to(torch.float16)`` for every value but NaNs' payloads (for tests)."""
+    _dense(x, "x")
+    out = torch.empty(x.shape, dtype=torch.float16)
+    _C.store_half(x.data_ptr(), out.data_ptr(), x.numel())
+    return out
 
 
 def exp(x: float) -> float:
