@@ -10,6 +10,8 @@ first streams ``--flush_mib`` MiB through the caches, so the pools come from mem
 do in a real step where the weights' products pass between two layers' attention. Each
 figure is the median of ``--rounds`` steps, and the paths alternate every round, so a busy
 machine slows them alike. Every path gives bitwise the same outputs (checked here first).
+``--kv_dtypes float32 float16`` also times each path over float16 pools (``--kv_cache_dtype
+float16``: the same keys and values rounded), side by side with the float32 ones.
 
     python bench/bench_attention.py --rows 1 11 --num_threads 1 --output_json attention.json
 
@@ -48,6 +50,8 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--layers", type=int, default=30, help="layers of distinct K/V pools")
     p.add_argument("--rounds", type=int, default=7, help="steps per path, row count and cache state (the median is kept)")
     p.add_argument("--flush_mib", type=int, default=512, help="MiB streamed through the caches before a cold step")
+    p.add_argument("--kv_dtypes", nargs="+", choices=("float32", "float16"), default=["float32"],
+                   help="K/V pool element types to time (each path over each)")
     p.add_argument("--output_json", default=None, help="write the results here as JSON")
     add_num_threads_argument(p)
     return p
@@ -65,6 +69,11 @@ def step_inputs(rows: int, context: int, layers: int, g: torch.Generator):
         for i in range(rows):
             mask[0, i, context + i + 1:] = False
     return q, pools, mask
+
+
+def label(path: str, dtype: str, dtypes: list[str]) -> str:
+    """A column's name: the path, with the pool's type where several are timed."""
+    return path if len(dtypes) == 1 else f"{path} {dtype}"
 
 
 def run_step(q, pools, mask) -> list[torch.Tensor]:
@@ -92,39 +101,52 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, dict[str, float]] = {}
     try:
         for rows in args.rows:
-            q, pools, mask = step_inputs(rows, args.context, args.layers, g)
-            outputs = []
-            for path in paths:
-                kernels.set_isa(path)
-                outputs.append(run_step(q, pools, mask))
-            for path, out in zip(paths[1:], outputs[1:]):
-                if not all(torch.equal(a, b) for a, b in zip(outputs[0], out)):
-                    raise RuntimeError(f"the {path} path's attention differs from the {paths[0]} path's")
-            times: dict[tuple[str, str], list[float]] = {(p, s): [] for p in paths for s in ("hot", "cold")}
+            q, pools32, mask = step_inputs(rows, args.context, args.layers, g)
+            by_dtype = {"float32": pools32, "float16": [(k.half(), v.half()) for k, v in pools32]}
+            for dtype in args.kv_dtypes:
+                outputs = []
+                for path in paths:
+                    kernels.set_isa(path)
+                    outputs.append(run_step(q, by_dtype[dtype], mask))
+                for path, out in zip(paths[1:], outputs[1:]):
+                    if not all(torch.equal(a, b) for a, b in zip(outputs[0], out)):
+                        raise RuntimeError(f"the {path} path's attention differs from the {paths[0]} path's ({dtype})")
+            variants = [(label(path, dtype, args.kv_dtypes), path, by_dtype[dtype])
+                        for path in paths for dtype in args.kv_dtypes]
+            times: dict[tuple[str, str], list[float]] = {(v[0], s): [] for v in variants for s in ("hot", "cold")}
             for r in range(args.rounds):
-                for path in paths if r % 2 == 0 else paths[::-1]:
+                for name, path, pools in variants if r % 2 == 0 else variants[::-1]:
                     kernels.set_isa(path)
                     run_step(q, pools, mask)  # the pools into the caches
                     t = time.perf_counter()
                     run_step(q, pools, mask)
-                    times[path, "hot"].append(time.perf_counter() - t)
+                    times[name, "hot"].append(time.perf_counter() - t)
                     flush.fill_(float(r))  # ... and out of them
                     t = time.perf_counter()
                     run_step(q, pools, mask)
-                    times[path, "cold"].append(time.perf_counter() - t)
+                    times[name, "cold"].append(time.perf_counter() - t)
             for (path, state), ts in times.items():
                 results.setdefault(f"{rows} rows, {state}", {})[path] = statistics.median(ts) * 1e3
     finally:
         kernels.set_isa(before)
+    columns = [label(p, d, args.kv_dtypes) for p in paths for d in args.kv_dtypes]
+    if len(args.kv_dtypes) > 1:  # the widest path over each cache type: the first type's time over the last's
+        ratio_name = f"{args.kv_dtypes[0]}/{args.kv_dtypes[-1]}"
+        num, den = label(paths[-1], args.kv_dtypes[0], args.kv_dtypes), label(paths[-1], args.kv_dtypes[-1], args.kv_dtypes)
+    elif len(paths) > 2:  # the widest path over AVX2
+        ratio_name, num, den = f"{paths[-1]}/{paths[1]}", paths[-1], paths[1]
+    else:
+        ratio_name = ""
     print(f"\nms per step (median of {args.rounds}; bitwise-equal outputs on every path)")
-    print(f"{'step':<16}" + "".join(f"{p:>10}" for p in paths) + ("" if len(paths) < 3 else f"{paths[-1] + '/' + paths[1]:>16}"))
+    print(f"{'step':<16}" + "".join(f"{c:>18}" for c in columns) + (f"{ratio_name:>18}" if ratio_name else ""))
     for name, by_path in results.items():
-        ratio = f"{by_path[paths[-1]] / by_path[paths[1]]:16.2f}" if len(paths) > 2 else ""
-        print(f"{name:<16}" + "".join(f"{by_path[p]:10.2f}" for p in paths) + ratio)
+        ratio = f"{by_path[num] / by_path[den]:18.2f}" if ratio_name else ""
+        print(f"{name:<16}" + "".join(f"{by_path[c]:18.2f}" for c in columns) + ratio)
     if args.output_json:
         atomic_write_json(args.output_json, {
             "cpu": model, "flags": flags, "num_threads": threads, "torch": torch.__version__, "paths": list(paths),
-            "layers": args.layers, "context": args.context, "rounds": args.rounds, "ms": results})
+            "layers": args.layers, "context": args.context, "rounds": args.rounds, "kv_dtypes": args.kv_dtypes,
+            "ms": results})
         print(f"wrote {args.output_json}")
     return 0
 
