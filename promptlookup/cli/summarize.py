@@ -85,7 +85,7 @@ def build_parser() -> ArgumentParser:
 # --sweep they would be ignored. (The drafting flags are refused by require_lookup_config.)
 ENGINE_ONLY_FLAGS = {
     "device": "--device", "max_tokens_in_paged_kv_cache": "--max_tokens_in_paged_kv_cache",
-    "kv_cache_free_gpu_memory_fraction": "--kv_cache_free_gpu_memory_fraction",
+    "kv_cache_free_gpu_memory_fraction": "--kv_cache_free_gpu_memory_fraction", "kv_cache_dtype": "--kv_cache_dtype",
     "enable_chunked_context": "--enable_chunked_context", "kv_cache_enable_block_reuse": "--kv_cache_enable_block_reuse",
     "cpu_weight_copies": "--cpu_weight_copies", "torch_compile": "--torch_compile",
     "cuda_graph_mode": "--cuda_graph_mode", "backend": "--backend", "workflow": "--workflow",
@@ -131,6 +131,7 @@ def settings_from_args(args: argparse.Namespace, given: Collection[str] = frozen
         kv_cache_enable_block_reuse=args.kv_cache_enable_block_reuse,
         max_tokens_in_paged_kv_cache=args.max_tokens_in_paged_kv_cache,
         kv_cache_free_gpu_memory_fraction=args.kv_cache_free_gpu_memory_fraction,
+        kv_cache_dtype=args.kv_cache_dtype,
         enable_chunked_context=args.enable_chunked_context,
         workflow=args.workflow,
         draft_length_policy=args.draft_length_policy,

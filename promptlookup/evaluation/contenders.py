@@ -18,7 +18,7 @@ from typing import Any, Iterator
 
 from ..decoding.lookahead import LookaheadConfig
 from ..defaults import (DEFAULT_COMPILE_MODE, DEFAULT_CPU_WEIGHT_COPIES, DEFAULT_DRAFT_LENGTH_POLICY,
-                        DEFAULT_KV_CACHE_ENABLE_BLOCK_REUSE, DEFAULT_WORKFLOW)
+                        DEFAULT_KV_CACHE_DTYPE, DEFAULT_KV_CACHE_ENABLE_BLOCK_REUSE, DEFAULT_WORKFLOW)
 from ..drafting.base import DraftConfig
 from ..runtime.base import SamplingConfig
 from .harness import BatchFn, Generated, ProgressHook
@@ -87,7 +87,8 @@ class EngineBackend:
 
     def __init__(self, engine_dir: str, settings: DecodeSettings, *, kv_cache_enable_block_reuse: bool = DEFAULT_KV_CACHE_ENABLE_BLOCK_REUSE,
                  device_ids: list[int] | None = None, max_tokens_in_paged_kv_cache: int | None = None,
-                 kv_cache_free_gpu_memory_fraction: float | None = None, enable_chunked_context: bool = False,
+                 kv_cache_free_gpu_memory_fraction: float | None = None, kv_cache_dtype: str = DEFAULT_KV_CACHE_DTYPE,
+                 enable_chunked_context: bool = False,
                  tokenizer: Any = None, device: str | None = None, cuda_graph_mode: bool | None = None,
                  backend: str = "auto", cpu_weight_copies: int = DEFAULT_CPU_WEIGHT_COPIES,
                  compile_mode: str = DEFAULT_COMPILE_MODE) -> None:
@@ -100,6 +101,7 @@ class EngineBackend:
         self.tokenizer = tokenizer  # persisted n-gram caches check it against the files
         self.max_tokens_in_paged_kv_cache = max_tokens_in_paged_kv_cache
         self.kv_cache_free_gpu_memory_fraction = kv_cache_free_gpu_memory_fraction
+        self.kv_cache_dtype = kv_cache_dtype
         self.enable_chunked_context = enable_chunked_context
         self.settings = settings
         self.kv_cache_enable_block_reuse = kv_cache_enable_block_reuse
@@ -113,7 +115,8 @@ class EngineBackend:
 
         runtime = RuntimeConfig(device=self.device, cuda_graph_mode=self.cuda_graph_mode,
                                 compile_mode=self.compile_mode, cpu_weight_copies=self.cpu_weight_copies)
-        kv_cache = KvCacheConfig(self.kv_cache_enable_block_reuse, self.max_tokens_in_paged_kv_cache)
+        kv_cache = KvCacheConfig(self.kv_cache_enable_block_reuse, self.max_tokens_in_paged_kv_cache,
+                                 dtype=self.kv_cache_dtype)
         return load_runner(self.engine_dir, runtime, kv_cache, device_ids=self.device_ids, backend=self.backend,
                            kv_cache_free_gpu_memory_fraction=self.kv_cache_free_gpu_memory_fraction,
                            enable_chunked_context=self.enable_chunked_context)

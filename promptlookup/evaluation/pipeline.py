@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Sequence
 
 from ..defaults import (DEFAULT_COMPILE_MODE, DEFAULT_CPU_WEIGHT_COPIES, DEFAULT_DRAFT_LENGTH_POLICY,
-                        DEFAULT_KV_CACHE_ENABLE_BLOCK_REUSE, DEFAULT_WORKFLOW)
+                        DEFAULT_KV_CACHE_DTYPE, DEFAULT_KV_CACHE_ENABLE_BLOCK_REUSE, DEFAULT_WORKFLOW)
 from ..drafting.base import DraftConfig
 from ..engine.config import check_end_id
 from ..errors import UserError
@@ -55,6 +55,7 @@ class EvalSettings:
     kv_cache_enable_block_reuse: bool = DEFAULT_KV_CACHE_ENABLE_BLOCK_REUSE
     max_tokens_in_paged_kv_cache: int | None = None
     kv_cache_free_gpu_memory_fraction: float | None = None  # of the memory free after the weights load
+    kv_cache_dtype: str = DEFAULT_KV_CACHE_DTYPE  # our PyTorch engine's KV cache element type (see defaults)
     enable_chunked_context: bool = False  # TensorRT-LLM engines only
     workflow: str = DEFAULT_WORKFLOW
     draft_length_policy: str = DEFAULT_DRAFT_LENGTH_POLICY
@@ -249,6 +250,7 @@ def evaluate(
         engine = EngineBackend(s.engine_dir, decode_settings, kv_cache_enable_block_reuse=s.kv_cache_enable_block_reuse,
                                device_ids=s.device_ids, max_tokens_in_paged_kv_cache=s.max_tokens_in_paged_kv_cache,
                                kv_cache_free_gpu_memory_fraction=s.kv_cache_free_gpu_memory_fraction,
+                               kv_cache_dtype=s.kv_cache_dtype,
                                enable_chunked_context=s.enable_chunked_context,
                                tokenizer=tokenizer, device=s.device, cuda_graph_mode=s.cuda_graph_mode,
                                cpu_weight_copies=s.cpu_weight_copies, compile_mode=s.compile_mode,

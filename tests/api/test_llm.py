@@ -201,3 +201,21 @@ def test_build_settings_for_a_built_engine_are_refused(tiny_engine_dir, tmp_path
     with pytest.raises(UserError, match="is a built engine, used as it is: cache_dir and build shape the build"):
         LLM(str(tiny_engine_dir), cache_dir=str(tmp_path / "c"), build=AutoBuild(max_batch_size=1))
     assert not (tmp_path / "c").exists()
+
+
+def test_a_float16_kv_cache_through_the_llm_api(tiny_engine_dir):
+    """``KvCacheConfig(dtype="float16")`` (TensorRT-LLM's field) reaches the runner: a float16
+    pool, and the speculative output equals plain decoding's on that cache."""
+    import torch
+
+    from promptlookup.runtime.options import RuntimeConfig
+
+    params = SamplingParams(max_tokens=12)
+    spec = NGramDecodingConfig(max_draft_len=6, max_matching_ngram_size=2)
+    kv = KvCacheConfig(dtype="float16")
+    cpu = RuntimeConfig(device="cpu")  # a GPU's CUDA graphs read the cache in the engine's dtype (refused there)
+    with LLM(str(tiny_engine_dir), kv_cache_config=kv, runtime_config=cpu) as plain16, \
+            LLM(str(tiny_engine_dir), speculative_config=spec, kv_cache_config=kv, runtime_config=cpu) as spec16:
+        assert plain16.runner.pool.dtype == spec16.runner.pool.dtype == torch.float16
+        want = [o.outputs[0].token_ids for o in plain16.generate(PROMPTS, params)]
+        assert [o.outputs[0].token_ids for o in spec16.generate(PROMPTS, params)] == want

@@ -125,3 +125,28 @@ def test_kv_cache_free_gpu_memory_fraction_reaches_the_pytorch_runner(engine_dir
 def test_load_knobs_are_refused_up_front_for_a_pytorch_engine(engine_dir, jsonl_dataset, tmp_path, capsys):
     refused(args(engine_dir, "--dataset_path", jsonl_dataset, "--prompt_lookup_config", "[4,2]", "--max_concurrency",
                  "2", "--output_json", tmp_path / "m.json"), capsys, "max_concurrency/draft_len_schedule")
+
+
+def test_kv_cache_dtype_reaches_the_pytorch_runner(engine_dir, jsonl_dataset, tmp_path, capsys, monkeypatch):
+    """``--kv_cache_dtype float16`` (run.py's flag) builds the engine's pool in float16 and is
+    recorded in the JSON's settings; without --test_trt_llm it is refused as unread."""
+    import torch
+
+    from promptlookup.runtime import kv_cache
+
+    made = []
+    real_init = kv_cache.KVPool.__init__
+
+    def spy(self, *a, **kw):
+        real_init(self, *a, **kw)
+        made.append(self.dtype)
+
+    monkeypatch.setattr(kv_cache.KVPool, "__init__", spy)
+    out = tmp_path / "k.json"
+    code, _, err = run(args(engine_dir, "--dataset_path", jsonl_dataset, "--kv_cache_dtype", "float16",
+                            "--output_json", out), capsys)
+    assert code == 0, err
+    assert made and set(made) == {torch.float16}
+    assert json.loads(out.read_text())["settings"]["kv_cache_dtype"] == "float16"
+    refused(["--engine_dir", engine_dir, "--test_hf", "--dataset_path", jsonl_dataset, "--kv_cache_dtype", "float16"],
+            capsys, "--kv_cache_dtype is read only with --test_trt_llm or --sweep")
