@@ -69,6 +69,18 @@ def test_kv_cache_fraction_sizes_the_kv_cache(tiny_engine_dir, spy, monkeypatch,
     assert "TensorRT-LLM's 0.9" in help_text and "CPU" in help_text
 
 
+def test_kv_cache_dtype_reaches_the_kv_cache(tiny_engine_dir, spy, capsys):
+    """quickstart_advanced.py's --kv_cache_dtype (default auto): KvCacheConfig.dtype, the pool's type."""
+    import torch
+
+    run(tiny_engine_dir, "--prompt", "a b a b a b")
+    assert spy["kwargs"]["kv_cache_config"].dtype == "auto"
+    assert spy["llm"].runner.pool.dtype == torch.float32
+    run(tiny_engine_dir, "--prompt", "a b a b a b", "--kv_cache_dtype", "float16", "--device", "cpu")  # GPU: graphs refuse it
+    assert spy["kwargs"]["kv_cache_config"].dtype == "float16"
+    assert spy["llm"].runner.pool.dtype == torch.float16
+
+
 @pytest.mark.parametrize("flag", ["--spec_decode_max_draft_len", "--spec_decode_nextn"])
 def test_draft_len_and_its_old_name(tiny_engine_dir, spy, flag):
     run(tiny_engine_dir, "--prompt", "a b", flag, "3", "--max_matching_ngram_size", "4")
