@@ -77,3 +77,21 @@ def test_the_trtllm_path_refuses_a_cache_type_in_one_line():
     assert "KvCacheConfig(dtype='float16')" in str(err.value) and "\n" not in str(err.value)
     refuse_unmapped(draft_length_policy="full", draft_token_budget=None, device=None, cache_dir=None, build=None,
                     kv=KvCacheConfig())
+
+
+def test_serve_flag_makes_a_float16_pool_and_metrics_count_its_bytes(tiny_engine_dir):
+    from promptlookup.cli.serve import build_llm, parse_args
+    from promptlookup.serving.metrics import prometheus_text
+
+    argv = ["--engine_dir", str(tiny_engine_dir), "--device", "cpu", "--max_tokens_in_paged_kv_cache", "256"]
+    sizes = {}
+    for dtype in ("auto", "float16"):
+        llm = build_llm(parse_args([*argv, "--kv_cache_dtype", dtype]))
+        try:
+            pool = llm.runner.pool
+            sizes[dtype] = (pool.dtype, pool.nbytes)
+            assert f'promptlookup_memory_bytes{{holder="kv_pool"}} {pool.nbytes}' in prometheus_text(llm, weights=0)
+        finally:
+            llm.shutdown()
+    assert sizes["auto"][0] == torch.float32 and sizes["float16"][0] == torch.float16
+    assert sizes["float16"][1] * 2 == sizes["auto"][1]
