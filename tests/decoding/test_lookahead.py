@@ -20,7 +20,7 @@ from promptlookup.errors import UserError
 from promptlookup.runtime.base import EngineLimits
 from promptlookup.runtime.options import KvCacheConfig
 from promptlookup.runtime.torch_runner import TorchRunner
-from tests.runtime.test_greedy_equivalence import END_ID, MAX_NEW, make_prompts
+from tests.runtime.test_greedy_equivalence import END_ID, FLOAT16_KV_PARAMS, MAX_NEW, make_prompts
 from tests.quantized import quantized_model
 from tests.tiny import tiny_llama
 
@@ -122,7 +122,7 @@ def test_bad_configs_are_one_line_errors(text, fragment):
     assert fragment in str(err.value) and "\n" not in str(err.value)
 
 
-@pytest.fixture(scope="module", params=[0, 1, "int8", "int4", "int8g", "f16kv", "int4_f16kv"])
+@pytest.fixture(scope="module", params=[0, 1, "int8", "int4", "int8g", *FLOAT16_KV_PARAMS])
 def model_and_plain(request):
     """(a runner factory taking runner_for's keywords, the prompts, their plain outputs) for a tiny
     model (seeds 0, 1; ``int8``/``int4``/``int8g``: seed 0's weight-only quantized engine model;

@@ -41,7 +41,12 @@ def make_prompts(seed: int, count: int = 5) -> list[list[int]]:
     return prompts
 
 
-@pytest.fixture(scope="module", params=[0, 1, "int8", "int4", "int4_lm", "int8_lm", "int8g", "f16kv", "int4_f16kv"])
+# The float16 KV cache's whole-decoding runs are slow-marked (make test runs them; test-fast
+# keeps its kernels' and runner's tests: tests/runtime/test_kv_half.py, test_kv_dtype.py).
+FLOAT16_KV_PARAMS = [pytest.param(p, marks=pytest.mark.slow) for p in ("f16kv", "int4_f16kv")]
+
+
+@pytest.fixture(scope="module", params=[0, 1, "int8", "int4", "int4_lm", "int8_lm", "int8g", *FLOAT16_KV_PARAMS])
 def model_and_reference(request):
     """(a runner factory taking runner_for's keywords, the prompts, each prompt's plain output)."""
     if isinstance(request.param, str):  # ours alone: plain decoding, one prompt at a time
