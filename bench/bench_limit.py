@@ -296,6 +296,7 @@ def main(argv: list[str] | None = None) -> int:
     for flag, (value, least) in at_least.items():
         if value < least:
             parser.error(f"{flag} must be at least {least}, got {value}")
+    against = [engine_and_kv(spec, args.kv_cache_dtype) for spec in args.against]  # before anything loads
     from promptlookup.engine.load import load_runner
     from promptlookup.fsutil import atomic_write_json
     from promptlookup.runtime import load_tokenizer
@@ -308,7 +309,6 @@ def main(argv: list[str] | None = None) -> int:
     tokenizer = load_tokenizer(args.engine_dir)
     prompt = context_prompt(tokenizer, args.context)
     configure_threads(args.threads[0])
-    against = [engine_and_kv(spec, args.kv_cache_dtype) for spec in args.against]
     runner = load_runner(args.engine_dir, device="cpu", kv_cache=KvCacheConfig(dtype=args.kv_cache_dtype))
     if runner.model.dtype != torch.float32:
         print(f"note: a {runner.model.dtype} engine; the probe reads fp32")

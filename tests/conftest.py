@@ -187,6 +187,7 @@ SLOW_TESTS = (
     "tests/evaluation/test_summarize_trtllm_flags.py::test_kv_cache_dtype_reaches_the_pytorch_runner",
     "tests/cli/test_run_cli.py::test_a_float16_kv_cache_is_recorded_and_lookup_output_equals_plain_output_on_it",
     "tests/api/test_llm.py::test_a_float16_kv_cache_through_the_llm_api",
+    "tests/runtime/test_kv_dtype.py::test_serve_flag_makes_a_float16_pool_and_metrics_count_its_bytes",
     "tests/cli/test_run_trtllm_flags.py::test_kv_cache_free_gpu_memory_fraction_sizes_the_pytorch_kv_cache",
     "tests/evaluation/test_summarize_trtllm_flags.py::test_kv_cache_free_gpu_memory_fraction_reaches_the_pytorch_runner",
     "tests/evaluation/test_summarize_trtllm_flags.py::test_tensorrt_llm_kv_flags_refused_for_a_pytorch_engine",
