@@ -149,7 +149,6 @@ def with_options(
     kv_cache_enable_block_reuse: bool | None = None,
     max_tokens_in_paged_kv_cache: int | None = None,
     kv_cache_free_gpu_memory_fraction: float | None = None,
-    kv_cache_dtype: str | None = None,
 ) -> tuple[RuntimeConfig, KvCacheConfig]:
     """The two config objects, with any single option given as a keyword (``run.py``'s flag
     names; ``None``: the object's value) folded in: the one place loose options become
@@ -159,5 +158,5 @@ def with_options(
                  compile_mode=compile_mode)
     runtime = replace(runtime, **{k: v for k, v in loose.items() if v is not None})
     kv = dict(enable_block_reuse=kv_cache_enable_block_reuse, max_tokens=max_tokens_in_paged_kv_cache,
-              free_gpu_memory_fraction=kv_cache_free_gpu_memory_fraction, dtype=kv_cache_dtype)
+              free_gpu_memory_fraction=kv_cache_free_gpu_memory_fraction)
     return runtime, replace(kv_cache, **{k: v for k, v in kv.items() if v is not None})

@@ -379,10 +379,12 @@ ALWAYS_INLINE void scores_generic(const float *q0, Py_ssize_t G, Py_ssize_t D, c
 
 #if PLD_X86
 
-/* The cache lines of `bytes` bytes of one K or V row, fetched PF_KEYS keys ahead (the pool is
- * read from memory: the products between two layers' attention evict it from the caches). */
-static inline void prefetch_row(const void *row, Py_ssize_t bytes) {
-    for (Py_ssize_t i = 0; i < bytes; i += 64) _mm_prefetch((const char *)row + i, _MM_HINT_T0);
+/* The cache lines of elements [d0, d1) of the K or V row at `slot` of one KV head's pool
+ * `head`, fetched PF_KEYS keys ahead (the pool is read from memory: the products between two
+ * layers' attention evict it from the caches). */
+static inline void prefetch_kv(const void *head, int64_t slot, Py_ssize_t D, Py_ssize_t d0, Py_ssize_t d1, int half) {
+    const char *from = (const char *)kv_row(head, slot, D, half) + d0 * KV_BYTES(half);
+    for (Py_ssize_t i = 0; i < (d1 - d0) * KV_BYTES(half); i += 64) _mm_prefetch(from + i, _MM_HINT_T0);
 }
 
 /* 8 (AVX2) or 16 (AVX-512) elements of a K/V row from element i, as float32. */
@@ -431,7 +433,7 @@ T_AVX2 ALWAYS_INLINE void scores_avx2_of(const float *q0, Py_ssize_t G, Py_ssize
         const void *k[4];
         for (int j = 0; j < 4; j++) {
             k[j] = kv_row(kh, slots[c + j], D, half);
-            if (c + PF_KEYS + j < n) prefetch_row(kv_row(kh, slots[c + PF_KEYS + j], D, half), D * KV_BYTES(half));
+            if (c + PF_KEYS + j < n) prefetch_kv(kh, slots[c + PF_KEYS + j], D, 0, D, half);
         }
         for (Py_ssize_t g = 0; g < G; g++) {
             const float *qg = q0 + g * D;
@@ -484,8 +486,7 @@ T_512 ALWAYS_INLINE void scores_avx512_of(const float *q0, Py_ssize_t G, Py_ssiz
     for (; c + 4 <= n; c += 4) { /* four keys at a time: one joint reduction */
         const void *k0 = kv_row(kh, slots[c], D, half), *k1 = kv_row(kh, slots[c + 1], D, half),
                    *k2 = kv_row(kh, slots[c + 2], D, half), *k3 = kv_row(kh, slots[c + 3], D, half);
-        for (int j = 0; j < 4 && c + PF_KEYS + j < n; j++)
-            prefetch_row(kv_row(kh, slots[c + PF_KEYS + j], D, half), D * KV_BYTES(half));
+        for (int j = 0; j < 4 && c + PF_KEYS + j < n; j++) prefetch_kv(kh, slots[c + PF_KEYS + j], D, 0, D, half);
         for (Py_ssize_t g = 0; g < G; g++) {
             const float *qg = q0 + g * D;
             __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
@@ -552,9 +553,7 @@ T_512 ALWAYS_INLINE void values_avx512_of(const float *p, Py_ssize_t G, Py_ssize
             for (int i = 0; i < 4; i++) a[g][i] = _mm512_setzero_ps();
         for (Py_ssize_t c = 0; c < n; c++) {
             const void *vc = kv_row(vh, slots[c], D, half);
-            if (g0 == 0 && c + PF_KEYS < n)
-                prefetch_row((const char *)kv_row(vh, slots[c + PF_KEYS], D, half) + d0 * KV_BYTES(half),
-                             (d1 - d0) * KV_BYTES(half));
+            if (g0 == 0 && c + PF_KEYS < n) prefetch_kv(vh, slots[c + PF_KEYS], D, d0, d1, half);
             const __m512 zero = _mm512_setzero_ps(); /* the columns outside [d0, d1) are not read */
             const __m512 v0 = d0 < 32 ? kv16(vc, 0, half) : zero, v1 = d0 < 32 ? kv16(vc, 16, half) : zero,
                          v2 = d1 > 32 ? kv16(vc, 32, half) : zero, v3 = d1 > 32 ? kv16(vc, 48, half) : zero;
@@ -595,9 +594,7 @@ T_AVX2 ALWAYS_INLINE void values_avx2_of(const float *p, Py_ssize_t G, Py_ssize_
                    a13 = a00, a20 = a00, a21 = a00, a22 = a00, a23 = a00;
             for (Py_ssize_t c = 0; c < n; c++) {
                 const void *vc = kv_row(vh, slots[c], D, f16);
-                if (g0 == 0 && half == d0 && c + PF_KEYS < n)
-                    prefetch_row((const char *)kv_row(vh, slots[c + PF_KEYS], D, f16) + d0 * KV_BYTES(f16),
-                                 (d1 - d0) * KV_BYTES(f16));
+                if (g0 == 0 && half == d0 && c + PF_KEYS < n) prefetch_kv(vh, slots[c + PF_KEYS], D, d0, d1, f16);
                 /* heads past gn repeat a head, discarded; the half row comes from L1 for the second
                  * and third head (the empty asm keeps the compiler from holding it in 4 registers,
                  * which spilled the sums) */
