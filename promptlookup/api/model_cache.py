@@ -66,15 +66,22 @@ def cache_key(source: Path, build: AutoBuild) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:20]
 
 
+def existing_source(model: str | os.PathLike[str]) -> Path:
+    """``model`` as a path; one that does not exist is a one-line :class:`UserError` (cheap:
+    the CLIs call it before importing torch)."""
+    source = Path(model).expanduser()
+    if not source.exists():
+        raise UserError(f"model {source} does not exist; pass an engine directory, a Hugging Face Llama "
+                        "directory or a GGUF file")
+    return source
+
+
 def resolve_engine(model: str | os.PathLike[str], *, cache_dir: str | os.PathLike[str] | None = None,
                    build: AutoBuild | None = None) -> Path:
     """The engine directory for ``model`` (building it into the cache on first use, with
     ``build``'s limits, default :class:`AutoBuild`). ``cache_dir`` and ``build`` shape that
     build, so with a built engine directory, which is used as it is, they are refused."""
-    source = Path(model).expanduser()
-    if not source.exists():
-        raise UserError(f"model {source} does not exist; pass an engine directory, a Hugging Face Llama "
-                        "directory or a GGUF file")
+    source = existing_source(model)
     if source.is_dir() and is_engine_dir(source):
         given = [name for name, v in (("cache_dir", cache_dir), ("build", build)) if v is not None]
         if given:

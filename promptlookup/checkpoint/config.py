@@ -136,6 +136,18 @@ def unwrap_config(cfg: Mapping[str, Any]) -> dict:
     return dict(inner if isinstance(inner, Mapping) else cfg)
 
 
+def read_checkpoint_config(directory: str | Path) -> dict:
+    """The checkpoint config of a checkpoint or engine directory (``pretrained_config`` unwrapped)."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise UserError(f"checkpoint directory {directory} does not exist; create it with convert_checkpoint.py")
+    path = directory / "config.json"
+    if not path.is_file():
+        raise UserError(f"{directory} is not a TensorRT-LLM checkpoint (no config.json); "
+                        f"create one with convert_checkpoint.py")
+    return unwrap_config(read_json_object(path))
+
+
 def quant_spec_of(cfg: Mapping[str, Any]) -> QuantSpec | None:
     """The weight-only quantization of a checkpoint or engine config (``None``: unquantized)."""
     return QuantSpec.from_config(unwrap_config(cfg).get("quantization"))

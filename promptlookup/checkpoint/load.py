@@ -25,7 +25,7 @@ from .quantize import dequantize, quantized_shapes, unshard_quantized, unshard_q
 from .config import (
     llama_config_from_checkpoint,
     quant_spec_of,
-    read_json_object,
+    read_checkpoint_config,
     torch_dtype,
     unwrap_config,
     validate_checkpoint_config,
@@ -34,18 +34,6 @@ from .config import (
 SCALE_PARTS = ("." + PER_CHANNEL_SCALE, "." + GROUP_SCALE, "." + GROUP_ZERO)
 
 __all__ = ["llama_config_from_checkpoint", "load_checkpoint", "load_checkpoint_state", "read_checkpoint_config"]
-
-
-def read_checkpoint_config(directory: str | os.PathLike[str]) -> dict:
-    """The checkpoint config of a checkpoint or engine directory (``pretrained_config`` unwrapped)."""
-    directory = Path(directory)
-    if not directory.is_dir():
-        raise UserError(f"checkpoint directory {directory} does not exist; create it with convert_checkpoint.py")
-    path = directory / "config.json"
-    if not path.is_file():
-        raise UserError(f"{directory} is not a TensorRT-LLM checkpoint (no config.json); "
-                        f"create one with convert_checkpoint.py")
-    return unwrap_config(read_json_object(path))
 
 
 def _read_rank(directory: Path, layout: L.Layout, rank: int, quant: QuantSpec | None = None) -> dict[str, torch.Tensor]:
@@ -134,7 +122,7 @@ def _named(weight_name: str, part: str) -> str:
     return weight_name.removesuffix("weight") + part
 
 
-def _empty_model(config) -> LlamaForCausalLM:
+def empty_llama(config) -> LlamaForCausalLM:
     """Construct without random initialisation (the weights are overwritten next)."""
     try:
         from transformers.initialization import no_init_weights
@@ -225,7 +213,7 @@ def load_checkpoint(
     llama_config, state = load_checkpoint_state(directory, config, dtype, dequantized=True)
     target = llama_config.dtype
     # Adopt the merged tensors as the parameters (no copy when the dtype already matches).
-    model = _empty_model(llama_config)
+    model = empty_llama(llama_config)
     model.load_state_dict(state, strict=True, assign=True)
     if llama_config.tie_word_embeddings:
         model.tie_weights()

@@ -4,8 +4,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from ..checkpoint.config import quant_spec_of
-from ..checkpoint.load import read_checkpoint_config
+from ..checkpoint.config import quant_spec_of, read_checkpoint_config
 from ..defaults import COMPILE_MODES, DEFAULT_COMPILE_MODE
 from ..engine.build import BACKENDS, GEMM_PLUGINS, SPECULATIVE_MODES, build_config, build_torch_engine, resolve_backend
 from ..engine.config import ENGINE_KIND
@@ -70,10 +69,6 @@ def main(argv: list[str] | None = None) -> int:
         from ..engine.compile_cache import check_can_compile
 
         compile_device = check_can_compile(args.device)  # before anything is loaded
-    if backend == "torch" and (args.step_costs == "measure" or compile_ahead):
-        from ..threads import configure_threads
-
-        configure_threads(args.num_threads)  # the compiled CPU kernels are specialised on it too
     ckpt = Path(args.checkpoint_dir)
     check_output_dir(args.output_dir, ENGINE_KIND, inputs=[("--checkpoint_dir", ckpt)])
     pretrained = read_checkpoint_config(ckpt)
@@ -103,6 +98,11 @@ def main(argv: list[str] | None = None) -> int:
         tokens_per_block=args.tokens_per_block,
         max_position_embeddings=max_pos,
     )
+    if backend == "torch" and (args.step_costs == "measure" or compile_ahead):
+        from ..threads import configure_threads
+
+        configure_threads(args.num_threads)  # the compiled CPU kernels are specialised on it too (set once the
+        # input is checked: importing torch takes seconds, a bad flag none)
     start = time.perf_counter()
     if backend == "trtllm":
         from ..engine.trtllm_build import run_trtllm_build

@@ -52,6 +52,8 @@ def check_input_file(path: str) -> Path:
     suffix = p.suffix.lower()
     if suffix not in INPUT_FILE_TYPES:
         raise UserError(f"--input_file {path}: unsupported type {suffix or '(none)'}; use one of {', '.join(INPUT_FILE_TYPES)}")
+    if suffix != ".npy":
+        _read_utf8(p)  # a text file that is not UTF-8 is refused now, not after the model loads
     return p
 
 

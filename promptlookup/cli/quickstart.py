@@ -184,6 +184,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.given = parser.given
     check_args(args)
+    if args.model_dir is not None:
+        from ..api.model_cache import existing_source
+
+        existing_source(args.model_dir)  # before torch loads (seconds)
     from ..threads import configure_threads
 
     configure_threads(args.num_threads)

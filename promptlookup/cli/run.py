@@ -107,12 +107,16 @@ def _run(args: Any, given: Any, begun: float) -> int:
     runtime = runtime_from_args(args)  # threads included: load_runner applies them
     num_threads = runtime.num_threads
 
-    from ..decoding import drafter_for, generate
     from ..engine.config import read_engine_config, weights_of
+
+    engine_cfg = read_engine_config(args.engine_dir)  # a missing or incomplete engine is reported first
+    if args.end_id is not None:
+        check_end_id(args.end_id, engine_cfg.limits.vocab_size)  # before torch loads (seconds)
+
+    from ..decoding import drafter_for, generate
     from ..engine.load import load_runner
     from ..runtime import load_tokenizer
 
-    engine_cfg = read_engine_config(args.engine_dir)  # a missing or incomplete engine is reported first
     from ..drafting.concurrency import refuse_unrouted
 
     refuse_unrouted(draft, inside_tensorrt_llm=engine_cfg.backend == "trtllm" and args.workflow == "v2")

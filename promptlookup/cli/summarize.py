@@ -237,6 +237,10 @@ def main(argv: list[str] | None = None) -> int:
         ensure_writable(args.output_json, "--output_json")
     if settings.sweep:
         ensure_sweep_dir(args.sweep_dir)
+    if (settings.test_engine or settings.sweep) and settings.engine_dir:
+        from ..engine.config import read_engine_config
+
+        read_engine_config(settings.engine_dir)  # a missing or broken engine is refused before torch loads (seconds)
     num_threads = configure_threads(args.num_threads)
     result = evaluate(settings, log=_log)
     if settings.max_ite == 1:

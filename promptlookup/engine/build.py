@@ -107,8 +107,8 @@ def build_torch_engine(
     inductor on that device and stores the compile caches in the engine
     (:mod:`.compile_cache`); both happen before the engine is renamed into place.
     """
-    from ..checkpoint.config import quant_spec_of
-    from ..checkpoint.load import load_checkpoint, load_checkpoint_state, read_checkpoint_config
+    from ..checkpoint.config import quant_spec_of, read_checkpoint_config
+    from ..checkpoint.load import load_checkpoint, load_checkpoint_state
 
     checkpoint_dir = Path(checkpoint_dir)
     pretrained = read_checkpoint_config(checkpoint_dir)
