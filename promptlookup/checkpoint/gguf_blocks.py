@@ -18,6 +18,13 @@ conversion) and requantized, and :func:`prequantized_from_gguf` says so.
 llama.cpp stores Q and K rows permuted for its rotary layout; the permutation moves whole
 rows (blocks never cross rows), so it is undone on codes and scales alike, as transformers
 undoes it on the float weights. Cost: one pass over the projections' raw bytes.
+
+A float conversion reads the same blocks (:func:`float_state_from_gguf`): ``F32``, ``F16``,
+``BF16`` and the three block formats above, dequantized by ``gguf``'s own formulas in
+float32 (``d * q + m``, ``d * (q - 8)``, ``q * d``), so each weight is bitwise the one
+transformers' GGUF loader gives; a file with a tensor in another format (the k-quants) or
+under a name not mapped here is left to that loader. Tensors are located by
+:func:`~.gguf_header.read_gguf_tensors` and read through a memory map.
 """
 from __future__ import annotations
 
@@ -28,7 +35,9 @@ import numpy as np
 import torch
 
 from ..errors import UserError, one_line
-from .layout import HF_DOWN, HF_EMBEDDING, HF_GATE, HF_K, HF_LM_HEAD, HF_O, HF_Q, HF_UP, HF_V, hf_layer_name
+from .gguf_header import GGUFTensor, read_gguf_tensors
+from .layout import (HF_DOWN, HF_EMBEDDING, HF_FINAL_NORM, HF_GATE, HF_INPUT_NORM, HF_K, HF_LM_HEAD, HF_O,
+                     HF_POST_NORM, HF_Q, HF_UP, HF_V, hf_layer_name)
 from .quant_spec import GROUP_SCALE, GROUP_ZERO, QuantSpec
 from .quantize import pack_int4
 
@@ -40,9 +49,83 @@ GGUF_PROJECTIONS = {
     "ffn_gate": HF_GATE, "ffn_up": HF_UP, "ffn_down": HF_DOWN,
 }
 GGUF_TABLES = {"token_embd.weight": HF_EMBEDDING, "output.weight": HF_LM_HEAD}  # with --quantize_lm_head
+GGUF_NORMS = {"attn_norm": HF_INPUT_NORM, "ffn_norm": HF_POST_NORM}  # under blk.{i}., weight
+GGUF_GLOBALS = {**GGUF_TABLES, "output_norm.weight": HF_FINAL_NORM}
 
 
 BLOCK_BYTES = {"Q4_0": 18, "Q4_1": 20, "Q8_0": 34}
+FLOAT_BYTES = {"F32": 4, "F16": 2, "BF16": 2}
+
+
+def raw_rows(path: Path, tensor: GGUFTensor) -> np.ndarray:
+    """``tensor``'s bytes as uint8 ``[rows, bytes per row]`` (a read-only memory map), for a
+    kind in ``FLOAT_BYTES`` or ``BLOCK_BYTES``; a tensor running past the file's end, or a row
+    that is not whole blocks, is a :class:`UserError`."""
+    cols = tensor.shape[-1]
+    rows = int(np.prod(tensor.shape[:-1], dtype=np.int64)) if len(tensor.shape) > 1 else 1
+    if tensor.kind in FLOAT_BYTES:
+        row_bytes = cols * FLOAT_BYTES[tensor.kind]
+    elif cols % BLOCK:
+        raise UserError(f"cannot read GGUF file {path}: {tensor.name} has rows of {cols}, not whole {tensor.kind} blocks")
+    else:
+        row_bytes = cols // BLOCK * BLOCK_BYTES[tensor.kind]
+    try:
+        return np.memmap(path, dtype=np.uint8, mode="r", offset=tensor.offset, shape=(rows, row_bytes))
+    except (ValueError, OSError) as exc:
+        raise UserError(f"cannot read GGUF file {path}; it is corrupt or truncated at {tensor.name} "
+                        f"({one_line(exc)})") from None
+
+
+def dequantize_rows(raw: np.ndarray, kind: str) -> np.ndarray:
+    """Rows of ``kind`` (uint8 ``[rows, bytes per row]``) as float32 ``[rows, columns]``:
+    ``gguf``'s dequantization, operation for operation (so bitwise its values)."""
+    if kind == "F32":
+        return np.ascontiguousarray(raw).view(np.float32).copy()
+    if kind == "F16":
+        return np.ascontiguousarray(raw).view(np.float16).astype(np.float32)
+    if kind == "BF16":
+        return (np.ascontiguousarray(raw).view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+    rows, blocks = raw.shape[0], _blocks(raw, kind)
+    d = _f16(blocks, 0)[..., None]
+    if kind == "Q8_0":
+        out = blocks[..., 2:].copy().view(np.int8).astype(np.float32) * d
+    else:
+        qs = blocks[..., 4:] if kind == "Q4_1" else blocks[..., 2:]
+        codes = np.concatenate([qs & 0x0F, qs >> 4], axis=-1)  # weights 0..15, then 16..31
+        if kind == "Q4_1":
+            out = d * codes.astype(np.float32) + _f16(blocks, 2)[..., None]
+        else:
+            out = d * (codes.astype(np.int8) - np.int8(8)).astype(np.float32)
+    return out.reshape(rows, -1)
+
+
+def _hf_name(name: str) -> tuple[str, str | None] | None:
+    """A GGUF tensor name's Hugging Face name and layer suffix (None for a global), or None."""
+    if name in GGUF_GLOBALS:
+        return GGUF_GLOBALS[name], None
+    parts = name.split(".")
+    if len(parts) == 4 and parts[0] == "blk" and parts[1].isdigit() and parts[3] == "weight":
+        suffix = GGUF_PROJECTIONS.get(parts[2]) or GGUF_NORMS.get(parts[2])
+        if suffix is not None:
+            return hf_layer_name(int(parts[1]), suffix), suffix
+    return None
+
+
+def float_state_from_gguf(path: Path, config: Any) -> dict[str, torch.Tensor] | None:
+    """Every tensor of the Llama GGUF file ``path`` as a float32 Hugging Face state dict
+    (Q and K rows unpermuted with ``config``'s head counts), or None where a tensor is in a
+    format or under a name this module does not read (the caller then uses transformers'
+    loader). Cost: one pass over the file's tensor bytes."""
+    tensors = read_gguf_tensors(path)
+    known = [(t, _hf_name(t.name)) for t in tensors]
+    if any(hf is None or (t.kind not in FLOAT_BYTES and t.kind not in BLOCK_BYTES) for t, hf in known):
+        return None
+    heads = {HF_Q: config.num_attention_heads, HF_K: config.num_key_value_heads or config.num_attention_heads}
+    state: dict[str, torch.Tensor] = {}
+    for tensor, (name, suffix) in known:
+        weight = torch.from_numpy(dequantize_rows(raw_rows(path, tensor), tensor.kind)).reshape(tensor.shape)
+        state[name] = unpermute_rows(weight, heads[suffix]).contiguous() if suffix in heads else weight
+    return state
 
 
 def _blocks(raw: np.ndarray, kind: str) -> np.ndarray:
@@ -98,17 +181,11 @@ def prequantized_from_gguf(path: Path, spec: QuantSpec, config: Any) -> tuple[di
     whose blocks ``spec`` can take over exactly (HF name -> stored tensors,
     :func:`~.quantize.quantize_weight`'s layout), and the notes to print about the rest. Exact
     only for groups of 32: int4 on Q4_0/Q4_1 blocks, int8 on those and on Q8_0 blocks."""
-    import gguf
-
-    try:
-        reader = gguf.GGUFReader(str(path))
-    except Exception as exc:  # damaged files raise several types
-        raise UserError(f"cannot read GGUF file {path}: {one_line(exc)}") from None
     exact = EXACT_TYPES[spec.precision] if spec.group_size == BLOCK else ()
     heads = {HF_Q: config.num_attention_heads, HF_K: config.num_key_value_heads or config.num_attention_heads}
     out: dict[str, dict[str, torch.Tensor]] = {}
     requantized: dict[str, int] = {}
-    for tensor in reader.tensors:
+    for tensor in read_gguf_tensors(path):
         parts = tensor.name.split(".")
         if spec.lm_head and tensor.name in GGUF_TABLES:
             name, suffix = GGUF_TABLES[tensor.name], None
@@ -117,12 +194,12 @@ def prequantized_from_gguf(path: Path, spec: QuantSpec, config: Any) -> tuple[di
             name = hf_layer_name(int(parts[1]), suffix)
         else:
             continue
-        kind = tensor.tensor_type.name
+        kind = tensor.kind
         if kind not in exact:
             requantized[kind] = requantized.get(kind, 0) + 1
             continue
         to_codes = blocks_to_int8 if spec.precision == "int8" else blocks_to_int4
-        codes, scale, offset = to_codes(np.asarray(tensor.data), kind)
+        codes, scale, offset = to_codes(raw_rows(path, tensor), kind)
         if suffix in heads:
             codes, scale, offset = (unpermute_rows(t, heads[suffix]) for t in (codes, scale, offset))
         weight = codes.contiguous() if spec.precision == "int8" else pack_int4(codes)

@@ -5,8 +5,12 @@ Everything a user can get wrong is checked here and reported as a one-line
 non-Llama ``config.json``, missing weight files, a file that is not GGUF, a truncated or
 corrupt GGUF. Nothing is ever fetched from a model hub (``local_files_only``).
 
-GGUF weights are dequantized by transformers to float32; the returned model is a plain
-``LlamaForCausalLM`` (its GGUF quantizer is detached, so ``save_pretrained`` works).
+GGUF weights are dequantized to float32: by :func:`~.gguf_blocks.float_state_from_gguf`
+(F32/F16/BF16 and the Q4_0/Q4_1/Q8_0 blocks, bitwise transformers' values, in a few seconds)
+or, for a file with other formats, by transformers' GGUF loader (which parses the file once
+more and maps names tensor by tensor: about 30 s for SmolLM2 here); the config and the
+tokenizer always come from transformers. The returned model is a plain ``LlamaForCausalLM``
+(a GGUF quantizer is detached, so ``save_pretrained`` works).
 """
 from __future__ import annotations
 
@@ -120,17 +124,32 @@ def _load_gguf(gguf_file: Path, dtype: str) -> tuple[LlamaForCausalLM, PreTraine
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
 
+    from transformers import AutoConfig
+
+    from .gguf_blocks import float_state_from_gguf
+
     folder, name = str(gguf_file.resolve().parent), gguf_file.name
     try:
-        model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32, local_files_only=True)
+        config = AutoConfig.from_pretrained(folder, gguf_file=name, local_files_only=True)
     except Exception as exc:  # gguf raises ValueError/struct/numpy errors for damaged files
         raise UserError(f"cannot read GGUF file {gguf_file}; it is corrupt, truncated or unsupported "
                         f"({one_line(exc)})") from None
-    if not isinstance(model, LlamaForCausalLM) or model.config.model_type != "llama":
-        raise UserError(f"GGUF file {gguf_file} holds a {model.config.model_type!r} model; only Llama models "
+    if config.model_type != "llama":
+        raise UserError(f"GGUF file {gguf_file} holds a {config.model_type!r} model; only Llama models "
                         f"can be converted")
-    # Detach the GGUF quantizer: the weights are already dequantized, and save_pretrained
-    # (and anything else that inspects the config) must see a plain Llama.
+    state = float_state_from_gguf(gguf_file, config)
+    if state is not None:
+        model = _llama_from_state(config, state, gguf_file)
+    else:  # a format gguf_blocks does not read: transformers dequantizes
+        try:
+            model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32,
+                                                         local_files_only=True)
+        except Exception as exc:
+            raise UserError(f"cannot read GGUF file {gguf_file}; it is corrupt, truncated or unsupported "
+                            f"({one_line(exc)})") from None
+        assert isinstance(model, LlamaForCausalLM)
+    # No GGUF quantizer: the weights are already dequantized, and save_pretrained (and
+    # anything else that inspects the config) must see a plain Llama.
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
@@ -143,6 +162,28 @@ def _load_gguf(gguf_file: Path, dtype: str) -> tuple[LlamaForCausalLM, PreTraine
     except Exception as exc:
         raise UserError(f"cannot read the tokenizer from GGUF file {gguf_file}: {one_line(exc)}") from None
     return model.eval(), tokenizer
+
+
+def _llama_from_state(config: LlamaConfig, state: dict[str, torch.Tensor], gguf_file: Path) -> LlamaForCausalLM:
+    """A float32 Llama of ``config`` holding ``state`` (its LM head tied to the embedding
+    where the config says so and the file has none)."""
+    import torch
+
+    from .load import empty_llama
+
+    config.dtype = torch.float32
+    model = empty_llama(config)
+    try:
+        missing, unexpected = model.load_state_dict(state, strict=False)
+    except RuntimeError as exc:  # a tensor of another shape than the metadata gives
+        raise UserError(f"GGUF file {gguf_file} does not match its own metadata: {one_line(exc)}") from None
+    missing = [k for k in missing if not (k == "lm_head.weight" and config.tie_word_embeddings)]
+    if missing or unexpected:
+        raise UserError(f"GGUF file {gguf_file} does not hold a complete Llama of its metadata's shape "
+                        f"(missing {sorted(missing)[:1]}, unexpected {sorted(unexpected)[:1]})")
+    if config.tie_word_embeddings:
+        model.tie_weights()
+    return model
 
 
 def load_source_model(

@@ -11,7 +11,9 @@ from safetensors.torch import load_file
 
 from promptlookup.checkpoint import layout as L
 from promptlookup.checkpoint.convert import convert_model
-from promptlookup.checkpoint.gguf_blocks import blocks_to_int4, blocks_to_int8, prequantized_from_gguf, unpermute_rows
+from promptlookup.checkpoint.gguf_blocks import (blocks_to_int4, blocks_to_int8, dequantize_rows, float_state_from_gguf,
+                                                prequantized_from_gguf, raw_rows, unpermute_rows)
+from promptlookup.checkpoint.gguf_header import read_gguf_tensors
 from promptlookup.checkpoint.load import load_checkpoint, load_checkpoint_state
 from promptlookup.checkpoint.quant_spec import QuantSpec, check_spec
 from promptlookup.checkpoint.quantize import (
@@ -254,6 +256,67 @@ def test_gguf_blocks_are_taken_over_where_the_grid_is_theirs(tmp_path, spec, tak
         assert torch.equal(dequantize(spec, stored), theirs.reshape(theirs.shape[0], -1))
     assert len(notes) == (1 if taken else 0) + len({raws[k][0] for k in raws if k not in taken and
                                                     (k != "table" or spec.lm_head)})
+
+
+def _random_rows(kind: str, rows: int, cols: int, seed: int) -> np.ndarray:
+    """Rows of ``kind`` as GGUF stores them (uint8 ``[rows, bytes]``), finite values throughout."""
+    if kind in ("Q4_0", "Q4_1", "Q8_0"):
+        return _random_blocks(kind, rows, cols // 32, seed)
+    values = np.random.default_rng(seed).standard_normal((rows, cols)).astype(np.float32)
+    if kind == "BF16":
+        return (values.view(np.uint32) >> 16).astype(np.uint16).view(np.uint8)
+    return values.astype(np.float16 if kind == "F16" else np.float32).view(np.uint8)
+
+
+@pytest.mark.parametrize("kind", ["F32", "F16", "BF16", "Q4_0", "Q4_1", "Q8_0"])
+def test_gguf_rows_dequantize_bitwise_as_gguf_does(kind):
+    import gguf
+
+    raw = _random_rows(kind, rows=5, cols=96, seed=7)
+    ours = dequantize_rows(raw, kind)
+    theirs = gguf.quants.dequantize(raw, getattr(gguf.GGMLQuantizationType, kind))
+    assert ours.dtype == np.float32 and ours.shape == (5, 96)
+    assert np.array_equal(ours, theirs.reshape(5, 96))
+
+
+def test_gguf_tensor_records_locate_each_tensor_and_refuse_a_cut_file(tmp_path):
+    import gguf
+
+    tensors = {"blk.0.attn_norm.weight": ("F32", _random_rows("F32", 1, 64, 0).reshape(-1)),
+               "blk.0.ffn_up.weight": ("Q4_1", _random_rows("Q4_1", 6, 64, 1)),
+               "token_embd.weight": ("F16", _random_rows("F16", 10, 64, 2))}
+    path = _gguf_with_blocks(tmp_path / "m.gguf", tensors)
+    records = read_gguf_tensors(path)
+    assert [(t.name, t.kind, t.shape) for t in records] == [
+        ("blk.0.attn_norm.weight", "F32", (64,)), ("blk.0.ffn_up.weight", "Q4_1", (6, 64)),
+        ("token_embd.weight", "F16", (10, 64))]
+    theirs = {t.name: t for t in gguf.GGUFReader(str(path)).tensors}
+    for t in records:
+        want = gguf.quants.dequantize(np.asarray(theirs[t.name].data), theirs[t.name].tensor_type)
+        assert np.array_equal(dequantize_rows(raw_rows(path, t), t.kind).reshape(t.shape), want.reshape(t.shape))
+    config = type("Config", (), {"num_attention_heads": 4, "num_key_value_heads": 2})()
+    state = float_state_from_gguf(path, config)
+    assert set(state) == {L.hf_layer_name(0, L.HF_INPUT_NORM), L.hf_layer_name(0, L.HF_UP), L.HF_EMBEDDING}
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(path.read_bytes()[:-100])
+    with pytest.raises(UserError, match="corrupt or truncated at token_embd.weight"):
+        float_state_from_gguf(cut, config)
+
+
+@pytest.mark.parametrize("name, kind", [("rope_freqs.weight", "F32"), ("blk.0.ffn_up.weight", "Q5_0")])
+def test_a_gguf_tensor_not_read_here_leaves_the_file_to_transformers(tmp_path, name, kind):
+    import gguf
+
+    raw = np.zeros((2, 22 * 2), dtype=np.uint8) if kind == "Q5_0" else _random_rows("F32", 1, 64, 0).reshape(-1)
+    path = tmp_path / "m.gguf"
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_tensor(name, raw, raw_dtype=getattr(gguf.GGMLQuantizationType, kind))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    assert read_gguf_tensors(path)[0].kind == kind
+    assert float_state_from_gguf(path, type("Config", (), {"num_attention_heads": 4, "num_key_value_heads": 2})()) is None
 
 
 def test_unpermute_rows_inverts_llama_cpp_permutation():

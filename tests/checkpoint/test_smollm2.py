@@ -97,6 +97,16 @@ def test_cli_checkpoint_holds_the_gguf_weights_in_float16(cli_checkpoint, refere
     assert got.argmax() == want.argmax()
 
 
+def test_every_gguf_tensor_dequantizes_bitwise_as_transformers_does(gguf_path, reference):
+    """gguf_blocks' own reading (the float conversion's) against transformers' GGUF loader."""
+    from promptlookup.checkpoint.gguf_blocks import float_state_from_gguf
+
+    ours, theirs = float_state_from_gguf(gguf_path, reference.config), reference.state_dict()
+    assert set(ours) == set(theirs) - {"lm_head.weight"}  # tied: the file has no output.weight
+    for name, tensor in ours.items():
+        assert tensor.dtype == torch.float32 and torch.equal(tensor, theirs[name]), name
+
+
 def test_float32_tp3_pp2_round_trip_matches_transformers_gguf_logits(reference, prompt_ids, tmp_path):
     from promptlookup.checkpoint.convert import convert_model
     from promptlookup.checkpoint.load import load_checkpoint
