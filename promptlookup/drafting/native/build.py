@@ -33,6 +33,7 @@ modules alone.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import functools
 import hashlib
 import os
@@ -255,11 +256,13 @@ def main(argv: list[str] | None = None) -> int:
                       file=sys.stderr)
                 return 2
         return 0
-    for source in sources():
-        if not args.force and up_to_date(cc, link, source):
-            continue
+    stale = [source for source in sources() if args.force or not up_to_date(cc, link, source)]
+    # one compiler per CPU (each module's build is one process); reported in source order
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(len(stale), os.cpu_count() or 1))) as pool:
+        builds = [pool.submit(build_best, cc, source, link) for source in stale]
+    for source, build in zip(stale, builds):
         try:
-            target = build_best(cc, source, link)
+            target = build.result()
         except RuntimeError as exc:
             detail = str(exc).split("\n", 1)[-1]
             print(f"error: building {source.name} failed ({first_line(detail)}); {folder(source).fallback}",
