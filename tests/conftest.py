@@ -11,7 +11,6 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
 import importlib.util
-import shutil
 
 import pytest
 
@@ -198,6 +197,55 @@ SLOW_TESTS = (
     "tests/runtime_trtllm/test_trtllm_releases.py::test_llm_api_backend_trtllm",
     "tests/evaluation/test_summarize_cli.py::test_shared_cnn_dailymail_sample_with_chat_template",
     "tests/api/test_model_cache.py::test_hf_dir_is_built_once_and_reused",
+    # about 1 s or more each in `pytest -m "not slow" --durations` (2026-11-27): test-fast's two minutes
+    "tests/api/test_kv_fraction_paths.py::test_llm_api_kv_cache_config",
+    "tests/api/test_llm.py::test_dynamic_cache_is_saved_at_shutdown",
+    "tests/api/test_llm.py::test_lookahead_through_the_llm_api_equals_plain",
+    "tests/api/test_llm.py::test_max_concurrency_and_draft_len_schedule_are_honoured_by_the_scheduler",
+    "tests/bench/test_bench_limit.py::test_tiny_run_writes_steps_prefill_and_side_by_side_speeds",
+    "tests/bench/test_bench_load.py::test_code_prompts_are_distinct_and_bounded",
+    "tests/bench/test_bench_scale.py::test_tiny_smoke_run_writes_rows_with_identical_tokens",
+    "tests/bench/test_bench_scale.py::test_weight_only_rows_run_the_same_weights_quantized",
+    "tests/cli/test_quickstart.py::test_apply_chat_template",
+    "tests/cli/test_run_cli.py::test_lookup_output_equals_plain_output[v1]",
+    "tests/cli/test_run_cli.py::test_lookup_output_equals_plain_output[v2]",
+    "tests/cli/test_run_cli.py::test_output_json_has_the_documented_fields",
+    "tests/cli/test_run_cli.py::test_token_id_prompts_get_no_chat_template",
+    "tests/cli/test_run_cli.py::test_tree_modes_through_run_py_equal_plain[candidates]",
+    "tests/cli/test_run_cli.py::test_tree_modes_through_run_py_equal_plain[lookahead+lookup-v1]",
+    "tests/decoding/test_one_loop.py::test_every_entry_point_runs_the_same_loop[greedy]",
+    "tests/decoding/test_one_loop.py::test_every_entry_point_runs_the_same_loop[seeded-sampling]",
+    "tests/drafting/test_adaptive.py::test_length_is_bounded",
+    "tests/drafting/test_candidates.py::test_c_pool_candidates_match_tensorrt_llm_reference",
+    "tests/drafting/test_candidates.py::test_pool_candidates_match_tensorrt_llm_reference",
+    "tests/drafting/test_longest.py::test_random_streams_match_brute_force[c]",
+    "tests/drafting/test_pool_limit.py::test_greedy_output_is_unchanged_by_a_tiny_limit",
+    "tests/drafting/test_pool_v1.py::test_v1_pool_matches_the_specification",
+    "tests/evaluation/test_dataset.py::test_formats_load_in_file_order_without_seed[jsonl]",
+    "tests/evaluation/test_sweep.py::test_csv_and_plot",
+    "tests/runtime/test_acceptance.py::test_device_acceptance_equals_accept_path",
+    "tests/runtime/test_compiled.py::test_a_compiled_attention_that_disagrees_with_eager_is_refused",
+    "tests/runtime/test_padded_step.py::test_padded_step_equals_eager_step[0-pool]",
+    "tests/runtime/test_padded_step.py::test_padded_step_equals_eager_step[1-pool]",
+    "tests/runtime/test_padded_step.py::test_padded_step_equals_eager_step[2-pool]",
+    "tests/runtime/test_tree_step.py::test_padded_tree_step_equals_eager_tree_step[1-pool]",
+    "tests/runtime/test_tree_step.py::test_padded_tree_step_equals_eager_tree_step[2-pool]",
+    "tests/serving/test_scheduler.py::test_a_request_joins_a_running_batch_and_leaves_first",
+    "tests/serving/test_serve_cli.py::test_flags_build_the_configured_llm",
+    "tests/serving/test_serve_cli.py::test_lookahead_config_builds_a_lookahead_llm",
+)
+
+
+# Modules whose module-scoped fixtures take seconds to tens of seconds (transformers' own GGUF
+# load, an inductor build, an engine per dtype, a fresh virtualenv): under `--dist loadgroup`
+# (the Makefile's) each runs on one xdist worker, so its fixtures are built once rather than
+# once on every worker that draws one of its tests.
+ONE_WORKER_MODULES = (
+    "tests/checkpoint/test_smollm2.py",
+    "tests/engine/test_compile_cache.py",
+    "tests/cli/test_dtype_engines.py",
+    "tests/packaging/test_install.py",
+    "tests/runtime/test_quant_engine.py",
 )
 
 
@@ -219,3 +267,6 @@ def pytest_collection_modifyitems(config, items):
         # the real SmolLM2 engine, or an engine built with --torch_compile inductor (compiles at build)
         if _is_listed(item.nodeid) or {"smollm2_engine_dir", "aot_engine"} & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+        module = item.nodeid.split("::")[0]
+        if module in ONE_WORKER_MODULES:
+            item.add_marker(pytest.mark.xdist_group(module))

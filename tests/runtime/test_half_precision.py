@@ -103,7 +103,7 @@ def test_smollm2_bf16_lookup_departs_from_plain_only_at_near_ties(smollm2_engine
     model = load_checkpoint(smollm2_engine_dir, dtype="bfloat16")
     limits = read_engine_config(smollm2_engine_dir).limits
     pairs = []
-    for text in code_edit_prompts(3):
+    for text in code_edit_prompts(3)[1:]:  # the third parts from plain at a near tie (the gap check runs)
         prompt = encode_text(tok, text, use_chat_template=True)
         plain = record_run(TorchRunner(model, limits, max_tokens_in_paged_kv_cache=2048), prompt,
                            max_new_tokens=64, end_id=tok.eos_token_id)
