@@ -16,10 +16,11 @@ included: about 0.1 s for 49,152 tokens), never the tensor data.
 """
 from __future__ import annotations
 
+import contextlib
 import struct
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Iterator
 
 from ..errors import UserError
 
@@ -97,6 +98,33 @@ def _value(fh: BinaryIO, vtype: int) -> Any:
     raise _Damaged(f"value type {vtype}")
 
 
+@contextlib.contextmanager
+def _reading(path: Path) -> Iterator[BinaryIO]:
+    """``path`` open for reading; a damaged or unreadable file is one :class:`UserError`."""
+    try:
+        with path.open("rb") as fh:
+            yield fh
+    except (_Damaged, struct.error, OSError, ValueError) as exc:
+        raise UserError(f"cannot read GGUF file {path}; it is corrupt, truncated or unsupported ({exc})") from None
+
+
+def _counts(fh: BinaryIO) -> tuple[int, int]:
+    """Check the magic and the version; return the tensor and key/value counts."""
+    if _read(fh, 4) != b"GGUF":
+        raise _Damaged("no GGUF magic")
+    version = _unpack(fh, "<I")
+    if version not in (2, 3):
+        raise _Damaged(f"GGUF version {version}")
+    return _unpack(fh, "<Q"), _unpack(fh, "<Q")
+
+
+def _pairs(fh: BinaryIO, count: int) -> Iterator[tuple[str, Any]]:
+    """The next ``count`` key/value pairs (arrays as their length, see :func:`_value`)."""
+    for _ in range(count):
+        key, vtype = _string(fh), _unpack(fh, "<I")
+        yield key, _value(fh, vtype)
+
+
 def read_gguf_geometry(path: str | Path) -> tuple[str, dict[str, int]]:
     """The architecture and the Hugging Face-named geometry of a GGUF model.
 
@@ -110,28 +138,18 @@ def read_gguf_geometry(path: str | Path) -> tuple[str, dict[str, int]]:
     arch: str | None = None
     found: dict[str, int] = {}
     tokens: int | None = None
-    try:
-        with path.open("rb") as fh:
-            if _read(fh, 4) != b"GGUF":
-                raise _Damaged("no GGUF magic")
-            version = _unpack(fh, "<I")
-            if version not in (2, 3):
-                raise _Damaged(f"GGUF version {version}")
-            _unpack(fh, "<Q")  # tensor count
-            for _ in range(_unpack(fh, "<Q")):
-                key, vtype = _string(fh), _unpack(fh, "<I")
-                value = _value(fh, vtype)
-                if key == "general.architecture":
-                    arch = str(value)
-                elif key == _TOKENS:
-                    tokens = int(value)
-                elif arch is not None and key.startswith(arch + ".") and key[len(arch) + 1:] in _GEOMETRY:
-                    if isinstance(value, int) and not isinstance(value, bool):
-                        found[_GEOMETRY[key[len(arch) + 1:]]] = value
-                if arch is not None and len(found) == len(_GEOMETRY):
-                    break
-    except (_Damaged, struct.error, OSError, ValueError) as exc:
-        raise UserError(f"cannot read GGUF file {path}; it is corrupt, truncated or unsupported ({exc})") from None
+    with _reading(path) as fh:
+        _, pairs = _counts(fh)
+        for key, value in _pairs(fh, pairs):
+            if key == "general.architecture":
+                arch = str(value)
+            elif key == _TOKENS:
+                tokens = int(value)
+            elif arch is not None and key.startswith(arch + ".") and key[len(arch) + 1:] in _GEOMETRY:
+                if isinstance(value, int) and not isinstance(value, bool):
+                    found[_GEOMETRY[key[len(arch) + 1:]]] = value
+            if arch is not None and len(found) == len(_GEOMETRY):
+                break
     if arch is None:
         raise UserError(f"cannot read GGUF file {path}; its metadata names no general.architecture")
     if "vocab_size" not in found and tokens is not None:
@@ -145,32 +163,22 @@ def read_gguf_tensors(path: str | Path) -> list[GGUFTensor]:
     path = Path(path)
     alignment = 32
     tensors: list[tuple[str, str, tuple[int, ...], int]] = []
-    try:
-        with path.open("rb") as fh:
-            if _read(fh, 4) != b"GGUF":
-                raise _Damaged("no GGUF magic")
-            version = _unpack(fh, "<I")
-            if version not in (2, 3):
-                raise _Damaged(f"GGUF version {version}")
-            count = _unpack(fh, "<Q")
-            for _ in range(_unpack(fh, "<Q")):
-                key, vtype = _string(fh), _unpack(fh, "<I")
-                value = _value(fh, vtype)
-                if key == "general.alignment":
-                    alignment = int(value)
-            if alignment < 1:
-                raise _Damaged(f"general.alignment {alignment}")
-            for _ in range(count):
-                name, dims = _string(fh), _unpack(fh, "<I")
-                if not 1 <= dims <= _MAX_DIMS:
-                    raise _Damaged(f"tensor {name} has {dims} dimensions")
-                shape = tuple(_unpack(fh, "<Q") for _ in range(dims))[::-1]
-                kind = _unpack(fh, "<I")
-                tensors.append((name, GGML_TYPES.get(kind, f"type {kind}"), shape, _unpack(fh, "<Q")))
-            start = -(-fh.tell() // alignment) * alignment
-            size = fh.seek(0, 2)
-    except (_Damaged, struct.error, OSError, ValueError) as exc:
-        raise UserError(f"cannot read GGUF file {path}; it is corrupt, truncated or unsupported ({exc})") from None
+    with _reading(path) as fh:
+        count, pairs = _counts(fh)
+        for key, value in _pairs(fh, pairs):
+            if key == "general.alignment":
+                alignment = int(value)
+        if alignment < 1:
+            raise _Damaged(f"general.alignment {alignment}")
+        for _ in range(count):
+            name, dims = _string(fh), _unpack(fh, "<I")
+            if not 1 <= dims <= _MAX_DIMS:
+                raise _Damaged(f"tensor {name} has {dims} dimensions")
+            shape = tuple(_unpack(fh, "<Q") for _ in range(dims))[::-1]
+            kind = _unpack(fh, "<I")
+            tensors.append((name, GGML_TYPES.get(kind, f"type {kind}"), shape, _unpack(fh, "<Q")))
+        start = -(-fh.tell() // alignment) * alignment
+        size = fh.seek(0, 2)
     out = [GGUFTensor(name, kind, shape, start + offset) for name, kind, shape, offset in tensors]
     if any(t.offset > size for t in out):
         raise UserError(f"cannot read GGUF file {path}; it is truncated (a tensor starts past its end)")
