@@ -122,9 +122,7 @@ def _load_gguf(gguf_file: Path, dtype: str) -> tuple[LlamaForCausalLM, PreTraine
     check_gguf_file(gguf_file)
     load_dtype = _load_dtype(dtype)
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
-
-    from transformers import AutoConfig
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
 
     from .gguf_blocks import float_state_from_gguf
 
@@ -174,7 +172,7 @@ def _llama_from_state(config: LlamaConfig, state: dict[str, torch.Tensor], gguf_
     config.dtype = torch.float32
     model = empty_llama(config)
     try:
-        missing, unexpected = model.load_state_dict(state, strict=False)
+        missing, unexpected = model.load_state_dict(state, strict=False, assign=True)  # no second copy
     except RuntimeError as exc:  # a tensor of another shape than the metadata gives
         raise UserError(f"GGUF file {gguf_file} does not match its own metadata: {one_line(exc)}") from None
     missing = [k for k in missing if not (k == "lm_head.weight" and config.tie_word_embeddings)]
