@@ -61,12 +61,12 @@ run: $(ENGINE)/config.json native
 test-fast: native
 	PLD_REQUIRE_NATIVE=$$($(PY) -m promptlookup.drafting.native.build --has_compiler) \
 	$(if $(wildcard $(CKPT)/tokenizer.json),PLD_SMOLLM2_CHECKPOINT=$(CURDIR)/$(CKPT)) \
-		$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup -m "not slow and not gpu" tests
+		$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) -m "not slow and not gpu" tests
 
 test: $(ENGINE)/config.json native
 	PLD_REQUIRE_NATIVE=$$($(PY) -m promptlookup.drafting.native.build --has_compiler) \
 	PLD_SMOLLM2_ENGINE=$(CURDIR)/$(ENGINE) PLD_SMOLLM2_CHECKPOINT=$(CURDIR)/$(CKPT) \
-		$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup tests
+		$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) tests
 
 # The C modules' misuse tests under AddressSanitizer/UBSan (on demand; a note where unavailable).
 test-asan: $(STAMP)

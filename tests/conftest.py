@@ -236,19 +236,6 @@ SLOW_TESTS = (
 )
 
 
-# Modules whose module-scoped fixtures take seconds to tens of seconds (transformers' own GGUF
-# load, an inductor build, an engine per dtype, a fresh virtualenv): under `--dist loadgroup`
-# (the Makefile's) each runs on one xdist worker, so its fixtures are built once rather than
-# once on every worker that draws one of its tests.
-ONE_WORKER_MODULES = (
-    "tests/checkpoint/test_smollm2.py",
-    "tests/engine/test_compile_cache.py",
-    "tests/cli/test_dtype_engines.py",
-    "tests/packaging/test_install.py",
-    "tests/runtime/test_quant_engine.py",
-)
-
-
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: takes seconds here (real model, subprocess CLI runs, long "
                                        "statistical or property runs); `make test-fast` leaves it out")
@@ -267,6 +254,3 @@ def pytest_collection_modifyitems(config, items):
         # the real SmolLM2 engine, or an engine built with --torch_compile inductor (compiles at build)
         if _is_listed(item.nodeid) or {"smollm2_engine_dir", "aot_engine"} & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
-        module = item.nodeid.split("::")[0]
-        if module in ONE_WORKER_MODULES:
-            item.add_marker(pytest.mark.xdist_group(module))
