@@ -49,6 +49,7 @@ GGUF_PROJECTIONS = {
     "ffn_gate": HF_GATE, "ffn_up": HF_UP, "ffn_down": HF_DOWN,
 }
 GGUF_TABLES = {"token_embd.weight": HF_EMBEDDING, "output.weight": HF_LM_HEAD}  # with --quantize_lm_head
+PROJECTION_SUFFIXES = frozenset(GGUF_PROJECTIONS.values())
 GGUF_NORMS = {"attn_norm": HF_INPUT_NORM, "ffn_norm": HF_POST_NORM}  # under blk.{i}., weight
 GGUF_GLOBALS = {**GGUF_TABLES, "output_norm.weight": HF_FINAL_NORM}
 
@@ -90,13 +91,17 @@ def dequantize_rows(raw: np.ndarray, kind: str) -> np.ndarray:
     if kind == "Q8_0":
         out = blocks[..., 2:].copy().view(np.int8).astype(np.float32) * d
     else:
-        qs = blocks[..., 4:] if kind == "Q4_1" else blocks[..., 2:]
-        codes = np.concatenate([qs & 0x0F, qs >> 4], axis=-1)  # weights 0..15, then 16..31
+        codes = _nibbles(blocks, kind)
         if kind == "Q4_1":
             out = d * codes.astype(np.float32) + _f16(blocks, 2)[..., None]
         else:
             out = d * (codes.astype(np.int8) - np.int8(8)).astype(np.float32)
     return out.reshape(rows, -1)
+
+
+def _rotary_heads(config: Any) -> dict[str, int]:
+    """The head counts whose llama.cpp row permutation Q and K weights undo (HF suffix -> heads)."""
+    return {HF_Q: config.num_attention_heads, HF_K: config.num_key_value_heads or config.num_attention_heads}
 
 
 def _hf_name(name: str) -> tuple[str, str | None] | None:
@@ -120,7 +125,7 @@ def float_state_from_gguf(path: Path, config: Any) -> dict[str, torch.Tensor] | 
     known = [(t, _hf_name(t.name)) for t in tensors]
     if any(hf is None or (t.kind not in FLOAT_BYTES and t.kind not in BLOCK_BYTES) for t, hf in known):
         return None
-    heads = {HF_Q: config.num_attention_heads, HF_K: config.num_key_value_heads or config.num_attention_heads}
+    heads = _rotary_heads(config)
     state: dict[str, torch.Tensor] = {}
     for tensor, (name, suffix) in known:
         weight = torch.from_numpy(dequantize_rows(raw_rows(path, tensor), tensor.kind)).reshape(tensor.shape)
@@ -138,6 +143,13 @@ def _f16(blocks: np.ndarray, at: int) -> np.ndarray:
     return blocks[..., at:at + 2].copy().view(np.float16)[..., 0].astype(np.float32)
 
 
+def _nibbles(blocks: np.ndarray, kind: str) -> np.ndarray:
+    """The 4-bit codes of ``Q4_0``/``Q4_1`` blocks (``[rows, blocks, bytes]``) as uint8 ``[rows,
+    blocks, 32]``: byte j's low nibble is weight j, its high nibble weight j + 16."""
+    qs = blocks[..., 4:] if kind == "Q4_1" else blocks[..., 2:]
+    return np.concatenate([qs & 0x0F, qs >> 4], axis=-1)
+
+
 def blocks_to_int4(raw: np.ndarray, kind: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``Q4_0``/``Q4_1`` rows (uint8 ``[rows, blocks * bytes]``) -> ``(codes uint8 [rows, 32 *
     blocks], scale f32 [rows, blocks], offset f32 [rows, blocks])`` with ``w = code * scale +
@@ -145,13 +157,8 @@ def blocks_to_int4(raw: np.ndarray, kind: str) -> tuple[torch.Tensor, torch.Tens
     rows = raw.shape[0]
     blocks = _blocks(raw, kind)
     d = _f16(blocks, 0)
-    if kind == "Q4_1":
-        offset = _f16(blocks, 2)
-        qs = blocks[..., 4:]
-    else:
-        offset = np.float32(-8.0) * d
-        qs = blocks[..., 2:]
-    codes = np.concatenate([qs & 0x0F, qs >> 4], axis=-1)  # weights 0..15, then 16..31
+    offset = _f16(blocks, 2) if kind == "Q4_1" else np.float32(-8.0) * d
+    codes = _nibbles(blocks, kind)
     return (torch.from_numpy(codes.reshape(rows, -1).copy()), torch.from_numpy(np.ascontiguousarray(d)),
             torch.from_numpy(np.ascontiguousarray(offset)))
 
@@ -182,17 +189,12 @@ def prequantized_from_gguf(path: Path, spec: QuantSpec, config: Any) -> tuple[di
     :func:`~.quantize.quantize_weight`'s layout), and the notes to print about the rest. Exact
     only for groups of 32: int4 on Q4_0/Q4_1 blocks, int8 on those and on Q8_0 blocks."""
     exact = EXACT_TYPES[spec.precision] if spec.group_size == BLOCK else ()
-    heads = {HF_Q: config.num_attention_heads, HF_K: config.num_key_value_heads or config.num_attention_heads}
+    heads = _rotary_heads(config)
     out: dict[str, dict[str, torch.Tensor]] = {}
     requantized: dict[str, int] = {}
     for tensor in read_gguf_tensors(path):
-        parts = tensor.name.split(".")
-        if spec.lm_head and tensor.name in GGUF_TABLES:
-            name, suffix = GGUF_TABLES[tensor.name], None
-        elif len(parts) == 4 and parts[0] == "blk" and parts[2] in GGUF_PROJECTIONS:
-            suffix = GGUF_PROJECTIONS[parts[2]]
-            name = hf_layer_name(int(parts[1]), suffix)
-        else:
+        name, suffix = _hf_name(tensor.name) or (None, None)
+        if not (suffix in PROJECTION_SUFFIXES or (spec.lm_head and tensor.name in GGUF_TABLES)):
             continue
         kind = tensor.kind
         if kind not in exact:
