@@ -76,6 +76,7 @@ NEUTRAL_KEYWORDS: dict[str, Any] = {
     "stopping_criteria": None, "typical_p": 1.0, "epsilon_cutoff": 0.0, "eta_cutoff": 0.0, "min_p": None,
     "diversity_penalty": 0.0, "constraints": None, "renormalize_logits": False, "generation_config": None,
 }
+ALSO_NEUTRAL: dict[str, Any] = {"min_new_tokens": 0, "min_p": 0.0, "penalty_alpha": 0.0}  # off, as much as None
 SUPPORTED_KEYWORDS = ("attention_mask", "prompt_lookup_num_tokens", "max_matching_ngram_size", "max_new_tokens",
                       "max_length", "do_sample", "temperature", "top_k", "top_p", "repetition_penalty",
                       "eos_token_id", "pad_token_id", "streamer", "seed")
@@ -135,8 +136,11 @@ def check_keywords(extra: dict[str, Any]) -> None:
     for name, value in extra.items():
         if name in NEUTRAL_KEYWORDS and _same(value, NEUTRAL_KEYWORDS[name]):
             continue
+        if name in ALSO_NEUTRAL and _same(value, ALSO_NEUTRAL[name]):
+            continue
         what = f"{name}={value!r:.40}" if name in NEUTRAL_KEYWORDS else f"keyword {name!r}"
-        neutral = f" (only {name}={NEUTRAL_KEYWORDS[name]!r})" if name in NEUTRAL_KEYWORDS else ""
+        also = f" or {ALSO_NEUTRAL[name]!r}" if name in ALSO_NEUTRAL else ""
+        neutral = f" (only {name}={NEUTRAL_KEYWORDS[name]!r}{also})" if name in NEUTRAL_KEYWORDS else ""
         raise HFValueError(f"promptlookup.hf.generate does not support {what}{neutral}; supported keywords: "
                            f"{', '.join(SUPPORTED_KEYWORDS)}")
 
@@ -214,6 +218,9 @@ def generate(
         got = getattr(gen, name, None) if gen is not None else None
         return got if got is not None else fallback
 
+    for name, value in (("max_new_tokens", max_new_tokens), ("max_length", max_length)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise HFValueError(f"{name} must be an integer, got {value!r:.40}")
     batch, width = input_ids.shape
     if max_new_tokens is None:  # transformers' rule: max_new_tokens, else max_length, else 20 new tokens
         if max_length is None and getattr(gen, "max_new_tokens", None) is not None:

@@ -2,10 +2,10 @@
 :class:`NGramDecodingConfig`, :class:`LookaheadDecodingConfig`, :class:`KvCacheConfig`,
 the runtime's :class:`RuntimeConfig`, and the MLX-style :class:`PromptLookupDecoder`."""
 from .configs import KvCacheConfig, LookaheadDecodingConfig, NGramDecodingConfig, RuntimeConfig, SamplingParams
-from .llm import LLM, CompletionOutput, RequestOutput
+from .llm import LLM, CompletionOutput, Logprob, RequestOutput
 
 __all__ = ["LLM", "SamplingParams", "NGramDecodingConfig", "LookaheadDecodingConfig", "KvCacheConfig",
-           "RuntimeConfig", "RequestOutput", "CompletionOutput", "PromptLookupDecoder"]
+           "RuntimeConfig", "RequestOutput", "CompletionOutput", "Logprob", "PromptLookupDecoder"]
 
 
 def __getattr__(name: str):

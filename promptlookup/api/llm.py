@@ -35,6 +35,17 @@ from .validation import (ParamTypeError, ParamValueError, api_finish_reason, cha
 
 
 
+@dataclass(frozen=True)
+class Logprob:
+    """One token's entry in :attr:`CompletionOutput.logprobs` (vLLM's ``Logprob``; TensorRT-LLM's
+    has ``logprob`` and ``rank`` too): its log-probability under the raw model, its rank there
+    (1: the most likely; None: unknown) and its text alone."""
+
+    logprob: float
+    rank: int | None = None
+    decoded_token: str | None = None
+
+
 @dataclass
 class CompletionOutput(SequenceResult):
     """One generated sequence: the request's :class:`~promptlookup.runtime.results.SequenceResult`
@@ -54,13 +65,21 @@ class CompletionOutput(SequenceResult):
         return self.output_ids
 
     @property
-    def logprobs(self) -> list[dict[int, float]] | None:
-        """Per token (vLLM's shape): ``{token id: log-probability}`` of the token and of the
-        ``SamplingParams.logprobs`` most likely tokens at its position (the raw model's,
-        :mod:`promptlookup.runtime.logprobs`); None unless asked for."""
+    def logprobs(self) -> list[dict[int, Logprob]] | None:
+        """Per token (vLLM's and TensorRT-LLM's shape): ``{token id: Logprob}`` for the token,
+        then the ``SamplingParams.logprobs`` most likely tokens at its position (ranks 1, 2, ...;
+        the raw model's values, :mod:`promptlookup.runtime.logprobs`); None unless asked for."""
         if self.token_logprobs is None:
             return None
-        return [{e.token: e.logprob, **{t: v for t, v in e.top}} for e in self.token_logprobs]
+        decode = self.__dict__.get("_decode")  # set by RequestOutput: a token's text alone
+        text = (lambda t: decode([t])) if decode is not None else (lambda t: None)
+        out = []
+        for e in self.token_logprobs:
+            entries = {e.token: Logprob(e.logprob, e.rank, text(e.token))}
+            for rank, (t, v) in enumerate(e.top, start=1):
+                entries.setdefault(t, Logprob(v, rank, text(t)))
+            out.append(entries)
+        return out
 
     @token_ids.setter
     def token_ids(self, ids: list[int]) -> None:
@@ -86,6 +105,7 @@ class RequestOutput:
         self.prompt_token_ids = prompt_token_ids
         self.params = params
         self.outputs = [CompletionOutput(index=index, token_logprobs=None if params.logprobs is None else [])]
+        self.outputs[0]._decode = llm.tokenizer.decode  # type: ignore[attr-defined]  # Logprob.decoded_token
         self.finished = False
         self.error: str | None = None
         self._text = IncrementalDetokenizer(llm.tokenizer)  # the text of the output ids, O(new tokens) per event

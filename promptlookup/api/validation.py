@@ -166,8 +166,8 @@ def prompt_list(inputs: object) -> tuple[list[str | list[int]], bool]:
 
 
 def _content(content: object, role: str, where: str) -> str:
-    """A message's content as text: a string, a list of text parts (concatenated), or
-    ``None`` on an assistant turn (empty)."""
+    """A message's content as text: a string, a list of text parts (joined by newlines, as
+    vLLM and trtllm-serve join them), or ``None`` on an assistant turn (empty)."""
     if isinstance(content, str):
         return content
     if content is None and role == "assistant":
@@ -181,7 +181,7 @@ def _content(content: object, role: str, where: str) -> str:
                 raise ParamValueError(f"{where}.content[{j}]: {what} is not supported; only text parts "
                                       "({'type': 'text', 'text': ...}) are")
             texts.append(part["text"])  # type: ignore[index]
-        return "".join(texts)
+        return "\n".join(texts)
     raise ParamTypeError(f"{where}.content must be a string or a list of text parts, got {_type_name(content)}")
 
 

@@ -268,6 +268,11 @@ class Scheduler:
         """KV blocks reserved at admission for a request of this size (its worst case)."""
         return -(-(prompt_len + max_new_tokens + self.k + 1) // self.runner.pool.block_size)
 
+    def kv_room(self, prompt_len: int) -> int:
+        """The most new tokens a request with this prompt may ask for within :attr:`kv_capacity`
+        (the largest ``max_new_tokens`` that :meth:`kv_blocks_for` fits; below 1: none)."""
+        return self._capacity * self.runner.pool.block_size - prompt_len - self.k - 1
+
     def abort_all(self, error: str) -> int:
         """End every waiting and live request before the next step with finish reason
         ``error`` and this message (their blocks freed); return how many. For a bounded

@@ -16,8 +16,8 @@ projections are (the C kernels, up to 96 rows) but PyTorch's attention is not, s
 values differ from plain decoding's by float32 rounding only (below 1e-5 on the tiny test
 model, tests/decoding/test_logprobs.py), never in which tokens are reported.
 
-Cost: computed on the device only for the rows of sequences that asked (``log_softmax`` and
-a ``topk`` over ``rows x vocab``); the values travel in the step's one device-to-host copy
+Cost: computed on the device only for the rows of sequences that asked (``log_softmax``, a
+comparison for the token's rank and a ``topk`` over ``rows x vocab``); the values travel in the step's one device-to-host copy
 (:func:`fetch_step_with_logprobs`, float64: token ids are exact in it).
 """
 from __future__ import annotations
@@ -38,11 +38,13 @@ MAX_TOP_LOGPROBS = 20  # OpenAI's bound on top_logprobs (and the legacy completi
 
 def logprob_table(logits: torch.Tensor, chosen: torch.Tensor, rows: Sequence[int], k: int) -> torch.Tensor:
     """Per row in ``rows`` of ``logits`` ``[all rows, vocab]`` (raw): the log-probability
-    of ``chosen[row]``, then the ``k`` most likely tokens and their log-probabilities, as a
-    float64 tensor ``[len(rows), 1 + 2k]`` on the logits' device. Reads nothing back."""
+    of ``chosen[row]``, its rank (1 + the tokens more likely), then the ``k`` most likely
+    tokens and their log-probabilities, as a float64 tensor ``[len(rows), 2 + 2k]`` on the
+    logits' device. Reads nothing back."""
     index = to_device(torch.tensor(list(rows), dtype=torch.long), logits.device)
     x = torch.log_softmax(logits.index_select(0, index).float(), dim=-1)
-    parts = [x.gather(1, chosen.view(-1).index_select(0, index).unsqueeze(1)).double()]
+    mine = x.gather(1, chosen.view(-1).index_select(0, index).unsqueeze(1))
+    parts = [mine.double(), ((x > mine).sum(dim=1, keepdim=True) + 1).double()]
     if k:
         top = torch.topk(x, k, dim=-1)
         parts += [top.indices.double(), top.values.double()]
@@ -80,7 +82,7 @@ def fetch_step_with_logprobs(
         row += size
     paths = [tree.path_to(int(node)) for tree, node in zip(trees, host[row : row + len(trees)])]
     row += len(trees)
-    width = 1 + 2 * k
+    width = 2 + 2 * k
     per_tree: list[list[TokenLogprob] | None] = []
     for size, want, mine in zip(sizes, wanted, choices):
         if want is None:
@@ -89,8 +91,8 @@ def fetch_step_with_logprobs(
         entries = []
         for r in range(size):
             cells = host[row : row + width]
-            top = tuple((int(cells[1 + i]), cells[1 + k + i]) for i in range(want))
-            entries.append(TokenLogprob(mine[r], cells[0], top))
+            top = tuple((int(cells[2 + i]), cells[2 + k + i]) for i in range(want))
+            entries.append(TokenLogprob(mine[r], cells[0], top, int(cells[1])))
             row += width
         per_tree.append(entries)
     return choices, paths, per_tree

@@ -19,11 +19,13 @@ from ..drafting.base import DraftRates
 class TokenLogprob:
     """One emitted token's log-probability (:mod:`.logprobs`: the target's raw logits at its
     position), and the ``top`` most likely tokens there as ``(token, logprob)`` pairs, most
-    likely first (as many as the request asked; the token itself may be among them or not)."""
+    likely first (as many as the request asked; the token itself may be among them or not).
+    ``rank``: 1 + the number of tokens more likely than it there (vLLM's rank; None: unknown)."""
 
     token: int
     logprob: float
     top: tuple[tuple[int, float], ...] = ()
+    rank: int | None = None
 
 
 @dataclass

@@ -14,7 +14,9 @@ A request's body is read up to ``max_request_bytes`` (413 beyond, before any par
 then parsed, validated and tokenized on a worker thread, so that no request stalls the
 event loop that streams the others. With ``api_key``, the ``/v1`` routes need
 ``Authorization: Bearer <key>`` (401 otherwise). Beyond ``max_waiting_requests`` requests
-that cannot join the batch now, a request is refused with 429 and ``Retry-After``.
+that cannot join the batch now, a request is refused with 429 and ``Retry-After``; one whose
+``n`` choices exceed what an idle server holds (``max_batch_size`` + ``max_waiting_requests``)
+with 400, as no retry would succeed.
 While draining (:meth:`OpenAIServer.begin_drain`, a shutdown) new requests get 503;
 :meth:`OpenAIServer.abort_inflight` ends the rest with an error event in their stream (503
 for non-streamed ones).
@@ -53,7 +55,7 @@ from ..text import chat_ids, has_chat_template
 from .logprob_format import LogprobWriter, TokenTexts
 from .metrics import prometheus_text, weight_bytes
 from .request_fields import (ApiError, Sampling, _get, chat_messages, check_model, completion_prompt,  # noqa: F401
-                             sampling_from_body, unknown_fields)
+                             refuse_unsupported, sampling_from_body, unknown_fields)
 
 SHUTDOWN_MESSAGE = "the server is shutting down; retry elsewhere or later"
 
@@ -227,8 +229,9 @@ class OpenAIServer:
         if extra:
             raise ApiError(f"stream_options: unknown key(s) {', '.join(map(repr, extra))}; it takes include_usage",
                            "stream_options", "invalid_value")
+        include_usage = _get(options, "include_usage", (bool,), False, "a boolean")
+        refuse_unsupported(body, chat)
         limits = self.llm.limits
-        sampling = sampling_from_body(body, limits.max_seq_len, limits.vocab_size, chat)
         param = "messages" if chat else "prompt"
         prompt: str | list[int] | None = None
         if chat:
@@ -242,9 +245,15 @@ class OpenAIServer:
                            "invalid_value")
         if not ids:
             raise ApiError("the prompt has no tokens", param, "invalid_value")
+        sampling = sampling_from_body(body, limits.max_seq_len, limits.vocab_size, chat, self._room(len(ids)))
         self._check_context(len(ids), sampling.params.max_tokens, param)
         echo = "" if not sampling.echo else (prompt if isinstance(prompt, str) else self.llm.decode(ids))
-        return Prepared(ids, sampling, echo, stream, bool(options.get("include_usage")))
+        return Prepared(ids, sampling, echo, stream, include_usage)
+
+    def _room(self, prompt_len: int) -> int:
+        """Output tokens that fit after a prompt of this length: within the context and within
+        what one request may reserve of the KV cache (its prompt, output and a full draft)."""
+        return min(self.llm.limits.max_seq_len - prompt_len, self.llm.scheduler.kv_room(prompt_len))
 
     def _check_context(self, prompt_len: int, max_tokens: int, param: str) -> None:
         limits = self.llm.limits
@@ -266,7 +275,12 @@ class OpenAIServer:
         stats = self.llm.scheduler.stats
         if self.draining:
             raise ApiError(SHUTDOWN_MESSAGE, None, "service_unavailable", 503)
-        behind = stats.waiting + stats.live + p.sampling.n - self.llm.limits.max_batch_size
+        batch = self.llm.limits.max_batch_size
+        if p.sampling.n > batch + self.max_waiting_requests:  # more than an idle server holds: never a retry
+            raise ApiError(f"'n' {p.sampling.n} is more choices than this server holds at once ({batch} running, the "
+                           f"engine's max_batch_size, and {self.max_waiting_requests} waiting, --max_waiting_requests); "
+                           f"ask for at most {batch + self.max_waiting_requests}", "n", "invalid_value")
+        behind = stats.waiting + stats.live + p.sampling.n - batch
         if behind > self.max_waiting_requests:
             raise ApiError(f"too many requests are waiting (limit {self.max_waiting_requests}); retry shortly",
                            None, "rate_limit_exceeded", 429)

@@ -231,9 +231,20 @@ def _logprobs(body: dict, chat: bool, echo: bool) -> int | None:
     return n
 
 
-def sampling_from_body(body: dict, max_seq_len: int, vocab_size: int, chat: bool) -> Sampling:
-    """The :class:`Sampling` of ``body``; 400 for a wrong type or a value out of range."""
-    refuse_unsupported(body, chat)
+COMPLETIONS_MAX_TOKENS = 16  # /v1/completions' max_tokens when none is given (OpenAI's and vLLM's)
+
+
+def default_max_tokens(chat: bool, room: int) -> int:
+    """``max_tokens`` when the request gives none: 16 on /v1/completions (OpenAI's legacy
+    default, vLLM's); on /v1/chat/completions the ``room`` left for output after the prompt
+    (vLLM's: the rest of the context, here also within the KV cache), at least 1 (the
+    context check then names the prompt that fills it)."""
+    return max(1, room) if chat else COMPLETIONS_MAX_TOKENS
+
+
+def sampling_from_body(body: dict, max_seq_len: int, vocab_size: int, chat: bool, room: int) -> Sampling:
+    """The :class:`Sampling` of ``body``; 400 for a wrong type or a value out of range.
+    ``room``: the output tokens that fit after the prompt (:func:`default_max_tokens`)."""
     n = _get(body, "n", (int,), 1, "an integer")
     if not 1 <= n <= MAX_N:
         raise ApiError(f"'n' must be in [1, {MAX_N}], got {n}", "n", "invalid_value")
@@ -247,7 +258,7 @@ def sampling_from_body(body: dict, max_seq_len: int, vocab_size: int, chat: bool
         raise ApiError(f"max_tokens={max_tokens} and max_completion_tokens={completion_tokens} differ; give one of them",
                        "max_completion_tokens", "invalid_value")
     if max_tokens is None:
-        max_tokens = completion_tokens if completion_tokens is not None else 16
+        max_tokens = completion_tokens if completion_tokens is not None else default_max_tokens(chat, room)
     temperature = _get(body, "temperature", (int, float), 1.0, "a number")
     top_p = _get(body, "top_p", (int, float), 1.0, "a number")
     top_k = _get(body, "top_k", (int,), 0, "an integer")
@@ -314,7 +325,7 @@ def chat_messages(body: dict) -> list[dict[str, str]]:
     which the chat template may use, as ``LLM.chat`` keeps it).
 
     ``content`` may be a string, a list of parts (the ``text`` of ``{"type": "text"}`` parts
-    concatenated; any other part type is refused), or ``null`` on an assistant turn (read
+    joined by newlines, as vLLM and trtllm-serve join them; any other part type is refused), or ``null`` on an assistant turn (read
     as ``""``). Tool calls and tool results in a message are refused (the server does not
     call tools), and so is any other key of a message, which nothing would read."""
     messages = body.get("messages")
@@ -345,7 +356,7 @@ def chat_messages(body: dict) -> list[dict[str, str]]:
                     raise ApiError(f"messages[{i}]: only text content parts ({{\"type\": \"text\", \"text\": ...}}) "
                                    f"are supported, got {json.dumps(part)[:60]}", "messages", "unsupported_value")
                 texts.append(part["text"])
-            content = "".join(texts)
+            content = "\n".join(texts)  # vLLM's and trtllm-serve's joint
         elif not isinstance(content, str):
             raise ApiError(f"messages[{i}].content must be a string or a list of text parts", "messages",
                            "invalid_type")

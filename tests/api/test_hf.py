@@ -103,6 +103,8 @@ def test_a_non_model_is_refused_naming_what_is_expected():
     ({"num_return_sequences": 2}, "num_return_sequences=2"),
     ({"output_scores": True}, "output_scores=True"),
     ({"not_a_keyword": 1}, "keyword 'not_a_keyword'"),
+    ({"min_new_tokens": 3}, "min_new_tokens=3 (only min_new_tokens=None or 0)"),
+    ({"min_p": 0.1}, "min_p=0.1 (only min_p=None or 0.0)"),
 ])
 def test_unsupported_keywords_are_named_with_what_is_supported(model, kwargs, named):
     with pytest.raises(ValueError) as exc:
@@ -116,6 +118,16 @@ def test_neutral_keywords_are_accepted(model):
     plain = hf.generate(model, ids, max_new_tokens=6)
     same = hf.generate(model, ids, max_new_tokens=6, num_beams=1, return_dict_in_generate=False, use_cache=True)
     assert same.tolist() == plain.tolist()
+    off = hf.generate(model, ids, max_new_tokens=6, min_new_tokens=0, min_p=0.0, penalty_alpha=0.0)  # "off" values
+    assert off.tolist() == plain.tolist()
+
+
+@pytest.mark.parametrize("kwargs", [{"max_new_tokens": 5.0}, {"max_new_tokens": True}, {"max_length": "9"}])
+def test_lengths_of_the_wrong_type_are_one_line(model, kwargs):
+    with pytest.raises(ValueError) as exc:
+        hf.generate(model, torch.tensor([[1, 2, 3]]), **kwargs)
+    name = next(iter(kwargs))
+    assert f"{name} must be an integer" in str(exc.value) and "\n" not in str(exc.value)
 
 
 @pytest.mark.parametrize("k", [1, 6])

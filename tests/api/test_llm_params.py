@@ -8,7 +8,7 @@ import json
 import pytest
 
 from promptlookup import LLM, NGramDecodingConfig, SamplingParams
-from promptlookup.api import validation
+from promptlookup.api import Logprob, validation
 from promptlookup.errors import UserError
 from promptlookup.text import chat_ids
 
@@ -125,8 +125,11 @@ def test_logprobs_in_range_are_honoured_and_out_of_range_refused(llm):
             llm.chat([{"role": "user", "content": "hi"}], SamplingParams(max_tokens=4, logprobs=0))[0].outputs[0]]
     for c, top in zip(outs, (3, 0)):
         assert len(c.logprobs) == len(c.token_ids) == len(c.token_logprobs)  # vLLM's shape, one dict per token
-        for token, d in zip(c.token_ids, c.logprobs):
-            assert token in d and top <= len(d) <= top + 1 and all(v <= 0 for v in d.values())
+        for token, d, e in zip(c.token_ids, c.logprobs, c.token_logprobs):
+            assert token in d and top <= len(d) <= top + 1 and all(v.logprob <= 0 for v in d.values())
+            assert d[token] == Logprob(e.logprob, e.rank, llm.tokenizer.decode([token])) and e.rank >= 1  # vLLM's
+            assert all(d[t] == Logprob(v, i + 1, llm.tokenizer.decode([t])) for i, (t, v) in enumerate(e.top)
+                       if t != token)  # the top tokens ranked 1, 2, ...
     assert llm.generate("one two", SamplingParams(max_tokens=2)).outputs[0].logprobs is None
 
 
@@ -163,9 +166,11 @@ def test_chat_equals_generate_of_the_templated_prompt(llm):
 
 def test_chat_content_parts_and_several_conversations(llm):
     params = SamplingParams(max_tokens=8)
-    parts = [MESSAGES[0], {"role": "user", "content": [{"type": "text", "text": "Count: 1, "},
+    parts = [MESSAGES[0], {"role": "user", "content": [{"type": "text", "text": "Count: 1,"},
                                                         {"type": "text", "text": "2, 3,"}]}]
-    assert ids_of(llm.chat(parts, params)[0]) == ids_of(llm.chat(MESSAGES, params)[0])
+    joined = [MESSAGES[0], {"role": "user", "content": "Count: 1,\n2, 3,"}]  # newlines, as vLLM joins parts
+    assert llm.chat(parts, params)[0].prompt_token_ids == chat_ids(llm.tokenizer, joined)
+    assert ids_of(llm.chat(parts, params)[0]) == ids_of(llm.chat(joined, params)[0])
     other = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": None},
              {"role": "user", "content": "again"}]
     both = llm.chat([MESSAGES, other], params)

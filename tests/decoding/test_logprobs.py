@@ -113,6 +113,8 @@ def test_values_are_the_raw_models_log_softmax(model):
         values, ids = torch.topk(ref[j], 4)
         assert [t for t, _ in e.top] == ids.tolist()
         assert [v for _, v in e.top] == pytest.approx(values.tolist(), abs=1e-4)
+        assert e.rank == int((ref[j] > ref[j, e.token]).sum()) + 1  # vLLM's rank: 1 + the tokens more likely
+    assert any(e.rank > 1 for e in r.token_logprobs)  # logit_bias / the penalty chose a less likely token
 
 
 def test_no_logprobs_unless_asked_and_a_mixed_batch_shares_the_pass(model):

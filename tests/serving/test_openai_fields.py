@@ -236,9 +236,9 @@ def test_content_parts_and_null_assistant_content(client):
         return client.chat.completions.create(model=MODEL, messages=messages, max_tokens=8,
                                               temperature=0).choices[0].message.content
 
-    as_string = ask([{"role": "user", "content": "hello there"}])
+    as_string = ask([{"role": "user", "content": "hello\nthere"}])  # parts join with newlines, as vLLM's
     assert ask([{"role": "user", "content": [{"type": "text", "text": "hello"},
-                                             {"type": "text", "text": " there"}]}]) == as_string
+                                             {"type": "text", "text": "there"}]}]) == as_string
     history = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": None},
                {"role": "user", "content": "again"}]
     assert isinstance(ask(history), str)
@@ -324,19 +324,56 @@ def test_api_key(llm):
         srv.stop()
 
 
-def test_queue_limit_is_429_with_retry_after(llm):
+def test_queue_limit_is_429_when_busy_and_n_beyond_an_idle_server_is_400(llm, monkeypatch):
+    """429 (retry later) only where waiting requests fill the queue; a request whose own ``n``
+    exceeds what an idle server holds (max_batch_size running + the queue) is a 400 naming n."""
+    from promptlookup.decoding.scheduler import SchedulerStats
+
     srv = ServerThread(OpenAIServer(llm, MODEL, max_waiting_requests=1).app)
+    batch = llm.limits.max_batch_size
     try:
-        n = llm.limits.max_batch_size + 2  # two would have to wait, one more than the limit
-        status, body, headers = raw_post(srv, "/v1/completions",
-                                         json.dumps({"prompt": PROMPT, "max_tokens": 2, "n": n}).encode())
-        assert status == 429 and body["error"]["code"] == "rate_limit_exceeded" and headers.get("retry-after")
-        status, _, _ = raw_post(srv, "/v1/completions",
-                                json.dumps({"prompt": PROMPT, "max_tokens": 2, "n": n - 1}).encode())
+        def post(n: int) -> tuple[int, dict, dict]:
+            return raw_post(srv, "/v1/completions", json.dumps({"prompt": PROMPT, "max_tokens": 2, "n": n}).encode())
+
+        status, body, _ = post(batch + 2)  # idle, and still one more than the queue takes
+        assert status == 400 and body["error"]["param"] == "n" and body["error"]["code"] == "invalid_value"
+        assert f"at most {batch + 1}" in body["error"]["message"]
+        status, _, _ = post(batch + 1)  # one waits: fits the queue
         assert status == 200
+        assert idle_without_leaks(llm)
+        monkeypatch.setattr(llm.scheduler, "stats", SchedulerStats(live=batch, waiting=1))  # a full batch, one waiting
+        status, body, headers = post(1)
+        assert status == 429 and body["error"]["code"] == "rate_limit_exceeded" and headers.get("retry-after")
+        monkeypatch.undo()
+        assert post(1)[0] == 200
     finally:
         srv.stop()
     assert idle_without_leaks(llm)
+
+
+def test_chat_without_max_tokens_may_use_the_rest_of_the_context(llm):
+    """vLLM's default for chat: max_tokens is the rest of the context (16 stays the completions'
+    default); the reply ends at the end token or the context, not after 16 tokens."""
+    server = OpenAIServer(llm, MODEL)
+    body = {"messages": [{"role": "user", "content": "1, 2, 3"}]}
+    prepared = server._prepare(json.dumps(body).encode(), chat=True)
+    room = min(llm.limits.max_seq_len - len(prepared.prompt_ids), llm.scheduler.kv_room(len(prepared.prompt_ids)))
+    assert prepared.sampling.params.max_tokens == room > 16
+    prepared = server._prepare(json.dumps({"prompt": PROMPT}).encode(), chat=False)
+    assert prepared.sampling.params.max_tokens == 16
+
+
+@pytest.mark.parametrize("value", ["no", 1, None, {}])
+def test_include_usage_must_be_a_boolean(client, value):
+    if value is None:  # null: the default (no usage chunk)
+        chunks = list(client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=2, stream=True,
+                                                stream_options={"include_usage": value}))
+        assert all(c.usage is None for c in chunks)
+        return
+    with pytest.raises(openai.BadRequestError) as exc:
+        client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=2, stream=True,
+                                  stream_options={"include_usage": value})
+    assert exc.value.response.json()["error"]["code"] == "invalid_type"
 
 
 def test_oversized_body_is_413_before_parsing(llm):
