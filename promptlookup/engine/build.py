@@ -46,6 +46,44 @@ def resolve_backend(backend: str) -> str:
     return backend
 
 
+def check_build_flags(
+    *,
+    max_batch_size: int,
+    max_input_len: int,
+    max_seq_len: int | None,
+    max_draft_len: int,
+    speculative_decoding_mode: str | None,
+    tokens_per_block: int,
+) -> None:
+    """Refuse build limits that are wrong whatever the checkpoint (``max_seq_len`` None: not
+    given, so not checked): a one-line :class:`UserError` naming the flag, the value and the
+    fix. Cheap, so build.sh calls it before reading anything."""
+    seq_fix = "pass a --max_seq_len above --max_input_len, or leave it out for the default"
+    checks = [
+        (max_batch_size >= 1, f"--max_batch_size must be at least 1, got {max_batch_size}"),
+        (max_input_len >= 1, f"--max_input_len must be at least 1, got {max_input_len}"),
+        (max_draft_len >= 0, f"--max_draft_len must be 0 or more, got {max_draft_len}"),
+        (tokens_per_block >= 1 and tokens_per_block & (tokens_per_block - 1) == 0,
+         f"--tokens_per_block must be a power of two, got {tokens_per_block}"),
+        (max_seq_len is None or max_seq_len >= 1, f"--max_seq_len must be at least 1, got {max_seq_len}; {seq_fix}"),
+        (max_seq_len is None or max_seq_len > max_input_len,
+         f"--max_seq_len {max_seq_len} must exceed --max_input_len {max_input_len}; pass a larger --max_seq_len "
+         "or a smaller --max_input_len"),
+        (max_draft_len == 0 or speculative_decoding_mode in SPECULATIVE_MODES,
+         "--max_draft_len needs --speculative_decoding_mode draft_tokens_external (or lookahead_decoding)"),
+        # trtllm-build accepts a mode without --max_draft_len and builds an engine that can verify no
+        # draft (its examples always pass both); refused here, so that run.py's drafting flags work.
+        (speculative_decoding_mode is None or max_draft_len >= 1,
+         f"--speculative_decoding_mode {speculative_decoding_mode} needs --max_draft_len of at least 1 (got "
+         f"{max_draft_len}), the most draft tokens a step verifies; pass e.g. --max_draft_len "
+         + ("32 (run.py --lookahead_config [4,3,4] needs 16)" if speculative_decoding_mode == "lookahead_decoding"
+            else "10 (at least the k of run.py --prompt_lookup_config [k,n])")),
+    ]
+    for ok, message in checks:
+        if not ok:
+            raise UserError(message)
+
+
 def build_config(
     *,
     max_batch_size: int,
@@ -59,22 +97,12 @@ def build_config(
     max_position_embeddings: int,
 ) -> dict[str, Any]:
     """Validated build limits, named as in TensorRT-LLM's ``build_config``."""
-    checks = [
-        (max_batch_size >= 1, f"--max_batch_size must be at least 1, got {max_batch_size}"),
-        (max_input_len >= 1, f"--max_input_len must be at least 1, got {max_input_len}"),
-        (max_draft_len >= 0, f"--max_draft_len must be 0 or more, got {max_draft_len}"),
-        (tokens_per_block >= 1 and tokens_per_block & (tokens_per_block - 1) == 0,
-         f"--tokens_per_block must be a power of two, got {tokens_per_block}"),
-        (max_seq_len > max_input_len,
-         f"--max_seq_len {max_seq_len} must exceed --max_input_len {max_input_len}"),
-        (max_seq_len <= max_position_embeddings,
-         f"--max_seq_len {max_seq_len} exceeds the model's max_position_embeddings {max_position_embeddings}"),
-        (max_draft_len == 0 or speculative_decoding_mode in SPECULATIVE_MODES,
-         "--max_draft_len needs --speculative_decoding_mode draft_tokens_external (or lookahead_decoding)"),
-    ]
-    for ok, message in checks:
-        if not ok:
-            raise UserError(message)
+    check_build_flags(max_batch_size=max_batch_size, max_input_len=max_input_len, max_seq_len=max_seq_len,
+                      max_draft_len=max_draft_len, speculative_decoding_mode=speculative_decoding_mode,
+                      tokens_per_block=tokens_per_block)
+    if max_seq_len > max_position_embeddings:
+        raise UserError(f"--max_seq_len {max_seq_len} exceeds the model's max_position_embeddings "
+                        f"{max_position_embeddings}; pass --max_seq_len {max_position_embeddings} or less")
     return {
         "max_batch_size": max_batch_size,
         "max_input_len": max_input_len,
