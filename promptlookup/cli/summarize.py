@@ -76,45 +76,96 @@ def build_parser() -> ArgumentParser:
                         "(default: OUTPUT_DIR/summarize_sweep, else outputs/summarize_sweep)")
     parser.add_argument("--output_dir", default=None,
                         help="TensorRT-LLM's flag: write OUTPUT_DIR/summarize.json (unless --output_json is given) "
-                             "and the sweep's folder there")
+                             "and the sweep's folder there (unless --sweep_dir is); refused when that leaves it nothing")
     add_common_args(parser)
     return parser
 
 
-# Flags that only the engine's contenders read (dest -> flag): given without --test_trt_llm or
-# --sweep they would be ignored. (The drafting flags are refused by require_lookup_config.)
+# Which runs read which flags (dest -> flag), after evaluation.pipeline.contender_specs and the
+# sweep in evaluation.pipeline.evaluate. A flag none of the runs that are on reads is refused.
+#
+# Every run of our engine (--test_trt_llm's contenders, the sweep's plain run and points):
 ENGINE_ONLY_FLAGS = {
     "device": "--device", "max_tokens_in_paged_kv_cache": "--max_tokens_in_paged_kv_cache",
     "kv_cache_free_gpu_memory_fraction": "--kv_cache_free_gpu_memory_fraction", "kv_cache_dtype": "--kv_cache_dtype",
     "enable_chunked_context": "--enable_chunked_context", "kv_cache_enable_block_reuse": "--kv_cache_enable_block_reuse",
     "cpu_weight_copies": "--cpu_weight_copies", "torch_compile": "--torch_compile",
     "cuda_graph_mode": "--cuda_graph_mode", "backend": "--backend", "workflow": "--workflow",
-    "drafter_mode": "--drafter_mode", "draft_length_policy": "--draft_length_policy", "lookahead_config": "--lookahead_config",
+    "draft_length_policy": "--draft_length_policy",
 }
+# Drafter options that our lookup contender (--test_trt_llm with --prompt_lookup_config) and every
+# sweep point read (the sweep needs no --prompt_lookup_config for them); Hugging Face reads none.
+SWEEP_DRAFT_FLAGS = {
+    "is_keep_all": "--is_keep_all", "is_use_oldest": "--is_use_oldest", "is_public_pool": "--is_public_pool",
+    "pool_rules": "--pool_rules", "prompt_lookup_min_ngram": "--prompt_lookup_min_ngram",
+    "prompt_lookup_candidates": "--prompt_lookup_candidates", "ngram_static_cache": "--ngram_static_cache",
+    "ngram_pool_max_patterns": "--ngram_pool_max_patterns", "public_text_max_tokens": "--public_text_max_tokens",
+    "max_concurrency": "--max_concurrency",
+}
+# Read by --test_trt_llm's contenders only: a sweep point sets its drafter and adaptive drafting
+# itself (--sweep_modes), leaves a dynamic cache out and has its own Lookahead points
+# (--sweep_lookahead); a draft_len_schedule is tied to --prompt_lookup_config's k.
+CONTENDER_ONLY_FLAGS = {
+    "drafter_mode": "--drafter_mode", "adaptive_draft": "--adaptive_draft",
+    "ngram_dynamic_cache": "--ngram_dynamic_cache", "draft_len_schedule": "--draft_len_schedule",
+    "lookahead_config": "--lookahead_config",
+}
+# k and n: read by the lookup contenders of --test_trt_llm and --test_hf (the sweep has --sweep_k, --sweep_n).
+LOOKUP_CONFIG_FLAGS = {"prompt_lookup_config": "--prompt_lookup_config", "ngram_config": "--ngram_config"}
+SWEEP_OWN = ("the sweep takes k and n from --sweep_k/--sweep_n, its drafters from --sweep_modes and its Lookahead "
+             "points from --sweep_lookahead")
+HF_READS = "Hugging Face's prompt lookup reads only --prompt_lookup_config's k and n"
 
 
 def refuse_unread_flags(args: argparse.Namespace, given: Collection[str]) -> None:
     """Refuse flags whose reader is off (one line): the Hugging Face model's without
     ``--test_hf``, the sweep's without ``--sweep``, the threshold without ``--check_accuracy``,
-    and the engine's without ``--test_trt_llm`` or ``--sweep``."""
-    uses_engine = args.test_trt_llm or args.sweep
+    the engine's without ``--test_trt_llm`` or ``--sweep``, our lookup contender's own without
+    ``--test_trt_llm``, and ``--prompt_lookup_config`` without a lookup contender."""
+    engine, hf, sweep = args.test_trt_llm, args.test_hf, args.sweep
+    names = {**ENGINE_ONLY_FLAGS, **SWEEP_DRAFT_FLAGS, **CONTENDER_ONLY_FLAGS, **LOOKUP_CONFIG_FLAGS}
     for on, dests, switch in (
-        (args.test_hf, ("hf_model_dir", "hf_device", "data_type"), "--test_hf"),
-        (args.sweep, ("sweep_k", "sweep_n", "sweep_modes", "sweep_lookahead", "sweep_dir"), "--sweep"),
+        (hf, ("hf_model_dir", "hf_device", "data_type"), "--test_hf"),
+        (sweep, ("sweep_k", "sweep_n", "sweep_modes", "sweep_lookahead", "sweep_dir"), "--sweep"),
         (args.check_accuracy, ("tensorrt_llm_rouge1_threshold",), "--check_accuracy"),
-        (uses_engine, tuple(ENGINE_ONLY_FLAGS), "--test_trt_llm or --sweep"),
+        (engine or sweep, (*ENGINE_ONLY_FLAGS, *SWEEP_DRAFT_FLAGS), "--test_trt_llm or --sweep"),
+        (engine, tuple(CONTENDER_ONLY_FLAGS), "--test_trt_llm"),
+        (engine or hf, tuple(LOOKUP_CONFIG_FLAGS), "--test_trt_llm or --test_hf"),
     ):
-        stray = [ENGINE_ONLY_FLAGS.get(d, "--" + d) for d in dests if d in given]
+        stray = [names.get(d, "--" + d) for d in dests if d in given]
         if not on and stray:
-            verb = "is" if len(stray) == 1 else "are"
-            raise UserError(f"{', '.join(stray)} {verb} read only with {switch}, which is off; add it or drop "
-                            f"{'it' if len(stray) == 1 else 'them'}")
+            one = len(stray) == 1
+            off = "which are off; add one" if " or " in switch else "which is off; add it"
+            why = (f" ({SWEEP_OWN})" if sweep and switch.startswith("--test_trt_llm")
+                   else f" ({HF_READS})" if hf and switch.startswith("--test_trt_llm") else "")
+            raise UserError(f"{', '.join(stray)} {'is' if one else 'are'} read only with {switch}, {off} or drop "
+                            f"{'it' if one else 'them'}{why}")
+
+
+def sweep_draft_from_args(args: argparse.Namespace, draft: Any):
+    """The drafter options every sweep point starts from, or None without ``--sweep``:
+    ``draft`` (the lookup contender's) when given, else :data:`SWEEP_DRAFT_FLAGS` on their own."""
+    if not args.sweep:
+        return None
+    if draft is not None:
+        return draft
+    from ..drafting.base import MAX_CANDIDATES, DraftConfig
+
+    g = args.prompt_lookup_candidates
+    if not 1 <= g <= MAX_CANDIDATES:
+        raise UserError(f"--prompt_lookup_candidates must be in 1..{MAX_CANDIDATES}, got {g}; 1 is one chain draft")
+    return DraftConfig(is_keep_all=args.is_keep_all, is_use_oldest=args.is_use_oldest,
+                       is_public_pool=args.is_public_pool, pool_rules=args.pool_rules,
+                       min_matching_ngram_size=args.prompt_lookup_min_ngram, max_candidates=g,
+                       static_cache=args.ngram_static_cache, ngram_pool_max_patterns=args.ngram_pool_max_patterns,
+                       public_text_max_tokens=args.public_text_max_tokens, max_concurrency=args.max_concurrency)
 
 
 def settings_from_args(args: argparse.Namespace, given: Collection[str] = frozenset()):
     from ..evaluation.pipeline import EvalSettings
     from ..evaluation.sweep import parse_int_list, parse_modes
 
+    draft = draft_from_args(args)
     return EvalSettings(
         engine_dir=args.engine_dir,
         tokenizer_dir=args.tokenizer_dir,
@@ -126,7 +177,8 @@ def settings_from_args(args: argparse.Namespace, given: Collection[str] = frozen
         max_ite=args.max_ite,
         max_input_length=args.max_input_length,
         output_len=args.output_len,
-        draft=draft_from_args(args),
+        draft=draft,
+        sweep_draft=sweep_draft_from_args(args, draft),
         device_ids=device_ids_from_args(args),
         kv_cache_enable_block_reuse=args.kv_cache_enable_block_reuse,
         max_tokens_in_paged_kv_cache=args.max_tokens_in_paged_kv_cache,
@@ -170,10 +222,18 @@ def dataset_from_args(args: argparse.Namespace) -> str | None:
 
 
 def resolve_outputs(args: argparse.Namespace) -> None:
-    """Apply ``--eval_task`` and ``--output_dir`` to the argument namespace (in place)."""
+    """Apply ``--eval_task`` and ``--output_dir`` to the argument namespace (in place).
+
+    ``--output_dir`` names the default place of the results JSON and the sweep's folder;
+    with both named elsewhere (``--output_json``, and ``--sweep_dir`` or no ``--sweep``) it
+    would write nothing, so it is refused."""
     if args.eval_task != "summarize":
         raise UserError(f"--eval_task {args.eval_task} is not supported; only summarize is (drop the flag)")
     out = Path(args.output_dir) if args.output_dir is not None else None
+    if out is not None and args.output_json is not None and not (args.sweep and args.sweep_dir is None):
+        others = "--output_json names the results file" + (" and --sweep_dir the sweep's folder" if args.sweep else "")
+        raise UserError(f"--output_dir {args.output_dir} would hold nothing: {others}; drop --output_dir, or drop "
+                        "--output_json to write OUTPUT_DIR/summarize.json")
     if out is not None and out.exists() and not out.is_dir():
         raise UserError(f"--output_dir {args.output_dir} exists and is not a directory; choose another path")
     if args.output_json is None and out is not None:
@@ -228,9 +288,12 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = build_parser()
     args = parser.parse_args(argv)
-    # The sweep decodes with --workflow and --draft_length_policy even without --prompt_lookup_config.
-    require_lookup_config(args, parser.given, allowed={"workflow", "draft_length_policy"} if args.sweep else ())
+    # Flags no run reads first (their message names the run to add), then drafting flags
+    # without --prompt_lookup_config: the sweep reads --workflow, --draft_length_policy and the
+    # drafter options of SWEEP_DRAFT_FLAGS without it.
     refuse_unread_flags(args, parser.given)
+    require_lookup_config(args, parser.given,
+                          allowed={"workflow", "draft_length_policy", *SWEEP_DRAFT_FLAGS} if args.sweep else ())
     resolve_outputs(args)
     settings = settings_from_args(args, parser.given)
     if args.output_json:

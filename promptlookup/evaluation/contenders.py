@@ -55,9 +55,9 @@ def draft_label(draft: DraftConfig) -> str:
     return " ".join(parts)
 
 
-def lookahead_label(config: LookaheadConfig) -> str:
-    """E.g. ``lookahead [4,3,4]``."""
-    return "lookahead [{},{},{}]".format(*config.triple)
+def lookahead_label(config: LookaheadConfig, workflow: str) -> str:
+    """E.g. ``lookahead v2 [4,3,4]`` (as ``lookup v2 pool ...``)."""
+    return "lookahead {} [{},{},{}]".format(workflow, *config.triple)
 
 
 @dataclass(frozen=True)

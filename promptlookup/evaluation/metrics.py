@@ -45,6 +45,7 @@ class ContenderReport:
     compared: int | None = None
     speedup: float | None = None  # tokens/s over the plain run of the same family
     samples: list[dict[str, Any]] | None = None
+    lookahead: list[int] | None = None  # [W, N, G] of a Lookahead run (with ``draft`` too: combined)
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -62,11 +63,15 @@ def summarize_record(
     family: str,
     draft: dict[str, Any] | None = None,
     workflow: str | None = None,
+    lookahead: Sequence[int] | None = None,
     plain: RunRecord | None = None,
     prompt_lengths: Sequence[int] | None = None,
     keep_samples: bool = True,
 ) -> ContenderReport:
-    """Score and aggregate ``record``; ``plain`` (same family, same articles) enables identity and speedup."""
+    """Score and aggregate ``record``; ``plain`` (same family, same articles) enables identity and speedup.
+
+    A run is speculative with a ``draft`` (prompt lookup) or a ``lookahead`` ([W, N, G]); only
+    then is its ``workflow`` recorded (plain decoding is the same in either)."""
     outputs = record.outputs
     if len(outputs) != len(articles):
         raise ValueError(f"{record.name}: {len(outputs)} outputs for {len(articles)} articles")
@@ -76,12 +81,13 @@ def summarize_record(
     steps = _sum_or_none([o.steps for o in outputs])
     drafted = _sum_or_none([o.drafted for o in outputs])
     accepted = _sum_or_none([o.accepted for o in outputs])
+    speculative = draft is not None or lookahead is not None
     report = ContenderReport(
         name=record.name,
         family=family,
-        speculative=draft is not None,
+        speculative=speculative,
         draft=draft,
-        workflow=workflow if draft is not None else None,
+        workflow=workflow if speculative else None,
         rouge=rouge,
         latency_s=record.timed_seconds,
         generated_tokens=record.timed_tokens,
@@ -94,6 +100,7 @@ def summarize_record(
         drafted=drafted,
         accepted=accepted,
         acceptance_rate=(accepted / drafted) if drafted and accepted is not None else None,
+        lookahead=None if lookahead is None else list(lookahead),
     )
     same = None
     if plain is not None and plain is not record:

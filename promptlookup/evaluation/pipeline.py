@@ -79,6 +79,9 @@ class EvalSettings:
     backend: str = "auto"  # --backend: auto, torch or trtllm (see runtime.load_runner)
     lookahead: LookaheadConfig | None = None  # --lookahead_config: a Lookahead contender (with draft: combined)
     sweep_lookahead: Sequence[LookaheadConfig] = ()  # Lookahead points of the sweep (v2)
+    # The drafter options every sweep point starts from (None: ``draft``'s, else the defaults);
+    # a point sets its own k, n, mode and adaptive, and a dynamic cache is left out (see sweep_base).
+    sweep_draft: DraftConfig | None = None
 
     def json_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -87,7 +90,21 @@ class EvalSettings:
         data["sweep_k"], data["sweep_n"], data["sweep_modes"] = list(self.sweep_k), list(self.sweep_n), list(self.sweep_modes)
         data["lookahead"] = list(self.lookahead.triple) if self.lookahead else None
         data["sweep_lookahead"] = [list(c.triple) for c in self.sweep_lookahead]
+        # What the sweep's points really share: the base without the fields each point sets or drops.
+        data["sweep_draft"] = None if not self.sweep else {
+            name: value for name, value in asdict(sweep_base(self)).items() if name not in SWEEP_POINT_FIELDS}
         return data
+
+
+# DraftConfig fields a sweep point sets itself (SweepPoint.draft_config) or leaves out (a
+# dynamic cache would make the points depend on their order): not shared by the points.
+SWEEP_POINT_FIELDS = ("prompt_lookup_num_tokens", "max_matching_ngram_size", "mode", "adaptive", "dynamic_cache")
+
+
+def sweep_base(settings: EvalSettings) -> DraftConfig:
+    """The DraftConfig every sweep point starts from (:attr:`EvalSettings.sweep_draft`)."""
+    s = settings
+    return replace(s.sweep_draft or s.draft or DraftConfig(), dynamic_cache=None)
 
 
 @dataclass
@@ -179,11 +196,12 @@ def contender_specs(settings: EvalSettings) -> list[ContenderSpec]:
         specs.append(ContenderSpec("ours plain", ENGINE))
     if s.test_engine and s.draft is not None:
         specs.append(ContenderSpec(f"ours lookup {s.workflow} {draft_label(s.draft)}", ENGINE, s.draft, s.workflow))
-    if s.test_engine and s.lookahead is not None:
-        specs.append(ContenderSpec(f"ours {lookahead_label(s.lookahead)}", ENGINE, None, "v2", s.lookahead))
+    if s.test_engine and s.lookahead is not None:  # --workflow honoured: both loops verify Lookahead's trees
+        name = f"ours {lookahead_label(s.lookahead, s.workflow)}"
+        specs.append(ContenderSpec(name, ENGINE, None, s.workflow, s.lookahead))
         if s.draft is not None:
-            specs.append(ContenderSpec(f"ours {lookahead_label(s.lookahead)} + lookup {draft_label(s.draft)}",
-                                       ENGINE, s.draft, "v2", s.lookahead))
+            specs.append(ContenderSpec(f"{name} + lookup {draft_label(s.draft)}", ENGINE, s.draft, s.workflow,
+                                       s.lookahead))
     if s.test_hf:
         specs.append(ContenderSpec("hf plain", HF))
         if s.draft is not None:
@@ -243,7 +261,13 @@ def evaluate(
         check_trtllm_only_flags(engine_cfg.backend, s.kv_cache_free_gpu_memory_fraction, s.enable_chunked_context)
         from ..drafting.concurrency import refuse_unrouted
 
-        refuse_unrouted(s.draft, inside_tensorrt_llm=engine_cfg.backend == "trtllm" and s.workflow == "v2")
+        for config in (s.draft, sweep_base(s) if s.sweep else None):
+            refuse_unrouted(config, inside_tensorrt_llm=engine_cfg.backend == "trtllm" and s.workflow == "v2")
+        if s.test_engine and s.lookahead is not None and engine_cfg.backend == "trtllm" and s.workflow != "v2":
+            # generate would refuse it after the engine loads: TensorRT-LLM's runner verifies no token trees
+            raise UserError(f"--lookahead_config on a TensorRT-LLM engine runs inside TensorRT-LLM, which needs "
+                            f"--workflow v2, not {s.workflow}; pass --workflow v2, or use a PyTorch engine "
+                            "(either workflow)")
         limits = engine_cfg.limits
         _check_limits(limits, s, lengths)
         result.engine_limits = asdict(limits)
@@ -277,6 +301,7 @@ def evaluate(
         result.reports.append(summarize_record(
             record, articles, decode, family=spec.family, workflow=spec.workflow,
             draft=None if spec.draft is None else asdict(spec.draft),
+            lookahead=None if spec.lookahead is None else spec.lookahead.triple,
             plain=plain.get(spec.family), prompt_lengths=lengths, keep_samples=s.keep_samples))
     if hf is not None:
         hf.close()
@@ -285,7 +310,7 @@ def evaluate(
         result.engine_vs_hf = {"identical": sum(same), "compared": len(same)}
 
     if s.sweep:
-        base = replace(s.draft or DraftConfig(), dynamic_cache=None)  # a learning cache would make points order-dependent
+        base = sweep_base(s)
         for point in sweep_mod.sweep_grid(s.sweep_k, s.sweep_n, s.sweep_modes):
             spec = ContenderSpec(f"sweep {point.label}", ENGINE, point.draft_config(base), s.workflow)
             record = run(spec)
@@ -296,7 +321,7 @@ def evaluate(
             point = sweep_mod.SweepPoint("lookahead", False, 0, None, la.triple)
             spec = ContenderSpec(f"sweep {point.label}", ENGINE, None, "v2", la)
             report = summarize_record(run(spec), articles, decode, family=ENGINE, workflow="v2", draft=None,
-                                      plain=plain[ENGINE], keep_samples=False)
+                                      lookahead=la.triple, plain=plain[ENGINE], keep_samples=False)
             result.sweep_rows.append(sweep_mod.sweep_row(point, report))
         result.sweep_best = sweep_mod.best_row(result.sweep_rows)
         baseline = summarize_record(plain[ENGINE], articles, decode, family=ENGINE, keep_samples=False)

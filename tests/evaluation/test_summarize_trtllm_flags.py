@@ -79,11 +79,11 @@ def test_output_dir_holds_the_results_and_the_sweep(engine_dir, jsonl_dataset, t
         ".promptlookup-output.json", "sweep.csv", "sweep.json", "sweep.png"]  # the manifest marks it as ours
     data = json.loads((out_dir / "summarize.json").read_text())
     assert all(n <= 40 for n in data["dataset"]["prompt_tokens"])  # --max_input_length
-    # an explicit --output_json still wins
+    # with --output_json (and no sweep) --output_dir would hold nothing: refused, not ignored
     explicit = tmp_path / "mine.json"
-    code, _, err = run(args(engine_dir, "--dataset_path", jsonl_dataset, "--output_dir", tmp_path / "r2",
-                            "--output_json", explicit), capsys)
-    assert code == 0 and explicit.is_file() and not (tmp_path / "r2" / "summarize.json").exists(), err
+    refused(args(engine_dir, "--dataset_path", jsonl_dataset, "--output_dir", tmp_path / "r2",
+                 "--output_json", explicit), capsys, "--output_dir")
+    assert not explicit.exists() and not (tmp_path / "r2").exists()
     (tmp_path / "afile").write_text("x")
     refused(args(engine_dir, "--dataset_path", jsonl_dataset, "--output_dir", tmp_path / "afile"), capsys,
             "is not a directory")
