@@ -77,13 +77,21 @@ def _existing_ancestor(path: Path) -> Path:
     return path
 
 
-def ensure_writable(path: str | os.PathLike[str], what: str, *, directory: bool = False) -> None:
-    """Fail early, creating nothing, if ``path`` cannot be written later (a file, or a folder).
+def ensure_writable(path: str | os.PathLike[str], what: str, *, directory: bool = False,
+                    inputs: Sequence[tuple[str, str | os.PathLike[str] | None]] = ()) -> None:
+    """Fail early, creating nothing, if ``path`` cannot be written later (a file, or a folder),
+    or if writing it would replace one of the run's ``inputs`` (``(flag, path)`` pairs, None
+    skipped): the same file, or a file inside an input folder (an engine's ``config.json``).
 
     ``what`` names the flag in the message. Cost: a few ``stat`` calls and one temporary
     entry created and removed in the nearest existing ancestor.
     """
     target = Path(path)
+    resolved = target.resolve()
+    for flag, other in inputs:
+        if other is not None and _relation(resolved, Path(other).resolve()) in ("is", "lies inside"):
+            where = "is" if resolved == Path(other).resolve() else "lies inside"
+            raise UserError(f"{what} {path} {where} {flag} {other}, which this run reads; name another file")
     if target.exists() and target.is_dir() != directory:
         kind = "a directory" if target.is_dir() else "a file"
         fix = "name a directory" if directory else "name a file (e.g. one inside it)"

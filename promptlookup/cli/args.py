@@ -371,6 +371,10 @@ def kv_cache_from_args(args: argparse.Namespace):
     fraction = args.kv_cache_free_gpu_memory_fraction
     if fraction is not None:
         require_fraction("--kv_cache_free_gpu_memory_fraction", fraction)
+    tokens = args.max_tokens_in_paged_kv_cache
+    if tokens is not None and tokens < 1:
+        raise UserError(f"--max_tokens_in_paged_kv_cache must be at least 1, got {tokens}; leave it out for the "
+                        "default pool")
     return KvCacheConfig(args.kv_cache_enable_block_reuse, args.max_tokens_in_paged_kv_cache, fraction,
                          args.kv_cache_dtype)
 
@@ -378,8 +382,8 @@ def kv_cache_from_args(args: argparse.Namespace):
 def sampling_from_args(args: argparse.Namespace, given: Collection[str] = frozenset()):
     """The sampling flags as a SamplingConfig; ``given`` (the dests the command line named) lets
     it refuse ``--top_k`` above 1 and ``--top_p`` below 1 at ``--temperature 0``, where greedy
-    decoding would ignore them. (``--random_seed`` stays accepted there: summarize.py shuffles
-    the dataset with it, and a seed changes nothing that greedy decoding could show.)"""
+    decoding would ignore them. (``--random_seed`` stays accepted here: summarize.py shuffles
+    the dataset with it; run.py refuses it at temperature 0 itself.)"""
     from ..runtime.base import SamplingConfig
 
     for flag, value in (("--temperature", args.temperature), ("--top_p", args.top_p)):

@@ -79,7 +79,8 @@ def build_parser() -> ArgumentParser:
     g.add_argument("--max_beam_width", type=int, default=1, help="beam search is not supported: only 1 is accepted")
     g.add_argument("--logprobs", action="store_true",
                    help="print each generated token's log-probability, the raw model's, with the most likely "
-                        "alternative ({token id: logprob} per token, as CompletionOutput.logprobs)")
+                        "alternative ({token id: Logprob(logprob, rank, decoded_token)} per token, as "
+                        "CompletionOutput.logprobs)")
     g.add_argument("--apply_chat_template", action="store_true",
                    help="wrap each prompt as a user message in the tokenizer's chat template")
     g = p.add_argument_group("speculative decoding")

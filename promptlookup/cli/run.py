@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
 from dataclasses import asdict
 from typing import Any
 
@@ -30,7 +31,7 @@ from .run_flags import (
     sampling_with_run_flags,
     truncate_prompts,
 )
-from .token_outputs import check_output_path, output_id_rows, write_csv, write_npy
+from .token_outputs import output_id_rows, write_csv, write_npy
 from ..stream_output import StreamPrinter, add_color_argument, color_mode, colorize, decode_text
 
 
@@ -89,21 +90,45 @@ def main(argv: list[str] | None = None) -> int:
         release_logs(held, ok)
 
 
+def check_outputs(args: Any) -> None:
+    """Before any work: each output file can be written, none is another output, and none
+    would replace what the run reads (the engine folder's files, the prompt file, a cache)."""
+    outputs = [(flag, path) for flag, path in (("--output_csv", args.output_csv), ("--output_npy", args.output_npy),
+                                               ("--output_json", args.output_json)) if path]
+    inputs = [("--engine_dir", args.engine_dir), ("--tokenizer_dir", args.tokenizer_dir),
+              ("--input_file", args.input_file), ("--hf_model_dir", args.hf_model_dir),
+              ("--ngram_static_cache", args.ngram_static_cache), ("--ngram_dynamic_cache", args.ngram_dynamic_cache)]
+    for i, (flag, path) in enumerate(outputs):
+        ensure_writable(path, flag, inputs=inputs)
+        for other_flag, other in outputs[:i]:
+            if Path(path).resolve() == Path(other).resolve():
+                raise UserError(f"{flag} {path} is also {other_flag}; name different files")
+
+
 def _run(args: Any, given: Any, begun: float) -> int:
     require_lookup_config(args, given)
     check_run_flags(args)
-    for flag, path in (("--output_csv", args.output_csv), ("--output_npy", args.output_npy)):
-        check_output_path(path, flag)
+    if args.input_text and args.input_file:  # the prompts are read after loading; these need no model
+        raise UserError("give either --input_text or --input_file, not both")
+    if not args.input_text and not args.input_file:
+        raise UserError("no prompt given; pass --input_text TEXT or --input_file PATH")
+    check_outputs(args)
     sampling = sampling_from_args(args, given)
+    if "random_seed" in given and args.temperature == 0:
+        raise UserError("--random_seed seeds sampling, and --temperature 0 decodes greedily; drop --random_seed, "
+                        "or pass a --temperature above 0")
     draft = draft_from_args(args)
+    if draft is not None:
+        from ..drafting.drafter import check_candidates
+
+        check_candidates(draft, args.workflow)  # before loading (the drafter checks it again)
     lookahead = lookahead_from_args(args)
     device_ids = device_ids_from_args(args)
     if args.max_output_len < 1:
         raise UserError(f"--max_output_len must be at least 1, got {args.max_output_len}")
-    if args.output_json:  # fail now, not after generating
-        ensure_writable(args.output_json, "--output_json")
     if args.input_file:
         check_input_file(args.input_file)
+    kv_cache = kv_cache_from_args(args)
     runtime = runtime_from_args(args)  # threads included: load_runner applies them
     num_threads = runtime.num_threads
 
@@ -112,6 +137,10 @@ def _run(args: Any, given: Any, begun: float) -> int:
     engine_cfg = read_engine_config(args.engine_dir)  # a missing or incomplete engine is reported first
     if args.end_id is not None:
         check_end_id(args.end_id, engine_cfg.limits.vocab_size)  # before torch loads (seconds)
+    if "kv_cache_enable_block_reuse" in given and args.kv_cache_enable_block_reuse \
+            and (engine_cfg.build.get("plugin_config") or {}).get("use_paged_context_fmha") is False:
+        raise UserError(f"--kv_cache_enable_block_reuse: {args.engine_dir} was built with --use_paged_context_fmha "
+                        "disable, which block reuse needs; rebuild it with enable, or drop the flag")
 
     from ..decoding import drafter_for, generate
     from ..engine.load import load_runner
@@ -129,7 +158,7 @@ def _run(args: Any, given: Any, begun: float) -> int:
     runner = load_runner(
         args.engine_dir,
         runtime,
-        kv_cache_from_args(args),
+        kv_cache,
         device_ids=device_ids,
         enable_chunked_context=args.enable_chunked_context,
         hf_model_dir=args.hf_model_dir,
@@ -237,7 +266,9 @@ def _run(args: Any, given: Any, begun: float) -> int:
                     "max_input_length": args.max_input_length,
                     "backend": args.backend,
                     "end_id": end_id,
-                    "kv_cache_enable_block_reuse": args.kv_cache_enable_block_reuse,
+                    # what ran: an engine built with --use_paged_context_fmha disable runs without reuse
+                    "kv_cache_enable_block_reuse": (runner.blocks.enable_reuse if hasattr(runner, "blocks")
+                                                    else args.kv_cache_enable_block_reuse),
                     "kv_cache_free_gpu_memory_fraction": args.kv_cache_free_gpu_memory_fraction,
                     "kv_cache_tokens": pool.tokens if pool is not None else None,
                     "draft_length_policy": args.draft_length_policy,

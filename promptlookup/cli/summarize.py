@@ -296,8 +296,11 @@ def main(argv: list[str] | None = None) -> int:
                           allowed={"workflow", "draft_length_policy", *SWEEP_DRAFT_FLAGS} if args.sweep else ())
     resolve_outputs(args)
     settings = settings_from_args(args, parser.given)
-    if args.output_json:
-        ensure_writable(args.output_json, "--output_json")
+    if args.output_json:  # writable, and not one of the run's inputs (the data set, a file of the engine)
+        ensure_writable(args.output_json, "--output_json", inputs=[
+            (f"--{name}", getattr(args, name, None)) for name in ("engine_dir", "tokenizer_dir", "hf_model_dir",
+                                                                  "dataset_path", "dataset_dir", "ngram_static_cache",
+                                                                  "ngram_dynamic_cache")])
     if settings.sweep:
         ensure_sweep_dir(args.sweep_dir)
     if (settings.test_engine or settings.sweep) and settings.engine_dir:

@@ -14,7 +14,6 @@ from typing import Sequence
 
 import numpy as np
 
-from ..errors import UserError
 from ..fsutil import atomic_write_bytes, atomic_write_text
 
 
@@ -26,14 +25,6 @@ def output_id_rows(prompts: Sequence[Sequence[int]], outputs: Sequence[Sequence[
         seq = list(p) + list(o)
         rows[i, : len(seq)] = seq
     return rows
-
-
-def check_output_path(path: str | None, flag: str) -> None:
-    """Refuse, before any work, a path that is a directory."""
-    import os
-
-    if path is not None and os.path.isdir(path):
-        raise UserError(f"{flag} {path} is a directory; name a file")
 
 
 def write_csv(path: str, rows: np.ndarray) -> None:

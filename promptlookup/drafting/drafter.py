@@ -123,6 +123,15 @@ def resolve_pool_rules(config: DraftConfig, workflow: str) -> str:
     return workflow if config.pool_rules == "auto" else config.pool_rules
 
 
+def check_candidates(config: DraftConfig, workflow: str) -> None:
+    """Refuse several candidates per step where the drafter can offer only one: V1's pool keeps
+    one match per pattern (so ``max_candidates > 1`` would change nothing)."""
+    if config.max_candidates > 1 and config.mode == "pool" and resolve_pool_rules(config, workflow) == "v1":
+        raise UserError(f"--prompt_lookup_candidates {config.max_candidates} (max_candidates): V1's pool rules keep "
+                        "one match per pattern, so it offers one candidate; pass --workflow v2, --pool_rules v2 or "
+                        "--drafter_mode longest, or drop it")
+
+
 def make_mode(config: DraftConfig, pool_rules: str, classes: DraftingClasses,
               dynamic_cache: NgramCache | None, static_cache: NgramCache | None) -> DraftMode:
     """The mode class for ``config.mode`` (the one place a mode is chosen): the pool under
@@ -154,6 +163,7 @@ class NgramDrafter:
         self.config = config
         self.workflow = workflow
         self.pool_rules = resolve_pool_rules(config, workflow)
+        check_candidates(config, workflow)
         self.end_id = None if end_id is None else int(end_id)
         self.classes: DraftingClasses = drafting_classes(implementation)
         v1 = config.mode == "pool" and self.pool_rules == "v1"

@@ -60,3 +60,58 @@ def test_bad_input_is_one_line_before_torch_loads(tmp_path, case):
     code, heavy, stderr = refuse(module, argv)
     assert code == 2 and len(stderr.splitlines()) == 1 and stderr.startswith(line), stderr
     assert heavy == [], f"{case}: {heavy} imported before the refusal"
+
+
+@pytest.mark.parametrize("case", ["both prompts", "no prompt", "kv fraction", "kv tokens", "seed at greedy",
+                                  "v1 candidates", "json over prompt file", "json in engine", "json is csv",
+                                  "npy under /proc", "reuse on fmha-disabled engine"])
+def test_run_py_refuses_before_loading(tmp_path, case):
+    """run.py's refusals that need no model, each one line and exit 2 before torch is imported,
+    and nothing written: an output may not replace the run's input (the prompt file, a file of the
+    engine) nor another output."""
+    engine = _engine(tmp_path)
+    prompt = tmp_path / "prompts.json"
+    prompt.write_text('["The cat sat on the mat."]')
+    if case == "reuse on fmha-disabled engine":
+        cfg = json.loads((engine / "config.json").read_text())
+        cfg["build_config"]["plugin_config"] = {"use_paged_context_fmha": False}
+        (engine / "config.json").write_text(json.dumps(cfg))
+    base = ["--engine_dir", str(engine), "--max_output_len", "2"]
+    argv, line = {
+        "both prompts": (["--input_text", "x", "--input_file", str(prompt)], "error: give either --input_text or"),
+        "no prompt": ([], "error: no prompt given; pass --input_text"),
+        "kv fraction": (["--input_text", "x", "--kv_cache_free_gpu_memory_fraction", "1.5"],
+                        "error: --kv_cache_free_gpu_memory_fraction"),
+        "kv tokens": (["--input_text", "x", "--max_tokens_in_paged_kv_cache", "0"],
+                      "error: --max_tokens_in_paged_kv_cache must be at least 1, got 0"),
+        "seed at greedy": (["--input_text", "x", "--random_seed", "5"], "error: --random_seed seeds sampling"),
+        "v1 candidates": (["--input_text", "x", "--prompt_lookup_config", "[4,2]", "--workflow", "v1",
+                           "--prompt_lookup_candidates", "4"], "error: --prompt_lookup_candidates 4 (max_candidates)"),
+        "json over prompt file": (["--input_file", str(prompt), "--output_json", str(prompt)],
+                                  f"error: --output_json {prompt} is --input_file"),
+        "json in engine": (["--input_text", "x", "--output_json", str(engine / "config.json")],
+                           f"error: --output_json {engine / 'config.json'} lies inside --engine_dir"),
+        "json is csv": (["--input_text", "x", "--output_csv", str(tmp_path / "o"), "--output_json",
+                         str(tmp_path / "o")], f"error: --output_json {tmp_path / 'o'} is also --output_csv"),
+        "npy under /proc": (["--input_text", "x", "--output_npy", "/proc/x/y.npy", "--output_csv",
+                             str(tmp_path / "new" / "a.csv")], "error: --output_npy /proc/x/y.npy"),
+        "reuse on fmha-disabled engine": (["--input_text", "x", "--kv_cache_enable_block_reuse"],
+                                          "error: --kv_cache_enable_block_reuse: "),
+    }[case]
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    code, heavy, stderr = refuse("promptlookup.cli.run", base + argv)
+    assert code == 2 and len(stderr.splitlines()) == 1 and stderr.startswith(line), stderr
+    assert heavy == [], f"{case}: {heavy} imported before the refusal"
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before  # nothing written, nothing replaced
+    assert prompt.read_text() == '["The cat sat on the mat."]'
+
+
+def test_summarize_py_will_not_write_its_results_over_the_data_set(tmp_path):
+    data = tmp_path / "data.jsonl"
+    data.write_text('{"article": "a b c", "highlights": "a"}\n')
+    code, heavy, stderr = refuse("promptlookup.cli.summarize", [
+        "--engine_dir", str(_engine(tmp_path)), "--test_trt_llm", "--dataset_path", str(data),
+        "--output_json", str(data)])
+    assert code == 2 and stderr == f"error: --output_json {data} is --dataset_path {data}, which this run reads; " \
+                                   "name another file" and heavy == []
+    assert data.read_text() == '{"article": "a b c", "highlights": "a"}\n'

@@ -166,14 +166,15 @@ def test_refused_flags(flags, match, spy):
 
 
 def test_logprobs_are_printed_one_per_token(tiny_engine_dir, spy, capsys):
-    import ast
+    from promptlookup.api import Logprob
 
     run(tiny_engine_dir, "--prompt", "a b", "--logprobs", "--max_tokens", "5")
     out = capsys.readouterr().out
     line = next(ln for ln in out.splitlines() if "Logprobs: " in ln)
-    logprobs = ast.literal_eval(line.split("Logprobs: ", 1)[1])
+    logprobs = eval(line.split("Logprobs: ", 1)[1], {"__builtins__": {}, "Logprob": Logprob})  # TensorRT-LLM's print
     tokens = int(next(ln for ln in out.splitlines() if " tokens in " in ln).split()[0])
-    assert len(logprobs) == tokens and all(1 <= len(d) <= 2 and all(v <= 0 for v in d.values()) for d in logprobs)
+    assert len(logprobs) == tokens and all(1 <= len(d) <= 2 for d in logprobs)
+    assert all(isinstance(v, Logprob) and v.logprob <= 0 and v.rank >= 1 for d in logprobs for v in d.values())
 
 
 def test_n_is_honoured_or_refused(tiny_engine_dir, spy, capsys):

@@ -37,9 +37,10 @@ def via_run(engine, s, tmp_path):
     from promptlookup.cli.run import main
 
     out = tmp_path / "run.json"
+    sampled = ["--top_k", str(s["top_k"]), "--random_seed", str(s["seed"])] if s["temperature"] > 0 else []
     assert main(["--engine_dir", str(engine), "--input_text", PROMPT, "--max_output_len", str(MAX_TOKENS),
                  "--prompt_lookup_config", f"[{K},{N},[0]]", "--temperature", str(s["temperature"]),
-                 "--top_k", str(s["top_k"]), "--random_seed", str(s["seed"]), "--output_json", str(out)]) == 0
+                 *sampled, "--output_json", str(out)]) == 0  # greedy refuses a seed (it would ignore it)
     seq = json.loads(out.read_text())["sequences"][0]
     return seq["output_ids"], seq["drafted"], seq["accepted"]
 
