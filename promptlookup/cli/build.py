@@ -88,6 +88,9 @@ def main(argv: list[str] | None = None) -> int:
             raise UserError("--step_costs measure applies to PyTorch engines, and --backend auto chose TensorRT-LLM "
                             "here; pass --backend torch, or drop --step_costs")
         _refuse_unread(args, "--backend auto chose TensorRT-LLM here", "pass --backend torch")
+    if backend == "trtllm" and args.max_draft_len < 1:  # trtllm-build runs after the checkpoint is read
+        raise UserError("a TensorRT-LLM engine is built with --speculative_decoding_mode draft_tokens_external, "
+                        "which needs --max_draft_len of at least 1; pass e.g. --max_draft_len 10")
     step_costs = args.step_costs or "measure"
     compile_device = None
     if compile_ahead:

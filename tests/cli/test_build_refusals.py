@@ -101,6 +101,23 @@ def test_torch_only_flags_are_refused_for_a_tensorrt_llm_engine(tmp_path, monkey
     assert not out.exists()
 
 
+def test_a_tensorrt_llm_engine_without_max_draft_len_is_refused_before_the_checkpoint_is_read(tmp_path, monkeypatch,
+                                                                                              capsys):
+    from promptlookup.cli.build import main
+    from promptlookup.errors import run_cli
+
+    monkeypatch.setattr("promptlookup.runtime.trtllm.env.trtllm_unavailable_reason", lambda: None)  # it could run
+    monkeypatch.setattr("promptlookup.cli.build.read_checkpoint_config", lambda *a: pytest.fail("read the checkpoint"))
+    out = tmp_path / "engine"
+    with pytest.raises(SystemExit) as exit_info:
+        run_cli(main, ["--checkpoint_dir", str(_checkpoint_config(tmp_path)), "--output_dir", str(out),
+                       "--backend", "trtllm"])
+    assert exit_info.value.code == 2
+    (err,) = capsys.readouterr().err.strip().splitlines()
+    assert err.startswith("error: a TensorRT-LLM engine is built with --speculative_decoding_mode "
+                          "draft_tokens_external, which needs --max_draft_len") and not out.exists()
+
+
 def test_tensorrt_llm_gets_tokens_per_block_and_takes_step_costs_none(tmp_path, monkeypatch, capsys):
     """--tokens_per_block reaches trtllm-build (it was dropped); --step_costs none is what a
     TensorRT-LLM engine has anyway, so it is accepted."""
