@@ -108,7 +108,10 @@ def resolve_engine(model: str | os.PathLike[str], *, cache_dir: str | os.PathLik
 
     model_obj, tokenizer = load_source_model(gguf_file=str(source)) if gguf else load_source_model(model_dir=str(source))
     max_pos = int(getattr(model_obj.config, "max_position_embeddings", build.max_seq_len))
-    max_seq_len = min(build.max_seq_len, max_pos)
+    if build.max_seq_len > max_pos and build.max_seq_len != AutoBuild.max_seq_len:  # asked for, not the default
+        raise UserError(f"max_seq_len {build.max_seq_len} (--max_seq_len) exceeds the model's max_position_embeddings "
+                        f"{max_pos}; ask for at most {max_pos}")
+    max_seq_len = min(build.max_seq_len, max_pos)  # the default, cut to the model's limit
     max_input_len = min(build.max_input_len, max_seq_len - 1)
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=".checkpoint-") as tmp:
         ckpt = convert_model(model_obj, tokenizer, Path(tmp) / "checkpoint", dtype=build.dtype)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from pathlib import Path
 from typing import Any, Collection, NoReturn, Sequence
 
 from ..defaults import (
@@ -27,6 +28,7 @@ from ..defaults import (
     WORKFLOWS,
 )
 from ..errors import UserError
+from ..fsutil import ensure_writable
 from ..literals import parse_list_literal
 
 
@@ -362,6 +364,18 @@ def runtime_from_args(args: argparse.Namespace):
                          cpu_weight_copies=args.cpu_weight_copies, num_threads=resolve_num_threads(args.num_threads))
 
 
+def check_ngram_cache_paths(args: argparse.Namespace) -> None:
+    """Before anything loads: ``--ngram_static_cache`` exists, and ``--ngram_dynamic_cache`` (read
+    where it exists, written at the end of the run) can be written and is not the static cache,
+    so no run learns for minutes and then fails to save."""
+    static, dynamic = getattr(args, "ngram_static_cache", None), getattr(args, "ngram_dynamic_cache", None)
+    if static is not None and not Path(static).is_file():
+        raise UserError(f"--ngram_static_cache {static} does not exist; create it with `python -m "
+                        "promptlookup.cli.ngram_cache create`, or drop the flag")
+    if dynamic is not None:
+        ensure_writable(dynamic, "--ngram_dynamic_cache", inputs=[("--ngram_static_cache", static)])
+
+
 def kv_cache_from_args(args: argparse.Namespace):
     """``--kv_cache_enable_block_reuse``, ``--max_tokens_in_paged_kv_cache``,
     ``--kv_cache_free_gpu_memory_fraction`` (refused outside (0, 1], by its flag's name) and
@@ -402,6 +416,8 @@ def sampling_from_args(args: argparse.Namespace, given: Collection[str] = frozen
 def refuse_filters_when_greedy(args: argparse.Namespace, given: Collection[str]) -> None:
     """Refuse ``--top_k`` above 1 and ``--top_p`` below 1 named (``given``) at ``--temperature 0``,
     where greedy decoding would ignore them (run.py, summarize.py, quickstart_advanced.py)."""
+    if "top_p" in given and not 0 < args.top_p <= 1:  # first: a value no temperature would take
+        raise UserError(f"--top_p must be in (0, 1], got {args.top_p}")
     if args.temperature != 0:
         return
     unused = [f"--{dest} {getattr(args, dest)}" for dest, used in (("top_k", args.top_k > 1), ("top_p", args.top_p < 1))

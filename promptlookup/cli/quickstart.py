@@ -143,6 +143,9 @@ def check_args(args: argparse.Namespace) -> None:
                         f"--spec_decode_algo than {args.spec_decode_algo}, which would ignore "
                         f"{'it' if len(unread) == 1 else 'them'}; drop {'it' if len(unread) == 1 else 'them'}")
     refuse_filters_when_greedy(args, given)
+    if "seed" in given and args.temperature == 0:
+        raise UserError("--seed seeds sampling, and --temperature 0 decodes greedily; drop --seed, or pass a "
+                        "--temperature above 0")
 
 
 def batches(lengths: list[int], max_tokens: int, max_batch_size: int, max_num_tokens: int) -> list[list[int]]:

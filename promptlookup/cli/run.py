@@ -13,6 +13,7 @@ from ..fsutil import atomic_write_json, ensure_writable
 from .args import (
     ArgumentParser,
     add_common_args,
+    check_ngram_cache_paths,
     device_ids_from_args,
     draft_from_args,
     kv_cache_from_args,
@@ -113,6 +114,7 @@ def _run(args: Any, given: Any, begun: float) -> int:
     if not args.input_text and not args.input_file:
         raise UserError("no prompt given; pass --input_text TEXT or --input_file PATH")
     check_outputs(args)
+    check_ngram_cache_paths(args)
     sampling = sampling_from_args(args, given)
     if "random_seed" in given and args.temperature == 0:
         raise UserError("--random_seed seeds sampling, and --temperature 0 decodes greedily; drop --random_seed, "

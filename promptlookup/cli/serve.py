@@ -16,7 +16,8 @@ from ..defaults import (DEFAULT_DRAFT_LENGTH_POLICY, DEFAULT_DRAFTER_MODE, DEFAU
 from ..drafting.base import DRAFT_MODES
 from ..errors import UserError
 from .args import (ArgumentParser, add_block_reuse_argument, add_kv_dtype_argument, add_kv_fraction_argument,
-                   add_num_threads_argument, add_pool_limit_options, add_pool_options, finite_float, kv_cache_from_args,
+                   add_num_threads_argument, add_pool_limit_options, add_pool_options, check_ngram_cache_paths,
+                   finite_float, kv_cache_from_args,
                    parse_prompt_lookup_config, require_lookup_config)
 
 API_KEY_ENV = "PROMPTLOOKUP_API_KEY"  # --api_key's default (as vLLM's VLLM_API_KEY)
@@ -138,6 +139,10 @@ def check_args(args: argparse.Namespace, given: Collection[str] = frozenset()) -
                         'are sized by each request alone); add --prompt_lookup_config "[k, n]" or drop it')
     if args.served_model_name is not None and not all(n.strip() for n in args.served_model_name):
         raise UserError("--served_model_name: names must not be empty")
+    if args.api_key is not None and not args.api_key.strip():
+        raise UserError(f"--api_key is empty, which would serve without a key; give a key, or leave the flag out "
+                        f"(with ${API_KEY_ENV} unset) to serve without one")
+    check_ngram_cache_paths(args)  # the dynamic cache is saved at shutdown: refuse an unwritable one now
 
 
 def api_key(args: argparse.Namespace) -> str | None:

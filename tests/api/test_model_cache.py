@@ -91,3 +91,20 @@ def test_quickstart_without_arguments_runs_the_bundled_model(tmp_path, monkeypat
     monkeypatch.setenv("PROMPTLOOKUP_CACHE", str(tmp_path))
     assert quickstart(["--max_tokens", "8"]) == 0
     assert "The capital of France is" in capsys.readouterr().out
+
+
+def test_a_max_seq_len_beyond_the_model_is_refused_before_building(hf_dir, tmp_path):
+    """The default max_seq_len is cut to the model's max_position_embeddings; one asked for is
+    refused instead (it was cut silently, and run-time checks then named a fix that build.sh refuses)."""
+    import dataclasses
+
+    from promptlookup.api.model_cache import AutoBuild
+
+    d, model, _ = hf_dir
+    max_pos = model.config.max_position_embeddings
+    cache = tmp_path / "cache"
+    with pytest.raises(UserError, match=f"max_seq_len {max_pos + 1} .* exceeds the model's max_position_embeddings "
+                                        f"{max_pos}; ask for at most {max_pos}"):
+        resolve_engine(d, cache_dir=cache,
+                       build=dataclasses.replace(AutoBuild(), max_seq_len=max_pos + 1, max_input_len=8))
+    assert not any(p.name == "config.json" for p in cache.rglob("*"))  # nothing built

@@ -115,3 +115,41 @@ def test_summarize_py_will_not_write_its_results_over_the_data_set(tmp_path):
     assert code == 2 and stderr == f"error: --output_json {data} is --dataset_path {data}, which this run reads; " \
                                    "name another file" and heavy == []
     assert data.read_text() == '{"article": "a b c", "highlights": "a"}\n'
+
+
+@pytest.mark.parametrize("case", ["serve empty key", "serve missing static cache", "serve dynamic cache under a file",
+                                  "serve static is dynamic", "run dynamic cache under a file", "quickstart seed",
+                                  "quickstart top_p 0"])
+def test_server_and_quickstart_flags_are_refused_before_loading(tmp_path, case):
+    """Flags that would be ignored (an empty API key: no key at all; a seed at temperature 0) or
+    would fail only at the end (a dynamic n-gram cache saved at shutdown) are refused first."""
+    engine = _engine(tmp_path)
+    blocker = tmp_path / "afile"
+    blocker.write_text("x")
+    static = tmp_path / "static.bin"
+    static.write_bytes(b"")
+    lookup = ["--prompt_lookup_config", "[4,2]"]
+    module, argv, line = {
+        "serve empty key": ("promptlookup.cli.serve", ["--engine_dir", str(engine), "--api_key", ""],
+                            "error: --api_key is empty"),
+        "serve missing static cache": ("promptlookup.cli.serve", ["--engine_dir", str(engine), *lookup,
+                                       "--ngram_static_cache", str(tmp_path / "none.bin")],
+                                       f"error: --ngram_static_cache {tmp_path / 'none.bin'} does not exist"),
+        "serve dynamic cache under a file": ("promptlookup.cli.serve", ["--engine_dir", str(engine), *lookup,
+                                             "--ngram_dynamic_cache", str(blocker / "c.bin")],
+                                             f"error: --ngram_dynamic_cache {blocker / 'c.bin'}"),
+        "serve static is dynamic": ("promptlookup.cli.serve", ["--engine_dir", str(engine), *lookup,
+                                    "--ngram_static_cache", str(static), "--ngram_dynamic_cache", str(static)],
+                                    f"error: --ngram_dynamic_cache {static} is --ngram_static_cache"),
+        "run dynamic cache under a file": ("promptlookup.cli.run", ["--engine_dir", str(engine), "--input_text", "x",
+                                           *lookup, "--ngram_dynamic_cache", str(blocker / "c.bin")],
+                                           f"error: --ngram_dynamic_cache {blocker / 'c.bin'}"),
+        "quickstart seed": ("promptlookup.cli.quickstart", ["--model_dir", str(engine), "--seed", "5"],
+                            "error: --seed seeds sampling"),
+        "quickstart top_p 0": ("promptlookup.cli.quickstart", ["--model_dir", str(engine), "--top_p", "0"],
+                               "error: --top_p must be in (0, 1], got 0.0"),
+    }[case]
+    code, heavy, stderr = refuse(module, argv)
+    assert code == 2 and len(stderr.splitlines()) == 1 and stderr.startswith(line), stderr
+    assert heavy == [], f"{case}: {heavy} imported before the refusal"
+    assert blocker.read_text() == "x" and static.read_bytes() == b""
