@@ -146,6 +146,17 @@ def check_args(args: argparse.Namespace) -> None:
     if "seed" in given and args.temperature == 0:
         raise UserError("--seed seeds sampling, and --temperature 0 decodes greedily; drop --seed, or pass a "
                         "--temperature above 0")
+    from ..api.model_cache import is_engine_dir
+
+    if args.model_dir is not None and is_engine_dir(Path(args.model_dir)):  # its limits, from config.json alone
+        from ..engine.config import read_engine_config
+
+        limits = read_engine_config(args.model_dir).limits
+        _engine_limits(limits, args)
+        k = args.spec_decode_max_draft_len
+        if args.spec_decode_algo == "NGRAM" and k > limits.max_draft_len:
+            raise UserError(f"--spec_decode_max_draft_len {k} exceeds the engine's max_draft_len "
+                            f"{limits.max_draft_len}; lower it or rebuild the engine with build.sh --max_draft_len {k}")
 
 
 def batches(lengths: list[int], max_tokens: int, max_batch_size: int, max_num_tokens: int) -> list[list[int]]:
@@ -166,9 +177,9 @@ def batches(lengths: list[int], max_tokens: int, max_batch_size: int, max_num_to
     return out
 
 
-def _engine_limits(llm: Any, args: argparse.Namespace) -> tuple[int, int]:
-    """(max_seq_len, max_batch_size) to apply: the flags, refused above the engine's own."""
-    limits = llm.limits
+def _engine_limits(limits: Any, args: argparse.Namespace) -> tuple[int, int]:
+    """(max_seq_len, max_batch_size) to apply: the flags, refused above the engine's own
+    (``limits``: its :class:`~promptlookup.engine.config.EngineLimits`)."""
     seq, batch = limits.max_seq_len, limits.max_batch_size
     if args.max_seq_len is not None:
         if args.max_seq_len > seq:
@@ -238,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
                 raise UserError("--apply_chat_template: this model's tokenizer has no chat template")
             prompts = [llm.tokenizer.apply_chat_template([{"role": "user", "content": p}], tokenize=False,
                                                          add_generation_prompt=True) for p in prompts]
-        max_seq_len, max_batch_size = _engine_limits(llm, args)
+        max_seq_len, max_batch_size = _engine_limits(llm.limits, args)
         lengths = [len(llm.encode(p)[1]) for p in prompts]
         for i, n in enumerate(lengths):
             if n + args.max_tokens > max_seq_len:

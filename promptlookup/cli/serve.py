@@ -9,6 +9,7 @@ for the endpoints and :mod:`promptlookup.decoding.draft_budget` for ``--draft_to
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Collection
 
 from ..defaults import (DEFAULT_DRAFT_LENGTH_POLICY, DEFAULT_DRAFTER_MODE, DEFAULT_MIN_MATCHING_NGRAM_SIZE,
@@ -143,6 +144,18 @@ def check_args(args: argparse.Namespace, given: Collection[str] = frozenset()) -
         raise UserError(f"--api_key is empty, which would serve without a key; give a key, or leave the flag out "
                         f"(with ${API_KEY_ENV} unset) to serve without one")
     check_ngram_cache_paths(args)  # the dynamic cache is saved at shutdown: refuse an unwritable one now
+    if args.draft_token_budget is not None and args.draft_token_budget < 1:
+        raise UserError(f"--draft_token_budget must be at least 1, got {args.draft_token_budget}")
+    from ..api.model_cache import is_engine_dir
+
+    if args.prompt_lookup_config is not None and args.engine_dir is not None and is_engine_dir(Path(args.engine_dir)):
+        from ..engine.config import read_engine_config
+
+        k = parse_prompt_lookup_config(args.prompt_lookup_config)[0]
+        limit = read_engine_config(args.engine_dir).limits.max_draft_len  # its config.json; no weights read
+        if k > limit:
+            raise UserError(f"--prompt_lookup_config k={k} exceeds the engine's max_draft_len {limit}; lower k or "
+                            f"rebuild the engine with build.sh --max_draft_len {k}")
 
 
 def api_key(args: argparse.Namespace) -> str | None:

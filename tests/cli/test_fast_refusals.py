@@ -119,7 +119,8 @@ def test_summarize_py_will_not_write_its_results_over_the_data_set(tmp_path):
 
 @pytest.mark.parametrize("case", ["serve empty key", "serve missing static cache", "serve dynamic cache under a file",
                                   "serve static is dynamic", "run dynamic cache under a file", "quickstart seed",
-                                  "quickstart top_p 0"])
+                                  "quickstart top_p 0", "serve k over the engine", "serve budget 0",
+                                  "quickstart batch over the engine", "quickstart k over the engine"])
 def test_server_and_quickstart_flags_are_refused_before_loading(tmp_path, case):
     """Flags that would be ignored (an empty API key: no key at all; a seed at temperature 0) or
     would fail only at the end (a dynamic n-gram cache saved at shutdown) are refused first."""
@@ -148,6 +149,15 @@ def test_server_and_quickstart_flags_are_refused_before_loading(tmp_path, case):
                             "error: --seed seeds sampling"),
         "quickstart top_p 0": ("promptlookup.cli.quickstart", ["--model_dir", str(engine), "--top_p", "0"],
                                "error: --top_p must be in (0, 1], got 0.0"),
+        "serve k over the engine": ("promptlookup.cli.serve", ["--engine_dir", str(engine), "--prompt_lookup_config",
+                                    "[50,2]"], "error: --prompt_lookup_config k=50 exceeds the engine's max_draft_len 0"),
+        "serve budget 0": ("promptlookup.cli.serve", ["--engine_dir", str(engine), *lookup, "--draft_token_budget",
+                           "0"], "error: --draft_token_budget must be at least 1, got 0"),
+        "quickstart batch over the engine": ("promptlookup.cli.quickstart", ["--model_dir", str(engine),
+                                             "--max_batch_size", "100"],
+                                             "error: --max_batch_size 100 exceeds the engine's max_batch_size 1"),
+        "quickstart k over the engine": ("promptlookup.cli.quickstart", ["--model_dir", str(engine)],
+                                         "error: --spec_decode_max_draft_len 4 exceeds the engine's max_draft_len 0"),
     }[case]
     code, heavy, stderr = refuse(module, argv)
     assert code == 2 and len(stderr.splitlines()) == 1 and stderr.startswith(line), stderr
