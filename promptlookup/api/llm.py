@@ -35,6 +35,20 @@ from .validation import (ParamTypeError, ParamValueError, api_finish_reason, cha
 
 
 
+def _tokenizer(tokenizer: Any, default: str | os.PathLike[str]) -> Any:
+    """``LLM(tokenizer=...)``: a folder (or None: ``default``'s), or a tokenizer object, as
+    TensorRT-LLM's LLM takes (a Hugging Face tokenizer: ``encode``, ``decode``, ``eos_token_id``)."""
+    from ..runtime import load_tokenizer
+
+    if tokenizer is None or isinstance(tokenizer, (str, os.PathLike)):
+        return load_tokenizer(tokenizer or default)
+    missing = [name for name in ("encode", "decode", "eos_token_id") if not hasattr(tokenizer, name)]
+    if missing:
+        raise UserError(f"tokenizer: a {type(tokenizer).__name__} has no {', '.join(missing)}; pass a tokenizer "
+                        "folder or a Hugging Face tokenizer")
+    return tokenizer
+
+
 @dataclass(frozen=True)
 class Logprob:
     """One token's entry in :attr:`CompletionOutput.logprobs` (vLLM's ``Logprob``; TensorRT-LLM's
@@ -233,7 +247,7 @@ class LLM:
     def __init__(
         self,
         model: str | os.PathLike[str],
-        tokenizer: str | os.PathLike[str] | None = None,
+        tokenizer: str | os.PathLike[str] | Any = None,
         *,
         speculative_config: NGramDecodingConfig | LookaheadDecodingConfig | None = None,
         kv_cache_config: KvCacheConfig | None = None,
@@ -247,7 +261,6 @@ class LLM:
     ) -> None:
         from ..decoding import drafter_for
         from ..engine.load import load_runner
-        from ..runtime import load_tokenizer
 
         if speculative_config is not None and not isinstance(
             speculative_config, (NGramDecodingConfig, LookaheadDecodingConfig)
@@ -278,13 +291,13 @@ class LLM:
 
             refuse_unmapped(draft_length_policy=draft_length_policy, draft_token_budget=draft_token_budget,
                             device=device, cache_dir=cache_dir, build=build, kv=kv, runtime_config=runtime_config)
-            self.tokenizer = load_tokenizer(tokenizer or model)
+            self.tokenizer = _tokenizer(tokenizer, model)
             self.trtllm = TrtllmGeneration(model, self.tokenizer, speculative_config, kv)
             self.runner = self.drafter = self.scheduler = None
             return
         runtime.apply_threads()  # before a build measures its step costs
         self.engine_dir: Path = resolve_engine(model, cache_dir=cache_dir, build=build)
-        self.tokenizer = load_tokenizer(tokenizer or self.engine_dir)
+        self.tokenizer = _tokenizer(tokenizer, self.engine_dir)
         self.runner = load_runner(self.engine_dir, runtime, kv, backend=backend)
         if not self.runner.capabilities.live_batch:
             raise UserError(f"{self.engine_dir} is a TensorRT-LLM engine; the promptlookup LLM API runs PyTorch "

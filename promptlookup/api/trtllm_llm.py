@@ -83,6 +83,9 @@ class TrtllmGeneration:
         if any(p.stop for p in params):
             raise UserError("stop strings are not passed to TensorRT-LLM by this path; drop SamplingParams.stop "
                             "or use backend='torch'")
+        if any(p.logprobs is not None for p in params):
+            raise UserError("logprobs are not passed to TensorRT-LLM by this path; drop SamplingParams.logprobs or "
+                            "use backend='torch'")
         if any(p.ignore_eos for p in params):
             raise UserError("ignore_eos is not passed to TensorRT-LLM by this path; drop it or use backend='torch'")
         if any(p.sampling_config().has_logits_processors for p in params):

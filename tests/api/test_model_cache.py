@@ -108,3 +108,15 @@ def test_a_max_seq_len_beyond_the_model_is_refused_before_building(hf_dir, tmp_p
         resolve_engine(d, cache_dir=cache,
                        build=dataclasses.replace(AutoBuild(), max_seq_len=max_pos + 1, max_input_len=8))
     assert not any(p.name == "config.json" for p in cache.rglob("*"))  # nothing built
+
+
+def test_the_tokenizer_may_be_a_tokenizer_object(tiny_engine_dir):
+    """TensorRT-LLM's LLM(tokenizer=...) takes a folder or a tokenizer object; anything else is one line."""
+    with LLM(str(tiny_engine_dir)) as plain:
+        tok = plain.tokenizer
+        want = plain.generate("a b a b a", SamplingParams(max_tokens=4)).outputs[0].token_ids
+    with LLM(str(tiny_engine_dir), tok) as llm:
+        assert llm.tokenizer is tok
+        assert llm.generate("a b a b a", SamplingParams(max_tokens=4)).outputs[0].token_ids == want
+    with pytest.raises(UserError, match="tokenizer: a int has no encode, decode, eos_token_id"):
+        LLM(str(tiny_engine_dir), 7)

@@ -338,6 +338,8 @@ def test_llm_api_backend_trtllm(release, tmp_path, smollm2_tokenizer_dir):
             llm.generate_async("x")
         with pytest.raises(UserError, match="stop strings"):
             llm.generate("x", SamplingParams(max_tokens=2, stop="two"))
+        with pytest.raises(UserError, match="logprobs are not passed"):  # refused, not dropped
+            llm.generate("x", SamplingParams(max_tokens=2, logprobs=3))
     for kwargs, needle in ((dict(device="cpu"), "takes no device"), (dict(draft_length_policy="cost"), "in full"),
                            (dict(kv_cache_config=KvCacheConfig(enable_block_reuse=False)), "always reuses")):
         with pytest.raises(UserError, match=needle):
