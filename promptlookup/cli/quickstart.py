@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 from pathlib import Path
 from typing import Any
 
@@ -120,10 +121,19 @@ def _supports(field: str) -> bool:
 
 def check_args(args: argparse.Namespace) -> None:
     """Refuse, in one line, what this quickstart cannot honour; before any model is loaded."""
-    for flag in ("max_seq_len", "max_batch_size", "max_num_tokens"):
+    for flag in ("max_seq_len", "max_batch_size", "max_num_tokens", "max_tokens", "spec_decode_max_draft_len",
+                 "max_matching_ngram_size", "min_matching_ngram_size", "max_window_size", "max_ngram_size",
+                 "max_verification_set_size"):  # by the flag's name (the LLM API's checks name its own fields)
         value = getattr(args, flag)
         if value is not None and value < 1:
             raise UserError(f"--{flag} must be at least 1, got {value}")
+    for flag in ("temperature", "top_p"):
+        if not math.isfinite(getattr(args, flag)):
+            raise UserError(f"--{flag} must be a finite number, got {getattr(args, flag)}")
+    if args.temperature < 0:
+        raise UserError(f"--temperature must be >= 0, got {args.temperature}")
+    if args.top_k < 0:
+        raise UserError(f"--top_k must be >= 0 (0: no top-k filter), got {args.top_k}")
     if args.max_beam_width != 1:
         raise UserError(f"--max_beam_width {args.max_beam_width}: beam search is not supported (prompt lookup verifies "
                         "one sequence per request); leave it at 1")

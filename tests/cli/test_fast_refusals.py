@@ -120,7 +120,8 @@ def test_summarize_py_will_not_write_its_results_over_the_data_set(tmp_path):
 @pytest.mark.parametrize("case", ["serve empty key", "serve missing static cache", "serve dynamic cache under a file",
                                   "serve static is dynamic", "run dynamic cache under a file", "quickstart seed",
                                   "quickstart top_p 0", "serve k over the engine", "serve budget 0",
-                                  "quickstart batch over the engine", "quickstart k over the engine"])
+                                  "quickstart batch over the engine", "quickstart k over the engine",
+                                  "quickstart k 0", "quickstart max_tokens 0", "quickstart temperature nan"])
 def test_server_and_quickstart_flags_are_refused_before_loading(tmp_path, case):
     """Flags that would be ignored (an empty API key: no key at all; a seed at temperature 0) or
     would fail only at the end (a dynamic n-gram cache saved at shutdown) are refused first."""
@@ -158,6 +159,12 @@ def test_server_and_quickstart_flags_are_refused_before_loading(tmp_path, case):
                                              "error: --max_batch_size 100 exceeds the engine's max_batch_size 1"),
         "quickstart k over the engine": ("promptlookup.cli.quickstart", ["--model_dir", str(engine)],
                                          "error: --spec_decode_max_draft_len 4 exceeds the engine's max_draft_len 0"),
+        "quickstart k 0": ("promptlookup.cli.quickstart", ["--model_dir", str(engine), "--spec_decode_max_draft_len",
+                           "0"], "error: --spec_decode_max_draft_len must be at least 1, got 0"),
+        "quickstart max_tokens 0": ("promptlookup.cli.quickstart", ["--model_dir", str(engine), "--max_tokens", "0"],
+                                    "error: --max_tokens must be at least 1, got 0"),
+        "quickstart temperature nan": ("promptlookup.cli.quickstart", ["--model_dir", str(engine), "--temperature",
+                                       "nan"], "error: --temperature must be a finite number, got nan"),
     }[case]
     code, heavy, stderr = refuse(module, argv)
     assert code == 2 and len(stderr.splitlines()) == 1 and stderr.startswith(line), stderr
