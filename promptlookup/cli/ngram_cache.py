@@ -37,6 +37,7 @@ from typing import Any
 
 from ..drafting import DraftConfig, NgramCache, TokenizerIdentity, config_grid, simulate_corpus
 from ..drafting.base import DRAFT_MODES
+from ..drafting.drafter import validate_config
 from ..drafting.cache_file import (
     DEFAULT_MAX_NGRAM,
     FORMATS,
@@ -83,9 +84,13 @@ def _encode(tokenizer: Any, text: str) -> list[int]:
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
-def _token_list(value: Any, where: str) -> list[int]:
+def _token_list(value: Any, where: str, vocab_size: int) -> list[int]:
     if not isinstance(value, list) or any(isinstance(t, bool) or not isinstance(t, int) or t < 0 for t in value):
         raise UserError(f"{where} must be a list of non-negative integer token ids")
+    too_big = max(value, default=-1)
+    if too_big >= vocab_size:  # a cache holding it would crash generation ("index out of range")
+        raise UserError(f"{where} holds token id {too_big}, outside the tokenizer's vocabulary of {vocab_size} "
+                        f"tokens (ids 0..{vocab_size - 1})")
     return value
 
 
@@ -125,7 +130,7 @@ def read_sequences(
             if not isinstance(lens, list) or len(lens) != len(seqs):
                 raise UserError(f"input {path}: 'prompt_lens' must be a list with one length per sequence")
             for i, (ids, plen) in enumerate(zip(seqs, lens)):
-                ids = _token_list(ids, f"input {path} sequence {i}")
+                ids = _token_list(ids, f"input {path} sequence {i}", file_id.vocab_size)
                 if isinstance(plen, bool) or not isinstance(plen, int) or not 0 <= plen <= len(ids):
                     raise UserError(f"input {path}: prompt_lens[{i}] must be an integer in 0..{len(ids)}")
                 out.append((ids, plen))
@@ -168,6 +173,15 @@ def _int_list(text: str, flag: str, low: int = 1) -> list[int]:
     return values
 
 
+def _check_jsonl_flags(args) -> None:
+    """Refuse ``--jsonl_field``/``--prompt_field`` when no input is a .jsonl file (nothing reads them)."""
+    if any(Path(name).suffix.lower() == ".jsonl" for name in args.inputs):
+        return
+    for flag in ("jsonl_field", "prompt_field"):
+        if getattr(args, flag, None) is not None:
+            raise UserError(f"--{flag} is read from .jsonl inputs only, and no input is a .jsonl file; drop it")
+
+
 # -- subcommands -----------------------------------------------------------------------------
 def ngram_range(args) -> tuple[int, int]:
     """(``--ngram_min``, ``--ngram_max``) with the format's defaults: 1..4 for promptlookup,
@@ -191,7 +205,8 @@ def ngram_range(args) -> tuple[int, int]:
 def cmd_create(args) -> int:
     low, high = ngram_range(args)
     tok = load_tokenizer(args.tokenizer_dir, args.gguf_file)
-    sequences, identity = read_sequences(args.inputs, tok, args.jsonl_field, None)
+    _check_jsonl_flags(args)
+    sequences, identity = read_sequences(args.inputs, tok, args.jsonl_field or "text", None)
     cache = NgramCache(high)
     for ids, _ in sequences:
         cache.update(ids, min_ngram=low)
@@ -301,35 +316,63 @@ def cmd_inspect(args) -> int:
     return 0
 
 
-def cmd_stats(args) -> int:
+# stats flags read by some drafter modes only: (flag, attribute, the modes that read it)
+_MODE_FLAGS = (
+    ("--n", "n", ("pool",)),
+    ("--max_match_len", "max_match_len", ("longest",)),
+    ("--is_keep_all", "is_keep_all", ("pool",)),
+    ("--is_use_oldest", "is_use_oldest", ("pool",)),
+    ("--is_public_pool", "is_public_pool", ("pool", "longest")),
+)
+
+
+def stats_configs(args) -> list[DraftConfig]:
+    """Every configuration ``stats`` simulates, validated (before any output); a flag that no
+    selected mode reads is refused, and each mode gets only the flags it reads."""
     ks = _int_list(args.k, "--k")
-    ns = _int_list(args.n, "--n")
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    if not modes:
+        raise UserError(f"--modes must name at least one mode of {', '.join(DRAFT_MODES)}")
     for m in modes:
         if m not in DRAFT_MODES:
             raise UserError(f"--modes: unknown mode {m!r}; use {', '.join(DRAFT_MODES)}")
+    for flag, attr, readers in _MODE_FLAGS:
+        if getattr(args, attr) is not None and not any(m in readers for m in modes):
+            raise UserError(f"{flag} is read by the {' and '.join(readers)} mode{'s' if len(readers) > 1 else ''} only, "
+                            f"and --modes {','.join(modes)} selects none; drop {flag} or add the mode")
+    ns = _int_list(args.n, "--n") if args.n is not None else [1, 2, 3]
     adaptive = {"off": [False], "on": [True], "both": [False, True]}[args.adaptive]
-    if args.max_match_len < 1:
+    if args.max_match_len is not None and args.max_match_len < 1:
         raise UserError(f"--max_match_len must be >= 1, got {args.max_match_len}")
+    configs: list[DraftConfig] = []
+    for mode in dict.fromkeys(modes):
+        fields: dict[str, Any] = {"static_cache": args.static_cache}
+        for _, attr, readers in _MODE_FLAGS[1:]:
+            if mode in readers and getattr(args, attr) is not None:
+                fields[attr] = getattr(args, attr)
+        configs += config_grid(DraftConfig(**fields), ks, ns, [mode], adaptive)  # the rest: DraftConfig's defaults
+    for cfg in configs:
+        validate_config(cfg)
+    return configs
+
+
+def cmd_stats(args) -> int:
+    configs = stats_configs(args)
+    _check_jsonl_flags(args)
+    if args.prompt_len and args.prompt_field is not None:
+        raise UserError("--prompt_len and --prompt_field are exclusive")
     tok = load_tokenizer(args.tokenizer_dir, args.gguf_file)
-    sequences, identity = read_sequences(args.inputs, tok, args.jsonl_field, args.prompt_field)
+    sequences, identity = read_sequences(args.inputs, tok, args.jsonl_field or "text", args.prompt_field)
+    if args.static_cache is not None:  # refuse an unusable cache before any output
+        NgramCache.load(args.static_cache, expect=identity)
     if args.prompt_len:
-        if args.prompt_field is not None:
-            raise UserError("--prompt_len and --prompt_field are exclusive")
         sequences = [(ids, min(args.prompt_len, len(ids))) for ids, plen in sequences]
-    base = DraftConfig(
-        is_keep_all=args.is_keep_all,
-        is_use_oldest=args.is_use_oldest,
-        is_public_pool=args.is_public_pool,
-        max_match_len=args.max_match_len,
-        static_cache=args.static_cache,
-    )
     rows = []
     header = f"{'configuration':<34} {'steps':>7} {'drafted':>8} {'accepted':>8} {'accept%':>8} {'tok/step':>8} {'us/step':>8}"
     print(f"{len(sequences)} sequence(s), {sum(len(s) - p for s, p in sequences)} output tokens, tokenizer {identity.describe()}")
     print(header)
     print("-" * len(header))
-    for cfg in config_grid(base, ks, ns, modes, adaptive):
+    for cfg in configs:
         st = simulate_corpus(sequences, cfg, tokenizer=identity if cfg.static_cache else None)
         rows.append({"config": {"mode": cfg.mode, "k": cfg.prompt_lookup_num_tokens,
                                 "n": cfg.max_matching_ngram_size, "adaptive": cfg.adaptive,
@@ -351,7 +394,7 @@ def build_parser() -> ArgumentParser:
     def tokenizer_flags(p):
         p.add_argument("--tokenizer_dir", default=None, help="Hugging Face tokenizer folder")
         p.add_argument("--gguf_file", default=None, help="read the tokenizer from this GGUF file")
-        p.add_argument("--jsonl_field", default="text", help="field holding the text in .jsonl inputs")
+        p.add_argument("--jsonl_field", default=None, help="field holding the text in .jsonl inputs (default: text)")
 
     p = sub.add_parser("create", help="build a static cache from text, JSONL or tokenized JSON")
     p.add_argument("inputs", nargs="+", help="text, .jsonl or tokenized .json files")
@@ -387,14 +430,14 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--prompt_field", default=None, help="JSONL field holding the prompt (prepended)")
     p.add_argument("--prompt_len", type=int, default=0, help="treat the first N tokens of each sequence as prompt")
     p.add_argument("--k", default="4,10", help="prompt_lookup_num_tokens values, comma separated")
-    p.add_argument("--n", default="1,2,3", help="max_matching_ngram_size values (pool mode)")
+    p.add_argument("--n", default=None, help="max_matching_ngram_size values (pool mode; default: 1,2,3)")
     p.add_argument("--modes", default="pool,longest", help="drafter modes to simulate, comma separated")
     p.add_argument("--adaptive", choices=["off", "on", "both"], default="off", help="simulate adaptive draft sizing")
-    p.add_argument("--max_match_len", type=int, default=64, help="longest mode: longest match considered")
+    p.add_argument("--max_match_len", type=int, default=None, help="longest mode: longest match considered (default: 64)")
     for flag, text in (("--is_keep_all", "pool: keep every candidate continuation of a pattern"),
                        ("--is_use_oldest", "pool: draft the oldest candidate of a pattern"),
                        ("--is_public_pool", "pool: one pool shared by all sequences")):
-        p.add_argument(flag, action=argparse.BooleanOptionalAction, default=True, help=text)
+        p.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=f"{text} (default: on)")
     p.add_argument("--static_cache", default=None, help="also draft from this cache when the context has nothing")
     p.add_argument("--output_json", default=None, help="also write the results as JSON")
     return parser
@@ -404,9 +447,14 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if getattr(args, "prompt_len", 0) < 0:
         raise UserError(f"--prompt_len must be >= 0, got {args.prompt_len}")
+    # what the run reads: an output must replace none of it
+    inputs = [("input", name) for name in getattr(args, "inputs", [])]
+    if args.command == "inspect":
+        inputs.append(("the inspected cache", args.cache))
+    inputs += [(f"--{flag}", getattr(args, flag, None)) for flag in ("static_cache", "tokenizer_dir", "gguf_file")]
     for flag in ("output", "output_json"):  # fail before any work, not after it
         if getattr(args, flag, None):
-            ensure_writable(getattr(args, flag), f"--{flag}")
+            ensure_writable(getattr(args, flag), f"--{flag}", inputs=inputs)
     handler = {"create": cmd_create, "merge": cmd_merge, "inspect": cmd_inspect, "stats": cmd_stats}[args.command]
     return handler(args)
 

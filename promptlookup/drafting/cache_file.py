@@ -358,7 +358,8 @@ class NgramCache:
         Returns the cache and the tokenizer identity stored in the file (``None`` for
         llama.cpp's format, which stores none; :func:`file_format` tells the format). With
         ``expect``, refuse a file built with another tokenizer, or (llama.cpp's format)
-        holding a token id outside ``expect``'s vocabulary.
+        holding a token id outside ``expect``'s vocabulary. A file in this project's format
+        holding a token id outside its recorded (or ``expect``'s) vocabulary is refused too.
         """
         path = Path(path)
         try:
@@ -383,6 +384,14 @@ class NgramCache:
             raise UserError(
                 f"n-gram cache {path} was built with tokenizer {identity.describe()}, not with the current "
                 f"tokenizer {expect.describe()}; rebuild the cache with this tokenizer"
+            )
+        # the recorded tokenizer's vocabulary bounds every token id (a file written from ids
+        # outside it would crash generation with "index out of range")
+        vocab = min(identity.vocab_size, expect.vocab_size) if expect is not None else identity.vocab_size
+        if cache.max_token() >= vocab:
+            raise UserError(
+                f"{where} holds token id {cache.max_token()}, outside the tokenizer's {vocab} tokens "
+                f"({identity.describe()}); rebuild the cache from valid token ids"
             )
         return cache, identity
 

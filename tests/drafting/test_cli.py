@@ -76,7 +76,7 @@ def _one_line_error(code, err):
 
 def test_cli_errors_are_one_line(tmp_path, capsys):
     inp = _tokens_file(tmp_path / "t.json", [[1, 2, 3]])
-    other = _tokens_file(tmp_path / "o.json", [[1, 2]], identity=TokenizerIdentity.from_vocab({"x": 0}, "other"))
+    other = _tokens_file(tmp_path / "o.json", [[1, 2]], identity=TokenizerIdentity.from_vocab({f"x{i}": i for i in range(8)}, "other"))
     (tmp_path / "junk.ngc").write_bytes(b"not a cache at all")
     (tmp_path / "bad.json").write_text("{")
     cases = [
