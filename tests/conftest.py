@@ -107,6 +107,14 @@ torch.set_num_threads(1)
 # `pytest --durations=30` on the 2-core development machine; a test taking more than about
 # 1 s there belongs here. Tests that use the real SmolLM2 engine are slow automatically.
 SLOW_TESTS = (
+    # each a second or more, or a dozen interpreters started (make test runs them; test-fast stays under 2 minutes)
+    "tests/cli/test_build_refusals.py::test_lookahead_engine_with_the_default_seq_len_at_the_model_limit",
+    "tests/cli/test_build_refusals.py::test_a_missing_device_is_refused_before_the_weights_load",
+    "tests/evaluation/test_summarize_unread_flags.py::test_sweep_reads_the_pool_options_without_prompt_lookup_config",
+    "tests/evaluation/test_summarize_unread_flags.py::test_lookahead_under_v1_runs_v1_and_the_json_says_so",
+    "tests/api/test_model_cache.py::test_a_max_seq_len_beyond_the_model_is_refused_before_building",
+    "tests/cli/test_fast_refusals.py::test_run_py_refuses_before_loading",
+    "tests/cli/test_fast_refusals.py::test_server_and_quickstart_flags_are_refused_before_loading",
     "tests/cli/test_build_cli.py::test_paged_context_fmha_disable_is_honoured",
     "tests/runtime/test_smollm2_lookup.py",
     "tests/cli/test_errors.py::test_build_on_a_full_disk_is_one_line",
