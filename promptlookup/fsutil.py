@@ -89,8 +89,8 @@ def ensure_writable(path: str | os.PathLike[str], what: str, *, directory: bool 
     target = Path(path)
     resolved = target.resolve()
     for flag, other in inputs:
-        if other is not None and _relation(resolved, Path(other).resolve()) in ("is", "lies inside"):
-            where = "is" if resolved == Path(other).resolve() else "lies inside"
+        where = None if other is None else _relation(resolved, Path(other).resolve())
+        if where in ("is", "lies inside"):
             raise UserError(f"{what} {path} {where} {flag} {other}, which this run reads; name another file")
     if target.exists() and target.is_dir() != directory:
         kind = "a directory" if target.is_dir() else "a file"

@@ -86,7 +86,15 @@ class CompletionOutput(SequenceResult):
         if self.token_logprobs is None:
             return None
         decode = self.__dict__.get("_decode")  # set by RequestOutput: a token's text alone
-        text = (lambda t: decode([t])) if decode is not None else (lambda t: None)
+        texts: dict[int, str] = self.__dict__.setdefault("_texts", {})  # decoded once per token id
+
+        def text(t: int) -> str | None:
+            if decode is None:
+                return None
+            if t not in texts:
+                texts[t] = decode([t])
+            return texts[t]
+
         out = []
         for e in self.token_logprobs:
             entries = {e.token: Logprob(e.logprob, e.rank, text(e.token))}

@@ -393,13 +393,22 @@ def kv_cache_from_args(args: argparse.Namespace):
                          args.kv_cache_dtype)
 
 
-def sampling_from_args(args: argparse.Namespace, given: Collection[str] = frozenset()):
-    """The sampling flags as a SamplingConfig; ``given`` (the dests the command line named) lets
-    it refuse ``--top_k`` above 1 and ``--top_p`` below 1 at ``--temperature 0``, where greedy
-    decoding would ignore them. (``--random_seed`` stays accepted here: summarize.py shuffles
-    the dataset with it; run.py refuses it at temperature 0 itself.)"""
+def sampling_from_args(args: argparse.Namespace, given: Collection[str] = frozenset(), *,
+                       seed: str | None = None):
+    """The sampling flags as a SamplingConfig, checked by :func:`check_sampling_flags` (``seed``:
+    the seed flag's dest where the command refuses it at ``--temperature 0``; summarize.py
+    passes none, as it shuffles the dataset with ``--random_seed``)."""
     from ..runtime.base import SamplingConfig
 
+    check_sampling_flags(args, given, seed=seed)
+    return SamplingConfig(args.temperature, args.top_k, args.top_p, args.random_seed)
+
+
+def check_sampling_flags(args: argparse.Namespace, given: Collection[str], *, seed: str | None = None) -> None:
+    """``--temperature``, ``--top_k`` and ``--top_p`` in range, by their flag names; then, at
+    ``--temperature 0`` (greedy decoding would ignore them), ``--top_k`` above 1, ``--top_p``
+    below 1 and the seed flag (dest ``seed``, where given) refused when ``given`` (the dests the
+    command line named) holds them (run.py, summarize.py, quickstart_advanced.py)."""
     for flag, value in (("--temperature", args.temperature), ("--top_p", args.top_p)):
         if not math.isfinite(value):
             raise UserError(f"{flag} must be a finite number, got {value}")
@@ -409,15 +418,6 @@ def sampling_from_args(args: argparse.Namespace, given: Collection[str] = frozen
         raise UserError(f"--top_k must be >= 0, got {args.top_k}")
     if not 0.0 < args.top_p <= 1.0:
         raise UserError(f"--top_p must be in (0, 1], got {args.top_p}")
-    refuse_filters_when_greedy(args, given)
-    return SamplingConfig(args.temperature, args.top_k, args.top_p, args.random_seed)
-
-
-def refuse_filters_when_greedy(args: argparse.Namespace, given: Collection[str]) -> None:
-    """Refuse ``--top_k`` above 1 and ``--top_p`` below 1 named (``given``) at ``--temperature 0``,
-    where greedy decoding would ignore them (run.py, summarize.py, quickstart_advanced.py)."""
-    if "top_p" in given and not 0 < args.top_p <= 1:  # first: a value no temperature would take
-        raise UserError(f"--top_p must be in (0, 1], got {args.top_p}")
     if args.temperature != 0:
         return
     unused = [f"--{dest} {getattr(args, dest)}" for dest, used in (("top_k", args.top_k > 1), ("top_p", args.top_p < 1))
@@ -426,6 +426,9 @@ def refuse_filters_when_greedy(args: argparse.Namespace, given: Collection[str])
         raise UserError(f"{', '.join(unused)} shape{'s' if len(unused) == 1 else ''} sampling, but --temperature is 0 "
                         "(greedy decoding, the default); add --temperature T > 0 (1.0: the model's own "
                         "distribution), or drop it")
+    if seed is not None and seed in given:
+        raise UserError(f"--{seed} seeds sampling, and --temperature 0 decodes greedily; drop --{seed}, or pass a "
+                        "--temperature above 0")
 
 
 def draft_from_args(args: argparse.Namespace):
@@ -440,29 +443,38 @@ def draft_from_args(args: argparse.Namespace):
         prompt_lookup_num_tokens=k,
         max_matching_ngram_size=n,
         mode=args.drafter_mode,
+        adaptive=args.adaptive_draft,
+        dynamic_cache=args.ngram_dynamic_cache,
+        **drafter_options_from_args(args),  # (its checks run before the schedule's)
+        draft_len_schedule=parse_draft_len_schedule(getattr(args, "draft_len_schedule", None), k),
+    )
+
+
+def drafter_options_from_args(args: argparse.Namespace, *, needs_lookup_config: bool = True) -> dict[str, Any]:
+    """The DraftConfig fields of the pool's and the drafter's own flags, apart from k, n, the
+    mode, adaptive drafting, the dynamic cache and the schedule (what a summarize.py sweep point
+    keeps from the command line; ``needs_lookup_config`` False: no --prompt_lookup_config needed)."""
+    return dict(
         is_keep_all=args.is_keep_all,
         is_use_oldest=args.is_use_oldest,
         is_public_pool=args.is_public_pool,
-        adaptive=args.adaptive_draft,
         static_cache=args.ngram_static_cache,
-        dynamic_cache=args.ngram_dynamic_cache,
-        max_candidates=candidates_from_args(args),
+        max_candidates=candidates_from_args(args, needs_lookup_config=needs_lookup_config),
         pool_rules=args.pool_rules,
         min_matching_ngram_size=args.prompt_lookup_min_ngram,
         max_concurrency=getattr(args, "max_concurrency", None),
-        draft_len_schedule=parse_draft_len_schedule(getattr(args, "draft_len_schedule", None), k),
         ngram_pool_max_patterns=getattr(args, "ngram_pool_max_patterns", None),
         public_text_max_tokens=getattr(args, "public_text_max_tokens", None),
     )
 
 
-def candidates_from_args(args: argparse.Namespace) -> int:
+def candidates_from_args(args: argparse.Namespace, *, needs_lookup_config: bool = True) -> int:
     from ..drafting.base import MAX_CANDIDATES
 
     g = args.prompt_lookup_candidates
     if not 1 <= g <= MAX_CANDIDATES:
         raise UserError(f"--prompt_lookup_candidates must be in 1..{MAX_CANDIDATES}, got {g}; 1 is one chain draft")
-    if g > 1 and args.prompt_lookup_config is None:
+    if g > 1 and needs_lookup_config and args.prompt_lookup_config is None:
         raise UserError("--prompt_lookup_candidates needs --prompt_lookup_config; add it (e.g. \"[10,2,[0]]\")")
     return g
 

@@ -110,6 +110,14 @@ def read_input_file(path: str, end_id: int | None) -> list[str | list[int]]:
     raise AssertionError(suffix)  # check_input_file admits only INPUT_FILE_TYPES
 
 
+def check_prompt_sources(input_text: list[str] | None, input_file: str | None) -> None:
+    """Exactly one of ``--input_text`` and ``--input_file`` (cheap: run.py checks it before loading)."""
+    if input_text and input_file:
+        raise UserError("give either --input_text or --input_file, not both")
+    if not input_text and not input_file:
+        raise UserError("no prompt given; pass --input_text TEXT or --input_file PATH")
+
+
 def collect_prompts(
     input_text: list[str] | None,
     input_file: str | None,
@@ -117,13 +125,10 @@ def collect_prompts(
     use_chat_template: bool,
     end_id: int | None,
 ) -> list[Prompt]:
-    if input_text and input_file:
-        raise UserError("give either --input_text or --input_file, not both")
+    check_prompt_sources(input_text, input_file)
     raw: list[str | list[int]] = list(input_text or []) or (read_input_file(input_file, end_id) if input_file else [])
-    if not raw and input_file:
+    if not raw:  # a file that holds none (check_prompt_sources refused no source at all)
         raise UserError(f"--input_file {input_file} holds no prompt; put at least one in it")
-    if not raw:
-        raise UserError("no prompt given; pass --input_text TEXT or --input_file PATH")
     prompts = []
     for i, item in enumerate(raw):
         if isinstance(item, str):

@@ -347,8 +347,8 @@ def stats_configs(args) -> list[DraftConfig]:
     configs: list[DraftConfig] = []
     for mode in dict.fromkeys(modes):
         fields: dict[str, Any] = {"static_cache": args.static_cache}
-        for _, attr, readers in _MODE_FLAGS[1:]:
-            if mode in readers and getattr(args, attr) is not None:
+        for _, attr, readers in _MODE_FLAGS:  # --n is the grid's (ns), the others the mode's own fields
+            if attr != "n" and mode in readers and getattr(args, attr) is not None:
                 fields[attr] = getattr(args, attr)
         configs += config_grid(DraftConfig(**fields), ks, ns, [mode], adaptive)  # the rest: DraftConfig's defaults
     for cfg in configs:

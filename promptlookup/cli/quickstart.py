@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import math
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +25,7 @@ from ..defaults import DEFAULT_LOOKAHEAD, DEFAULT_MAX_MATCHING_NGRAM_SIZE, DEFAU
 from ..errors import UserError
 from ..runtime.options import require_fraction
 from .args import (ArgumentParser, add_block_reuse_argument, add_kv_dtype_argument, add_num_threads_argument,
-                   add_pool_options, refuse_filters_when_greedy)
+                   add_pool_options, check_sampling_flags)
 
 DEFAULT_PROMPTS = [
     "Hello, my name is",
@@ -127,13 +126,6 @@ def check_args(args: argparse.Namespace) -> None:
         value = getattr(args, flag)
         if value is not None and value < 1:
             raise UserError(f"--{flag} must be at least 1, got {value}")
-    for flag in ("temperature", "top_p"):
-        if not math.isfinite(getattr(args, flag)):
-            raise UserError(f"--{flag} must be a finite number, got {getattr(args, flag)}")
-    if args.temperature < 0:
-        raise UserError(f"--temperature must be >= 0, got {args.temperature}")
-    if args.top_k < 0:
-        raise UserError(f"--top_k must be >= 0 (0: no top-k filter), got {args.top_k}")
     if args.max_beam_width != 1:
         raise UserError(f"--max_beam_width {args.max_beam_width}: beam search is not supported (prompt lookup verifies "
                         "one sequence per request); leave it at 1")
@@ -152,10 +144,7 @@ def check_args(args: argparse.Namespace) -> None:
         raise UserError(f"{', '.join(unread)} {'applies' if len(unread) == 1 else 'apply'} to another "
                         f"--spec_decode_algo than {args.spec_decode_algo}, which would ignore "
                         f"{'it' if len(unread) == 1 else 'them'}; drop {'it' if len(unread) == 1 else 'them'}")
-    refuse_filters_when_greedy(args, given)
-    if "seed" in given and args.temperature == 0:
-        raise UserError("--seed seeds sampling, and --temperature 0 decodes greedily; drop --seed, or pass a "
-                        "--temperature above 0")
+    check_sampling_flags(args, given, seed="seed")
     from ..api.model_cache import is_engine_dir
 
     if args.model_dir is not None and is_engine_dir(Path(args.model_dir)):  # its limits, from config.json alone

@@ -22,7 +22,7 @@ from .args import (
     runtime_from_args,
     sampling_from_args,
 )
-from .inputs import check_input_file, collect_prompts
+from .inputs import check_input_file, check_prompt_sources, collect_prompts
 from .run_flags import (
     add_run_flags,
     check_run_flags,
@@ -109,16 +109,10 @@ def check_outputs(args: Any) -> None:
 def _run(args: Any, given: Any, begun: float) -> int:
     require_lookup_config(args, given)
     check_run_flags(args)
-    if args.input_text and args.input_file:  # the prompts are read after loading; these need no model
-        raise UserError("give either --input_text or --input_file, not both")
-    if not args.input_text and not args.input_file:
-        raise UserError("no prompt given; pass --input_text TEXT or --input_file PATH")
+    check_prompt_sources(args.input_text, args.input_file)  # the prompts are read after loading
     check_outputs(args)
     check_ngram_cache_paths(args)
-    sampling = sampling_from_args(args, given)
-    if "random_seed" in given and args.temperature == 0:
-        raise UserError("--random_seed seeds sampling, and --temperature 0 decodes greedily; drop --random_seed, "
-                        "or pass a --temperature above 0")
+    sampling = sampling_from_args(args, given, seed="random_seed")
     draft = draft_from_args(args)
     if draft is not None:
         from ..drafting.drafter import check_candidates

@@ -21,6 +21,7 @@ from .args import (
     add_common_args,
     device_ids_from_args,
     draft_from_args,
+    drafter_options_from_args,
     lookahead_from_args,
     finite_float,
     require_lookup_config,
@@ -149,16 +150,9 @@ def sweep_draft_from_args(args: argparse.Namespace, draft: Any):
         return None
     if draft is not None:
         return draft
-    from ..drafting.base import MAX_CANDIDATES, DraftConfig
+    from ..drafting.base import DraftConfig
 
-    g = args.prompt_lookup_candidates
-    if not 1 <= g <= MAX_CANDIDATES:
-        raise UserError(f"--prompt_lookup_candidates must be in 1..{MAX_CANDIDATES}, got {g}; 1 is one chain draft")
-    return DraftConfig(is_keep_all=args.is_keep_all, is_use_oldest=args.is_use_oldest,
-                       is_public_pool=args.is_public_pool, pool_rules=args.pool_rules,
-                       min_matching_ngram_size=args.prompt_lookup_min_ngram, max_candidates=g,
-                       static_cache=args.ngram_static_cache, ngram_pool_max_patterns=args.ngram_pool_max_patterns,
-                       public_text_max_tokens=args.public_text_max_tokens, max_concurrency=args.max_concurrency)
+    return DraftConfig(**drafter_options_from_args(args, needs_lookup_config=False))
 
 
 def settings_from_args(args: argparse.Namespace, given: Collection[str] = frozenset()):
