@@ -6,8 +6,9 @@ streaming, ``"stream": true``), ``GET /v1/models``, ``GET /health``, ``GET /metr
 
 Every choice of a request becomes one request of the :class:`~promptlookup.api.LLM`'s
 continuous-batching scheduler (``n`` choices: ``n`` requests of the same prompt, whose
-cached prefix they share through block reuse): it joins the live batch at the next step
-and leaves it when done. A client that disconnects (streaming or not) cancels its
+cached prefix they share through block reuse; a completions ``prompt`` that lists several
+prompts: ``n`` choices of each, choice ``j`` of prompt ``i`` at index ``i * n + j``, vLLM's
+order): it joins the live batch at the next step and leaves it when done. A client that disconnects (streaming or not) cancels its
 requests, which leave the batch before the next step and free their KV blocks.
 
 A request's body is read up to ``max_request_bytes`` (413 beyond, before any parsing),
@@ -15,8 +16,8 @@ then parsed, validated and tokenized on a worker thread, so that no request stal
 event loop that streams the others. With ``api_key``, the ``/v1`` routes need
 ``Authorization: Bearer <key>`` (401 otherwise). Beyond ``max_waiting_requests`` requests
 that cannot join the batch now, a request is refused with 429 and ``Retry-After``; one whose
-``n`` choices exceed what an idle server holds (``max_batch_size`` + ``max_waiting_requests``)
-with 400, as no retry would succeed.
+choices (``n`` times its prompts) exceed what an idle server holds (``max_batch_size`` +
+``max_waiting_requests``) with 400, as no retry would succeed.
 While draining (:meth:`OpenAIServer.begin_drain`, a shutdown) new requests get 503;
 :meth:`OpenAIServer.abort_inflight` ends the rest with an error event in their stream (503
 for non-streamed ones).
@@ -54,7 +55,7 @@ from ..errors import UserError
 from ..text import chat_ids, has_chat_template
 from .logprob_format import LogprobWriter, TokenTexts
 from .metrics import prometheus_text, weight_bytes
-from .request_fields import (ApiError, Sampling, _get, chat_messages, check_model, completion_prompt,  # noqa: F401
+from .request_fields import (ApiError, Sampling, _get, chat_messages, check_model, completion_prompts,  # noqa: F401
                              refuse_unsupported, sampling_from_body, unknown_fields)
 
 SHUTDOWN_MESSAGE = "the server is shutting down; retry elsewhere or later"
@@ -91,13 +92,18 @@ def chat_prompt(body: dict, llm: LLM) -> list[int]:
 
 @dataclass(frozen=True)
 class Prepared:
-    """A validated, tokenized request, ready to submit."""
+    """A validated, tokenized request, ready to submit: its prompts (chat: one), each with
+    the text ``echo`` puts before its choices ("" without echo)."""
 
-    prompt_ids: list[int]
+    prompt_ids: tuple[list[int], ...]
     sampling: Sampling
-    echo_text: str  # the prompt's text with echo, else ""
+    echo_texts: tuple[str, ...]
     stream: bool
     include_usage: bool
+
+    @property
+    def choices(self) -> int:
+        return len(self.prompt_ids) * self.sampling.n
 
 
 # ----------------------------------------------------------------------------- app
@@ -233,40 +239,42 @@ class OpenAIServer:
         refuse_unsupported(body, chat)
         limits = self.llm.limits
         param = "messages" if chat else "prompt"
-        prompt: str | list[int] | None = None
-        if chat:
-            ids = chat_prompt(body, self.llm)
-        else:
-            prompt = completion_prompt(body)
-            ids = self.llm.encode(prompt)[1]
-        bad = [t for t in ids if not 0 <= t < limits.vocab_size]
-        if bad:
-            raise ApiError(f"token id {bad[0]} is outside the vocabulary [0, {limits.vocab_size})", param,
-                           "invalid_value")
-        if not ids:
-            raise ApiError("the prompt has no tokens", param, "invalid_value")
-        sampling = sampling_from_body(body, limits.max_seq_len, limits.vocab_size, chat, self._room(len(ids)))
-        self._check_context(len(ids), sampling.params.max_tokens, param)
-        echo = "" if not sampling.echo else (prompt if isinstance(prompt, str) else self.llm.decode(ids))
-        return Prepared(ids, sampling, echo, stream, include_usage)
+        prompts: list[str | list[int]] = [] if chat else completion_prompts(body)
+        all_ids = [chat_prompt(body, self.llm)] if chat else [self.llm.encode(p)[1] for p in prompts]
+        which = [""] if len(all_ids) == 1 else [f"prompt[{i}]: " for i in range(len(all_ids))]
+        for ids, name in zip(all_ids, which):
+            bad = [t for t in ids if not 0 <= t < limits.vocab_size]
+            if bad:
+                raise ApiError(f"{name}token id {bad[0]} is outside the vocabulary [0, {limits.vocab_size})", param,
+                               "invalid_value")
+            if not ids:
+                raise ApiError(f"{name}the prompt has no tokens", param, "invalid_value")
+        longest = max(len(ids) for ids in all_ids)
+        sampling = sampling_from_body(body, limits.max_seq_len, limits.vocab_size, chat, self._room(longest))
+        for ids, name in zip(all_ids, which):
+            self._check_context(len(ids), sampling.params.max_tokens, param, name)
+        echoes = [""] * len(all_ids) if not sampling.echo else [
+            p if isinstance(p, str) else self.llm.decode(ids) for p, ids in zip(prompts, all_ids)]
+        return Prepared(tuple(all_ids), sampling, tuple(echoes), stream, include_usage)
 
     def _room(self, prompt_len: int) -> int:
         """Output tokens that fit after a prompt of this length: within the context and within
         what one request may reserve of the KV cache (its prompt, output and a full draft)."""
         return min(self.llm.limits.max_seq_len - prompt_len, self.llm.scheduler.kv_room(prompt_len))
 
-    def _check_context(self, prompt_len: int, max_tokens: int, param: str) -> None:
+    def _check_context(self, prompt_len: int, max_tokens: int, param: str, name: str = "") -> None:
+        """``name``: which prompt, as the messages' prefix ("" for a request's only prompt)."""
         limits = self.llm.limits
         if prompt_len > limits.max_input_len:
-            raise ApiError(f"the prompt has {prompt_len} tokens; this model takes at most {limits.max_input_len}",
-                           param, "context_length_exceeded")
+            raise ApiError(f"{name}the prompt has {prompt_len} tokens; this model takes at most "
+                           f"{limits.max_input_len}", param, "context_length_exceeded")
         if prompt_len + max_tokens > limits.max_seq_len:
-            raise ApiError(f"the prompt ({prompt_len} tokens) plus max_tokens ({max_tokens}) exceeds this model's "
+            raise ApiError(f"{name}the prompt ({prompt_len} tokens) plus max_tokens ({max_tokens}) exceeds this model's "
                            f"context of {limits.max_seq_len} tokens; ask for at most "
                            f"{limits.max_seq_len - prompt_len} tokens", "max_tokens", "context_length_exceeded")
         scheduler = self.llm.scheduler
         if scheduler.kv_blocks_for(prompt_len, max_tokens) > scheduler.kv_capacity:
-            raise ApiError(f"the prompt ({prompt_len} tokens) plus max_tokens ({max_tokens}) needs more KV cache "
+            raise ApiError(f"{name}the prompt ({prompt_len} tokens) plus max_tokens ({max_tokens}) needs more KV cache "
                            "than this server holds; lower max_tokens", "max_tokens", "context_length_exceeded")
 
     def _submit(self, p: Prepared) -> list[RequestOutput]:
@@ -275,20 +283,24 @@ class OpenAIServer:
         stats = self.llm.scheduler.stats
         if self.draining:
             raise ApiError(SHUTDOWN_MESSAGE, None, "service_unavailable", 503)
-        batch = self.llm.limits.max_batch_size
-        if p.sampling.n > batch + self.max_waiting_requests:  # more than an idle server holds: never a retry
-            raise ApiError(f"'n' {p.sampling.n} is more choices than this server holds at once ({batch} running, the "
-                           f"engine's max_batch_size, and {self.max_waiting_requests} waiting, --max_waiting_requests); "
-                           f"ask for at most {batch + self.max_waiting_requests}", "n", "invalid_value")
-        behind = stats.waiting + stats.live + p.sampling.n - batch
+        batch, n, held = self.llm.limits.max_batch_size, p.sampling.n, p.choices
+        most = batch + self.max_waiting_requests
+        if held > most:  # more than an idle server holds: never a retry
+            what = (f"'n' {n} is" if len(p.prompt_ids) == 1 else
+                    f"{held} choices ({len(p.prompt_ids)} prompts times 'n' {n}) are")
+            raise ApiError(f"{what} more choices than this server holds at once ({batch} running, the engine's "
+                           f"max_batch_size, and {self.max_waiting_requests} waiting, --max_waiting_requests); ask for "
+                           f"at most {most}", "n" if len(p.prompt_ids) == 1 else "prompt", "invalid_value")
+        behind = stats.waiting + stats.live + held - batch
         if behind > self.max_waiting_requests:
             raise ApiError(f"too many requests are waiting (limit {self.max_waiting_requests}); retry shortly",
                            None, "rate_limit_exceeded", 429)
         outs: list[RequestOutput] = []
-        try:
-            for i, rid in enumerate(p.sampling.request_ids):
-                outs.append(self.llm.generate_async(p.prompt_ids, p.sampling.params, streaming=True, request_id=rid,
-                                                    index=i))
+        try:  # prompt i's choice j: index i * n + j, request id j (as the prompt alone would sample)
+            for i, ids in enumerate(p.prompt_ids):
+                for j, rid in enumerate(p.sampling.request_ids):
+                    outs.append(self.llm.generate_async(ids, p.sampling.params, streaming=True, request_id=rid,
+                                                        index=i * n + j))
         except UserError as exc:  # a rule of the library's that the checks above did not foresee
             for o in outs:
                 o.abort()
@@ -321,25 +333,26 @@ class OpenAIServer:
         choices = []
         for i, final in enumerate(finals):
             c = final.outputs[0]
-            logprobs = self._writer(prepared, chat).take(c.token_logprobs, len(c.token_ids))
+            logprobs = self._writer(prepared, chat, i).take(c.token_logprobs, len(c.token_ids))
             choice: dict[str, Any] = {"index": i, "finish_reason": _finish(c.finish_reason), "logprobs": logprobs}
             if chat:
                 choice["message"] = {"role": "assistant", "content": c.text}
             else:
-                choice["text"] = prepared.echo_text + c.text
+                choice["text"] = prepared.echo_texts[i // prepared.sampling.n] + c.text
             choices.append(choice)
         return JSONResponse({
             "id": rid, "object": "chat.completion" if chat else "text_completion", "created": int(time.time()),
-            "model": self.model_name, "choices": choices, "usage": _usage(finals)})
+            "model": self.model_name, "choices": choices, "usage": _usage(finals, prepared.sampling.n)})
 
-    def _writer(self, p: Prepared, chat: bool) -> LogprobWriter:
-        """A choice's log-probabilities in the endpoint's shape (:mod:`.logprob_format`)."""
-        return LogprobWriter(self.token_texts, chat, p.sampling.logprobs or 0, len(p.echo_text))
+    def _writer(self, p: Prepared, chat: bool, index: int) -> LogprobWriter:
+        """Choice ``index``'s log-probabilities in the endpoint's shape (:mod:`.logprob_format`)."""
+        echo = p.echo_texts[index // p.sampling.n]
+        return LogprobWriter(self.token_texts, chat, p.sampling.logprobs or 0, len(echo))
 
     async def _sse(self, outs: list[RequestOutput], p: Prepared, rid: str, chat: bool) -> AsyncIterator[str]:
         created = int(time.time())
         kind = "chat.completion.chunk" if chat else "text_completion"
-        writers = [self._writer(p, chat) for _ in outs]  # each chunk: the entries of the tokens since the last
+        writers = [self._writer(p, chat, i) for i in range(len(outs))]  # each chunk: the entries of the tokens since the last
 
         def chunk(index: int, text: str | None, finish: str | None, first: bool = False,
                   logprobs: dict[str, Any] | None = None) -> str:
@@ -374,8 +387,8 @@ class OpenAIServer:
             for i in range(len(outs)):
                 if chat:
                     yield chunk(i, None, None, first=True)
-                elif p.echo_text:
-                    yield chunk(i, p.echo_text, None)
+                elif p.echo_texts[i // p.sampling.n]:
+                    yield chunk(i, p.echo_texts[i // p.sampling.n], None)
             done = 0
             while done < len(outs):
                 index, text, finish, ended, logprobs = await updates.get()
@@ -392,7 +405,7 @@ class OpenAIServer:
             else:
                 if p.include_usage:
                     payload = {"id": rid, "object": kind, "created": created, "model": self.model_name,
-                               "choices": [], "usage": _usage(outs)}
+                               "choices": [], "usage": _usage(outs, p.sampling.n)}
                     yield f"data: {json.dumps(payload)}\n\n"
             yield "data: [DONE]\n\n"
         finally:
@@ -406,8 +419,9 @@ def _finish(reason: str | None) -> str | None:
     return "length" if reason == "length" else ("stop" if reason is not None else None)
 
 
-def _usage(outs: Sequence[RequestOutput]) -> dict[str, Any]:
-    prompt = len(outs[0].prompt_token_ids)
+def _usage(outs: Sequence[RequestOutput], n: int) -> dict[str, Any]:
+    """Token counts of a request's choices (``n`` per prompt): each prompt counted once."""
+    prompt = sum(len(o.prompt_token_ids) for o in outs[::n])
     completion = sum(len(o.outputs[0].token_ids) for o in outs)
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
             "prompt_lookup": {name: sum(getattr(o.outputs[0], name) for o in outs)

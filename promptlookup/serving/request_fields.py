@@ -303,21 +303,31 @@ def sampling_from_body(body: dict, max_seq_len: int, vocab_size: int, chat: bool
     return Sampling(params, ids, echo, logprobs)
 
 
-def completion_prompt(body: dict) -> str | list[int]:
-    """``prompt``: a non-empty string, a list of token ids, or a list of one of either."""
+def completion_prompts(body: dict) -> list[str | list[int]]:
+    """``prompt``: a non-empty string, a list of token ids, or a non-empty list of several
+    of either (vLLM's and OpenAI's batch form: each prompt gets ``n`` choices)."""
     prompt = body.get("prompt")
-    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
-        prompt = prompt[0]  # a batch of one
+    if isinstance(prompt, str) or (isinstance(prompt, list) and prompt and all(_is_token(t) for t in prompt)):
+        return [_one_prompt(prompt, "prompt")]
+    if isinstance(prompt, list) and prompt and all(isinstance(p, (str, list)) for p in prompt):
+        return [_one_prompt(p, f"prompt[{i}]") for i, p in enumerate(prompt)]
+    raise ApiError("'prompt' must be a string, a list of token ids, or a list of several of either", "prompt",
+                   "invalid_type")
+
+
+def _is_token(t: Any) -> bool:
+    return isinstance(t, int) and not isinstance(t, bool)
+
+
+def _one_prompt(prompt: str | list, name: str) -> str | list[int]:
+    """One prompt of ``prompt``: a non-empty string or a non-empty list of token ids."""
     if isinstance(prompt, str):
         if not prompt:
-            raise ApiError("'prompt' must not be empty", "prompt", "invalid_value")
+            raise ApiError(f"'{name}' must not be empty", "prompt", "invalid_value")
         return check_text(prompt, "prompt")
-    if isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
-        return prompt
-    if isinstance(prompt, list) and len(prompt) > 1 and all(isinstance(p, (str, list)) for p in prompt):
-        raise ApiError("several prompts in one request are not supported; send one request per prompt (or use n)",
-                       "prompt", "unsupported_value")
-    raise ApiError("'prompt' must be a string or a list of token ids", "prompt", "invalid_type")
+    if not prompt or not all(_is_token(t) for t in prompt):
+        raise ApiError(f"'{name}' must be a string or a non-empty list of token ids", "prompt", "invalid_type")
+    return prompt
 
 
 def chat_messages(body: dict) -> list[dict[str, str]]:

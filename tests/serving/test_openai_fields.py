@@ -222,6 +222,32 @@ def test_n_choices_each_reproducible(client, llm):
     assert idle_without_leaks(llm)
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_several_prompts_in_one_request(client, llm, server, stream):
+    """A list of prompts (vLLM's batch form): n choices of each, choice j of prompt i at
+    index i * n + j, each what the prompt alone gives; usage counts each prompt once."""
+    other = "a b c a b c a b"
+    prompts = [PROMPT, llm.encode(other)[1]]  # a string and token ids
+    singles = [client.completions.create(model=MODEL, prompt=p, max_tokens=12, temperature=1.0, seed=4, n=2)
+               for p in (PROMPT, other)]
+    alone = [[c.text for c in single.choices] for single in singles]
+    r = client.completions.create(model=MODEL, prompt=prompts, max_tokens=12, temperature=1.0, seed=4, n=2,
+                                  stream=stream, echo=True, **({"stream_options": {"include_usage": True}} if stream else {}))
+    texts: dict[int, str] = {}
+    usage = None
+    for chunk in (r if stream else [r]):
+        usage = chunk.usage or usage
+        for c in chunk.choices:
+            texts[c.index] = texts.get(c.index, "") + c.text
+    assert texts == {0: PROMPT + alone[0][0], 1: PROMPT + alone[0][1], 2: other + alone[1][0], 3: other + alone[1][1]}
+    assert usage.prompt_tokens == len(llm.encode(PROMPT)[1]) + len(prompts[1])
+    assert usage.completion_tokens == sum(single.usage.completion_tokens for single in singles)
+    status, body, _ = raw_post(server, "/v1/completions", json.dumps(
+        {"prompt": [PROMPT] * 40, "n": 3, "max_tokens": 2}).encode())  # 120 choices: more than an idle server holds
+    assert status == 400 and body["error"]["param"] == "prompt" and "120 choices" in body["error"]["message"]
+    assert idle_without_leaks(llm)
+
+
 # ----------------------------------------------------------------------------- echo, content parts
 @pytest.mark.parametrize("stream", [False, True])
 def test_echo_prepends_the_prompt(client, stream):
@@ -357,7 +383,8 @@ def test_chat_without_max_tokens_may_use_the_rest_of_the_context(llm):
     server = OpenAIServer(llm, MODEL)
     body = {"messages": [{"role": "user", "content": "1, 2, 3"}]}
     prepared = server._prepare(json.dumps(body).encode(), chat=True)
-    room = min(llm.limits.max_seq_len - len(prepared.prompt_ids), llm.scheduler.kv_room(len(prepared.prompt_ids)))
+    (ids,) = prepared.prompt_ids
+    room = min(llm.limits.max_seq_len - len(ids), llm.scheduler.kv_room(len(ids)))
     assert prepared.sampling.params.max_tokens == room > 16
     prepared = server._prepare(json.dumps({"prompt": PROMPT}).encode(), chat=False)
     assert prepared.sampling.params.max_tokens == 16

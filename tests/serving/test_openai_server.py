@@ -165,7 +165,10 @@ def test_bad_json_is_400(server, path, data):
     (dict(max_tokens=100000), "max_tokens"),
     (dict(max_tokens=1500), "max_tokens"),  # fits max_seq_len alone, not with the prompt
     (dict(prompt=[5] * 1100), "prompt"),  # over max_input_len (1024)
-    (dict(prompt=["a", "b"]), "prompt"),
+    (dict(prompt=["a", ""]), "prompt"),  # one empty prompt of several
+    (dict(prompt=[[1, 2], []]), "prompt"),
+    (dict(prompt=["a", [5] * 1100]), "prompt"),  # the second over max_input_len
+    (dict(prompt=["a", 3]), "prompt"),
     (dict(prompt=3), "prompt"),
     (dict(temperature=5), "temperature"),
 ])
