@@ -9,7 +9,8 @@
   trailing ``end_id`` padding removed, as TensorRT-LLM pads such files.
 
 Text prompts are tokenized (wrapped in the chat template with ``--use_chat_template``);
-token-id prompts are used exactly as given: no chat template, no BOS.
+token-id prompts are used exactly as given: no chat template, no BOS (so
+``--use_chat_template`` with only token-id prompts is refused: it would change nothing).
 """
 from __future__ import annotations
 
@@ -139,4 +140,7 @@ def collect_prompts(
             if not item:
                 raise UserError(f"prompt {i} is empty; give at least one token id")
             prompts.append(Prompt(item, None))
+    if use_chat_template and all(p.text is None for p in prompts):
+        raise UserError(f"--use_chat_template wraps text prompts, but --input_file {input_file} holds only token ids, "
+                        "which are used as given; drop --use_chat_template (or give the prompts as text)")
     return prompts

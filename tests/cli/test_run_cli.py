@@ -91,10 +91,18 @@ def test_input_file_formats_agree(tiny_engine_dir, tmp_path, smollm2_tokenizer_d
 
 
 def test_token_id_prompts_get_no_chat_template(tiny_engine_dir, tmp_path):
+    """Token ids are used as given: with text beside them the template wraps only the text;
+    with none, --use_chat_template would change nothing and is refused."""
     (tmp_path / "ids.json").write_text(json.dumps([[5, 6, 7, 8, 5, 6, 7]]))
+    (tmp_path / "mixed.json").write_text(json.dumps([[5, 6, 7, 8, 5, 6, 7], TEXT]))
     a = run_json(tiny_engine_dir, tmp_path, "--input_file", str(tmp_path / "ids.json"))
-    b = run_json(tiny_engine_dir, tmp_path, "--input_file", str(tmp_path / "ids.json"), "--use_chat_template")
-    assert a["sequences"][0]["output_ids"] == b["sequences"][0]["output_ids"]
+    b = run_json(tiny_engine_dir, tmp_path, "--input_file", str(tmp_path / "mixed.json"), "--use_chat_template")
+    if not torch.cuda.is_available():  # a batch of 2 against 1: see test_input_file_formats_agree
+        assert a["sequences"][0]["output_ids"] == b["sequences"][0]["output_ids"]
+    r = run_cli("--engine_dir", str(tiny_engine_dir), "--input_file", str(tmp_path / "ids.json"),
+                "--use_chat_template", "--output_json", str(tmp_path / "refused.json"))
+    assert r.returncode == 2 and "drop --use_chat_template" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "refused.json").exists()
 
 
 @pytest.mark.parametrize(
