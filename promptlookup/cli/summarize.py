@@ -71,7 +71,7 @@ def build_parser() -> ArgumentParser:
     g.add_argument("--sweep_n", default=",".join(map(str, DEFAULT_SWEEP_N)), help="max_matching_ngram_size values")
     g.add_argument("--sweep_modes", default=",".join(SWEEP_MODES), help=f"subset of {','.join(SWEEP_MODES)}")
     g.add_argument("--sweep_lookahead", default="",
-                   help='Lookahead points added to the sweep, as "[[W,N,G],...]", e.g. "[[4,3,4],[8,4,4]]" (run as v2)')
+                   help='Lookahead points added to the sweep, as "[[W,N,G],...]", e.g. "[[4,3,4],[8,4,4]]" (run with --workflow)')
     g.add_argument("--sweep_dir", default=None,
                    help="where sweep.json, sweep.csv and sweep.png are written "
                         "(default: OUTPUT_DIR/summarize_sweep, else outputs/summarize_sweep)")
@@ -325,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"best setting: plain decoding (the fastest grid point, {best['label']}, is {best['speedup']:.2f}x)")
         else:
             print(f"best setting: {best['label']} at {best['speedup']:.2f}x -> "
-                  f"{deploy_hint(best, settings.device_ids or [0])}")
+                  f"{deploy_hint(best, settings.device_ids or [0], settings.workflow)}")
         _write_sweep(result, args.sweep_dir, num_threads)
         print(f"sweep table and plot written to {args.sweep_dir}/ (sweep.json, sweep.csv, sweep.png)")
 

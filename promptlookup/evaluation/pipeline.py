@@ -78,7 +78,7 @@ class EvalSettings:
     keep_samples: bool = True
     backend: str = "auto"  # --backend: auto, torch or trtllm (see runtime.load_runner)
     lookahead: LookaheadConfig | None = None  # --lookahead_config: a Lookahead contender (with draft: combined)
-    sweep_lookahead: Sequence[LookaheadConfig] = ()  # Lookahead points of the sweep (v2)
+    sweep_lookahead: Sequence[LookaheadConfig] = ()  # Lookahead points of the sweep (run with ``workflow``)
     # The drafter options every sweep point starts from (None: ``draft``'s, else the defaults);
     # a point sets its own k, n, mode and adaptive, and a dynamic cache is left out (see sweep_base).
     sweep_draft: DraftConfig | None = None
@@ -136,7 +136,8 @@ class EvaluationResult:
                 "baseline": self.sweep_baseline,
                 "rows": self.sweep_rows,
                 "best": self.sweep_best,
-                "deploy": None if self.sweep_best is None else sweep_mod.deploy_hint(self.sweep_best, s.device_ids or [0]),
+                "deploy": None if self.sweep_best is None else sweep_mod.deploy_hint(self.sweep_best, s.device_ids or [0],
+                                                                                     s.workflow),
             },
         }
 
@@ -263,9 +264,11 @@ def evaluate(
 
         for config in (s.draft, sweep_base(s) if s.sweep else None):
             refuse_unrouted(config, inside_tensorrt_llm=engine_cfg.backend == "trtllm" and s.workflow == "v2")
-        if s.test_engine and s.lookahead is not None and engine_cfg.backend == "trtllm" and s.workflow != "v2":
+        lookahead_flag = ("--lookahead_config" if s.test_engine and s.lookahead is not None else
+                          "--sweep_lookahead" if s.sweep and s.sweep_lookahead else None)
+        if lookahead_flag and engine_cfg.backend == "trtllm" and s.workflow != "v2":
             # generate would refuse it after the engine loads: TensorRT-LLM's runner verifies no token trees
-            raise UserError(f"--lookahead_config on a TensorRT-LLM engine runs inside TensorRT-LLM, which needs "
+            raise UserError(f"{lookahead_flag} on a TensorRT-LLM engine runs inside TensorRT-LLM, which needs "
                             f"--workflow v2, not {s.workflow}; pass --workflow v2, or use a PyTorch engine "
                             "(either workflow)")
         limits = engine_cfg.limits
@@ -319,8 +322,8 @@ def evaluate(
             result.sweep_rows.append(sweep_mod.sweep_row(point, report))
         for la in s.sweep_lookahead:
             point = sweep_mod.SweepPoint("lookahead", False, 0, None, la.triple)
-            spec = ContenderSpec(f"sweep {point.label}", ENGINE, None, "v2", la)
-            report = summarize_record(run(spec), articles, decode, family=ENGINE, workflow="v2", draft=None,
+            spec = ContenderSpec(f"sweep {point.label}", ENGINE, None, s.workflow, la)
+            report = summarize_record(run(spec), articles, decode, family=ENGINE, workflow=s.workflow, draft=None,
                                       lookahead=la.triple, plain=plain[ENGINE], keep_samples=False)
             result.sweep_rows.append(sweep_mod.sweep_row(point, report))
         result.sweep_best = sweep_mod.best_row(result.sweep_rows)

@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
+from ..defaults import DEFAULT_WORKFLOW
 from ..drafting.base import DraftConfig
 from ..errors import UserError
 from .metrics import ContenderReport
@@ -125,13 +126,16 @@ def best_row(rows: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
     return max(pool, key=lambda r: (r["speedup"], r.get("acceptance_rate") or 0.0))
 
 
-def deploy_hint(row: dict[str, Any], device_ids: Sequence[int] = (0,)) -> str:
-    """How to use a sweep row: the run.py/summarize.py flags (``--prompt_lookup_config`` plus drafter flags)."""
+def deploy_hint(row: dict[str, Any], device_ids: Sequence[int] = (0,), workflow: str = DEFAULT_WORKFLOW) -> str:
+    """How to use a sweep row: the run.py/summarize.py flags (``--prompt_lookup_config`` plus
+    drafter flags, or ``--lookahead_config``), with ``--workflow`` where the sweep ran another
+    loop than the default."""
+    prefix = "" if workflow == DEFAULT_WORKFLOW else f"--workflow {workflow} "
     if row.get("lookahead"):
-        return '--workflow v2 --lookahead_config "[{},{},{}]"'.format(*row["lookahead"])
+        return prefix + '--lookahead_config "[{},{},{}]"'.format(*row["lookahead"])
     n = row["n"] if row["n"] is not None else DraftConfig().max_matching_ngram_size
     devices = ",".join(str(d) for d in device_ids)
-    hint = f'--prompt_lookup_config "[{row["k"]},{n},[{devices}]]"'
+    hint = prefix + f'--prompt_lookup_config "[{row["k"]},{n},[{devices}]]"'
     if row["mode"] != "pool":
         hint += f" --drafter_mode {row['mode']}"
     if row["adaptive"]:

@@ -157,3 +157,28 @@ def test_output_dir_still_takes_the_sweep_beside_output_json():
     args = summarize.build_parser().parse_args(["--sweep", "--output_dir", "res", "--output_json", "mine.json"])
     summarize.resolve_outputs(args)
     assert (args.output_json, Path(args.sweep_dir)) == ("mine.json", Path("res") / "summarize_sweep")
+
+
+def test_sweep_lookahead_points_run_the_workflow_asked(engine_dir, jsonl_dataset, tmp_path, capsys):
+    """--sweep_lookahead's points run --workflow as every sweep point does (they ran v2 always)."""
+    out = tmp_path / "sweep.json"
+    code, _, err = run(small(engine_dir, jsonl_dataset, *SWEEP_ONLY, "--sweep_lookahead", "[[2,2,2]]",
+                             "--workflow", "v1", "--sweep_dir", tmp_path / "sw", "--output_json", out), capsys)
+    assert code == 0, err
+    data = json.loads(out.read_text())
+    rows = {r["label"]: r for r in data["sweep"]["rows"]}
+    assert rows["lookahead [2,2,2]"]["identical"] == rows["lookahead [2,2,2]"]["compared"] == 4
+    assert data["settings"]["workflow"] == "v1"
+    assert data["sweep"]["deploy"].startswith("--workflow v1 ")
+
+
+def test_sweep_lookahead_under_v1_on_a_tensorrt_llm_engine_is_refused_before_loading(engine_dir, jsonl_dataset,
+                                                                                    tmp_path, capsys, monkeypatch):
+    from promptlookup.engine import config as engine_config
+    from promptlookup.evaluation import contenders
+
+    real = engine_config.read_engine_config
+    monkeypatch.setattr(engine_config, "read_engine_config", lambda d: replace(real(d), backend="trtllm"))
+    monkeypatch.setattr(contenders.EngineBackend, "_load", lambda self: pytest.fail("the engine was loaded"))
+    refused(small(engine_dir, jsonl_dataset, *SWEEP_ONLY, "--sweep_lookahead", "[[2,2,2]]", "--workflow", "v1",
+                  "--sweep_dir", tmp_path / "sw"), capsys, "--sweep_lookahead on a TensorRT-LLM engine", "--workflow v2")

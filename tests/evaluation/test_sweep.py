@@ -53,6 +53,10 @@ def test_deploy_hint():
     assert deploy_hint(_row("a", "pool", 6, 3, 1.2)) == '--prompt_lookup_config "[6,3,[0]]"'
     hint = deploy_hint(_row("c", "longest", 8, None, 1.2, adaptive=True), device_ids=[0, 1])
     assert hint == '--prompt_lookup_config "[8,2,[0,1]]" --drafter_mode longest --adaptive_draft'
+    lookahead = dict(_row("l", "lookahead", 0, None, 1.3), lookahead=[4, 3, 4])
+    assert deploy_hint(lookahead) == '--lookahead_config "[4,3,4]"'
+    assert deploy_hint(lookahead, workflow="v1") == '--workflow v1 --lookahead_config "[4,3,4]"'
+    assert deploy_hint(_row("a", "pool", 6, 3, 1.2), workflow="v1") == '--workflow v1 --prompt_lookup_config "[6,3,[0]]"'
 
 
 def test_csv_and_plot():
