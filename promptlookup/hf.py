@@ -17,8 +17,11 @@ Unlike Hugging Face's prompt lookup, batches with padding are accepted: pass
 the new tokens follow the row as given (as ``model.generate`` lays out left-padded rows).
 
 Defaults (``max_new_tokens``/``max_length``, ``eos_token_id``, ``pad_token_id``,
-``temperature``, ``top_k``, ``top_p``) come from ``model.generation_config`` as in
-``model.generate``. ``repetition_penalty`` is Hugging Face's (a seen token's logit divided by
+``temperature``, ``top_k``, ``top_p``, ``prompt_lookup_num_tokens``, ``max_matching_ngram_size``)
+come, as in ``model.generate``, from a passed ``generation_config``, then ``model.generation_config``;
+any other setting of those configs that would change the tokens (``num_beams=4``,
+``no_repeat_ngram_size``, ``suppress_tokens``...) is refused naming it, unless a keyword overrides
+it with its neutral value. ``repetition_penalty`` is Hugging Face's (a seen token's logit divided by
 it if positive, multiplied if negative; counted over the row's unmasked prompt and its new
 tokens). ``streamer`` takes Hugging Face's streamer protocol (``TextStreamer``,
 ``TextIteratorStreamer``): ``put(prompt ids)``, then ``put`` of the tokens each verification
@@ -74,12 +77,21 @@ NEUTRAL_KEYWORDS: dict[str, Any] = {
     "no_repeat_ngram_size": 0, "encoder_repetition_penalty": 1.0, "length_penalty": 1.0, "min_new_tokens": None,
     "min_length": 0, "bad_words_ids": None, "force_words_ids": None, "logits_processor": None,
     "stopping_criteria": None, "typical_p": 1.0, "epsilon_cutoff": 0.0, "eta_cutoff": 0.0, "min_p": None,
-    "diversity_penalty": 0.0, "constraints": None, "renormalize_logits": False, "generation_config": None,
+    "diversity_penalty": 0.0, "constraints": None, "renormalize_logits": False,
 }
 ALSO_NEUTRAL: dict[str, Any] = {"min_new_tokens": 0, "min_p": 0.0, "penalty_alpha": 0.0}  # off, as much as None
 SUPPORTED_KEYWORDS = ("attention_mask", "prompt_lookup_num_tokens", "max_matching_ngram_size", "max_new_tokens",
                       "max_length", "do_sample", "temperature", "top_k", "top_p", "repetition_penalty",
-                      "eos_token_id", "pad_token_id", "streamer", "seed")
+                      "eos_token_id", "pad_token_id", "streamer", "seed", "generation_config")
+# GenerationConfig fields that cannot change the tokens here: other roles' token ids, assistant-model knobs
+# (no assistant model is run), beam-only knobs (num_beams is checked), caching and compilation (speed only)
+INERT_CONFIG_FIELDS = frozenset({
+    "bos_token_id", "decoder_start_token_id", "transformers_version", "_from_model_config", "is_assistant",
+    "num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold", "assistant_lookbehind",
+    "target_lookbehind", "assistant_early_exit", "early_stopping", "low_memory", "cache_implementation",
+    "cache_config", "max_cache_len", "compile_config", "disable_compile", "prefill_chunk_size",
+})
+CONFIG_NEUTRAL: dict[str, Any] = {"encoder_no_repeat_ngram_size": 0, "remove_invalid_values": False}
 
 DEFAULT_NEW_TOKENS = 20  # transformers' default when no length is set anywhere
 _ATTR = "_promptlookup_runner"  # the runner rides on the model: freed with it (a plain reference cycle)
@@ -138,11 +150,37 @@ def check_keywords(extra: dict[str, Any]) -> None:
             continue
         if name in ALSO_NEUTRAL and _same(value, ALSO_NEUTRAL[name]):
             continue
-        what = f"{name}={value!r:.40}" if name in NEUTRAL_KEYWORDS else f"keyword {name!r}"
+        what = f"{name}={_short(value)}" if name in NEUTRAL_KEYWORDS else f"keyword {name!r}"
         also = f" or {ALSO_NEUTRAL[name]!r}" if name in ALSO_NEUTRAL else ""
         neutral = f" (only {name}={NEUTRAL_KEYWORDS[name]!r}{also})" if name in NEUTRAL_KEYWORDS else ""
         raise HFValueError(f"promptlookup.hf.generate does not support {what}{neutral}; supported keywords: "
                            f"{', '.join(SUPPORTED_KEYWORDS)}")
+
+
+def check_configs(configs: list[tuple[str, Any]], passed: set[str]) -> None:
+    """Refuse a setting of ``configs`` (``(name, GenerationConfig)``, highest priority first) that is not
+    supported here and not overridden by a keyword in ``passed``: it would change ``model.generate``'s
+    tokens, so it is never silently dropped. Unset (``None``) and neutral values pass."""
+    seen: set[str] = set()
+    for where, config in configs:
+        for name, value in config.to_dict().items():
+            if name in seen or value is None:
+                continue
+            seen.add(name)
+            if name in passed or name in SUPPORTED_KEYWORDS or name in INERT_CONFIG_FIELDS:
+                continue
+            neutral = NEUTRAL_KEYWORDS.get(name, CONFIG_NEUTRAL.get(name))
+            if (neutral is not None and _same(value, neutral)) or (name in ALSO_NEUTRAL
+                                                                  and _same(value, ALSO_NEUTRAL[name])):
+                continue
+            fix = f"pass {name}={neutral!r} to override it" if neutral is not None else f"set {where}.{name} = None"
+            raise HFValueError(f"{where}.{name} is {_short(value)}, which promptlookup.hf.generate does not support; "
+                               f"{fix}")
+
+
+def _short(value: Any) -> str:
+    """``repr(value)`` on one line, at most 40 characters."""
+    return " ".join(repr(value).split())[:40]
 
 
 def _same(value: Any, neutral: Any) -> bool:
@@ -169,13 +207,15 @@ class _StreamerSink:
 def _single(value: Any, name: str) -> int | None:
     if value is None:
         return None
+    if isinstance(value, torch.Tensor):
+        value = value.tolist()
     if isinstance(value, (list, tuple)):
         if len(value) != 1:
-            raise HFValueError(f"{name} {list(value)}: only one end token is supported; pass eos_token_id=<one id>")
+            raise HFValueError(f"{name} {list(value)}: only one end token is supported; pass {name}=<one id>")
         value = value[0]
-    if isinstance(value, torch.Tensor):
-        value = value.item()
-    return int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise HFValueError(f"{name} must be a token id (an integer >= 0), got {value!r}")
+    return value
 
 
 def generate(
@@ -183,8 +223,8 @@ def generate(
     input_ids: torch.Tensor,
     *,
     attention_mask: torch.Tensor | None = None,
-    prompt_lookup_num_tokens: int = 10,
-    max_matching_ngram_size: int = 2,
+    prompt_lookup_num_tokens: int | None = None,
+    max_matching_ngram_size: int | None = None,
     max_new_tokens: int | None = None,
     max_length: int | None = None,
     do_sample: bool | None = None,
@@ -196,6 +236,7 @@ def generate(
     repetition_penalty: float | None = None,
     streamer: Any = None,
     seed: int = 0,
+    generation_config: Any = None,
     **unsupported: Any,
 ) -> torch.Tensor:
     """``model.generate(input_ids, prompt_lookup_num_tokens=..., ...)`` on this project's runtime.
@@ -208,14 +249,25 @@ def generate(
 
     check_model(model)
     check_keywords(unsupported)
-    if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2:
+    if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2 or input_ids.is_floating_point():
         raise HFValueError("input_ids must be a 2-D LongTensor [batch, length]")
-    gen = getattr(model, "generation_config", None)
+    if generation_config is not None and not callable(getattr(generation_config, "to_dict", None)):
+        raise HFTypeError(f"generation_config must be a transformers GenerationConfig, got "
+                          f"{type(generation_config).__name__}")
+    # transformers' priority: keywords, then generation_config, then model.generation_config, then its defaults
+    configs = [(w, c) for w, c in (("generation_config", generation_config),
+                                   ("model.generation_config", getattr(model, "generation_config", None)))
+               if c is not None]
+    given = {"max_new_tokens": max_new_tokens, "max_length": max_length, "do_sample": do_sample,
+             "temperature": temperature, "top_k": top_k, "top_p": top_p, "eos_token_id": eos_token_id,
+             "pad_token_id": pad_token_id, "repetition_penalty": repetition_penalty,
+             "prompt_lookup_num_tokens": prompt_lookup_num_tokens, "max_matching_ngram_size": max_matching_ngram_size}
+    check_configs(configs, {k for k, v in given.items() if v is not None} | set(unsupported))
 
     def default(value: Any, name: str, fallback: Any) -> Any:
         if value is not None:
             return value
-        got = getattr(gen, name, None) if gen is not None else None
+        got = next((getattr(c, name) for _, c in configs if getattr(c, name, None) is not None), None)
         return got if got is not None else fallback
 
     for name, value in (("max_new_tokens", max_new_tokens), ("max_length", max_length)):
@@ -223,8 +275,8 @@ def generate(
             raise HFValueError(f"{name} must be an integer, got {value!r:.40}")
     batch, width = input_ids.shape
     if max_new_tokens is None:  # transformers' rule: max_new_tokens, else max_length, else 20 new tokens
-        if max_length is None and getattr(gen, "max_new_tokens", None) is not None:
-            max_new_tokens = int(gen.max_new_tokens)
+        if max_length is None and default(None, "max_new_tokens", None) is not None:
+            max_new_tokens = int(default(None, "max_new_tokens", None))
         elif default(max_length, "max_length", None) is not None:
             max_new_tokens = int(default(max_length, "max_length", None)) - width
             if max_new_tokens < 1:
@@ -234,8 +286,13 @@ def generate(
             max_new_tokens = DEFAULT_NEW_TOKENS
     if max_new_tokens < 1:
         raise HFValueError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
-    if not isinstance(prompt_lookup_num_tokens, int) or prompt_lookup_num_tokens < 1:
-        raise HFValueError(f"prompt_lookup_num_tokens must be a positive integer, got {prompt_lookup_num_tokens!r}")
+    prompt_lookup_num_tokens = default(prompt_lookup_num_tokens, "prompt_lookup_num_tokens", 10)
+    max_matching_ngram_size = default(max_matching_ngram_size, "max_matching_ngram_size", 2)
+    for name, value in (("prompt_lookup_num_tokens", prompt_lookup_num_tokens),
+                        ("max_matching_ngram_size", max_matching_ngram_size), ("seed", seed)):
+        least = 0 if name == "seed" else 1
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise HFValueError(f"{name} must be an integer >= {least}, got {value!r}")
     end_id = _single(default(eos_token_id, "eos_token_id", None), "eos_token_id")
     pad_id = _single(default(pad_token_id, "pad_token_id", None), "pad_token_id")
     if pad_id is None:
@@ -268,15 +325,21 @@ def generate(
 
     rows = input_ids.tolist()
     if attention_mask is not None:
-        if attention_mask.shape != input_ids.shape:
-            raise HFValueError(f"attention_mask {tuple(attention_mask.shape)} does not match input_ids "
-                            f"{tuple(input_ids.shape)}")
+        if not isinstance(attention_mask, torch.Tensor) or attention_mask.shape != input_ids.shape:
+            shape = tuple(attention_mask.shape) if isinstance(attention_mask, torch.Tensor) else \
+                type(attention_mask).__name__
+            raise HFValueError(f"attention_mask must be a tensor shaped as input_ids {tuple(input_ids.shape)}, "
+                               f"got {shape}")
         mask = attention_mask.tolist()
         prompts = [[t for t, m in zip(row, ms) if m] for row, ms in zip(rows, mask)]
     else:
         prompts = [list(row) for row in rows]
     if any(not p for p in prompts):
         raise HFValueError("a row of input_ids has no unmasked token")
+    vocab = int(model.config.vocab_size)
+    bad = next((t for p in prompts for t in p if not 0 <= t < vocab), None)
+    if bad is not None:
+        raise HFValueError(f"input_ids holds token id {bad}, outside the model's vocabulary (0..{vocab - 1})")
 
     longest = max(len(p) for p in prompts)
     runner = _runner_for(model, batch, longest + max_new_tokens + 1, prompt_lookup_num_tokens)

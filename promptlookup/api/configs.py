@@ -13,6 +13,7 @@ bad field and value (``SamplingParams``: also a ``TypeError``/``ValueError``, :m
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 from ..defaults import (DEFAULT_DRAFTER_MODE, DEFAULT_IS_KEEP_ALL, DEFAULT_IS_PUBLIC_POOL, DEFAULT_IS_USE_OLDEST,
@@ -59,6 +60,12 @@ class NGramDecodingConfig:
                            dict(normalize_schedule(self.draft_len_schedule, self.max_draft_len)))
         for name in ("is_keep_all", "is_use_oldest", "is_public_pool", "adaptive"):
             _bool(name, getattr(self, name))
+        for name in ("static_cache", "dynamic_cache"):
+            path = getattr(self, name)
+            if path is not None and not isinstance(path, (str, os.PathLike)):
+                raise UserError(f"{name} must be a path to an n-gram cache file (or None), got "
+                                f"{type(path).__name__} {path!r}")
+            object.__setattr__(self, name, None if path is None else os.fspath(path))
         validate_config(self.draft_config())  # the drafter's own rules (sizes, mode, min <= max)
 
     def draft_config(self) -> DraftConfig:

@@ -28,8 +28,8 @@ from ..text import chat_ids, has_chat_template
 from .configs import KvCacheConfig, LookaheadDecodingConfig, NGramDecodingConfig, RuntimeConfig, SamplingParams
 from .model_cache import AutoBuild, resolve_engine
 from . import samples
-from .validation import (ParamTypeError, ParamValueError, api_finish_reason, chat_conversations, check_vocab,
-                         check_int, prompt_list, refuse_keywords, sampling_params_list)
+from .validation import (ParamTypeError, ParamValueError, api_finish_reason, chat_conversations, check_int,
+                         check_prompt_ids, check_vocab, prompt_list, refuse_keywords, sampling_params_list)
 
 
 
@@ -40,6 +40,9 @@ def _tokenizer(tokenizer: Any, default: str | os.PathLike[str]) -> Any:
     TensorRT-LLM's LLM takes (a Hugging Face tokenizer: ``encode``, ``decode``, ``eos_token_id``)."""
     from ..runtime import load_tokenizer
 
+    if isinstance(tokenizer, (str, os.PathLike)) and not Path(tokenizer).is_dir():
+        raise UserError(f"tokenizer={str(tokenizer)!r} is not a directory; pass a tokenizer folder, a Hugging Face "
+                        "tokenizer, or None for the model's own")
     if tokenizer is None or isinstance(tokenizer, (str, os.PathLike)):
         return load_tokenizer(tokenizer or default)
     missing = [name for name in ("encode", "decode", "eos_token_id") if not hasattr(tokenizer, name)]
@@ -362,10 +365,12 @@ class LLM:
 
     # ------------------------------------------------------------------ generation
     def _submit(self, prompt: str | Sequence[int], params: SamplingParams, request_id: int,
-                loop: asyncio.AbstractEventLoop | None, index: int = 0) -> RequestOutput:
+                loop: asyncio.AbstractEventLoop | None, index: int = 0, where: str = "prompt") -> RequestOutput:
+        """Queue one request; ``where`` names its prompt in errors (``prompts[2]``)."""
         if not isinstance(params, SamplingParams):
             raise UserError(f"sampling_params must be a SamplingParams, got {type(params).__name__}")
         text, ids = self.encode(prompt)
+        check_prompt_ids(where, ids, params.max_tokens, self.limits)
         end_id = params.end_id if params.end_id is not None else self.default_end_id
         if params.ignore_eos:
             end_id = self.limits.vocab_size  # outside the vocabulary: never produced
@@ -379,7 +384,9 @@ class LLM:
         sampling_params: SamplingParams | Mapping[str, Any] | Sequence[SamplingParams | Mapping[str, Any]] | None = None,
         **unknown: Any,
     ) -> RequestOutput | list[RequestOutput]:
-        """Generate for one prompt (returns one output) or a list (returns a list).
+        """Generate for one prompt (returns one output) or a list (returns a list). A prompt is a
+        string, a list of token ids, or TensorRT-LLM's/vLLM's prompt dict (``{"prompt": text}``,
+        ``{"prompt_token_ids": ids}``).
 
         All prompts join the live batch at once and run together. ``sampling_params``: one
         ``SamplingParams`` (or a dict of its fields) for every prompt, or one per prompt.
@@ -390,7 +397,8 @@ class LLM:
         prompts, single = prompt_list(inputs)
         if not prompts:
             return []
-        results = self._generate_all(prompts, sampling_params_list(sampling_params, len(prompts)))
+        results = self._generate_all(prompts, sampling_params_list(sampling_params, len(prompts)),
+                                     _names("prompt", "prompts", len(prompts), single))
         return results[0] if single else results
 
     def chat(
@@ -405,15 +413,18 @@ class LLM:
         ``content`` may be a list of text parts (concatenated; other part types are refused) or
         ``None`` on an assistant turn. Returns a list of outputs (one per conversation), as vLLM."""
         refuse_keywords("chat", unknown, "messages and sampling_params")
-        conversations, _single = chat_conversations(messages)
+        conversations, single = chat_conversations(messages)
         if not has_chat_template(self.tokenizer):
             raise ParamValueError("chat(): this model's tokenizer has no chat template; format the prompt yourself "
                                   "and call generate()")
         prompts = [chat_ids(self.tokenizer, c) for c in conversations]
-        return self._generate_all(prompts, sampling_params_list(sampling_params, len(prompts)))
+        return self._generate_all(prompts, sampling_params_list(sampling_params, len(prompts)),
+                                  _names("messages", "messages", len(prompts), single))
 
-    def _generate_all(self, prompts: list[str | list[int]], params: list[SamplingParams]) -> list[RequestOutput]:
-        """Every prompt's ``n`` samples run together; one finished output per prompt."""
+    def _generate_all(self, prompts: list[str | list[int]], params: list[SamplingParams],
+                      names: list[str]) -> list[RequestOutput]:
+        """Every prompt's ``n`` samples run together; one finished output per prompt. ``names``:
+        each prompt's name in errors (``prompts[2]``)."""
         runs = samples.expand(prompts, params)
         if self.trtllm is not None:
             done = self.trtllm.generate([self.encode(r.prompt) for r in runs], [r.params for r in runs],
@@ -422,7 +433,7 @@ class LLM:
             outputs: list[RequestOutput] = []
             try:
                 for r in runs:
-                    outputs.append(self._submit(r.prompt, r.params, r.request_id, None, r.index))
+                    outputs.append(self._submit(r.prompt, r.params, r.request_id, None, r.index, names[r.owner]))
             except BaseException:
                 for o in outputs:
                     o.abort()
@@ -465,6 +476,8 @@ class LLM:
             loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
             loop = None
+        if not isinstance(streaming, bool):
+            raise ParamTypeError(f"streaming must be True or False, got {streaming!r}")
         check_int("request_id", request_id, 0)
         check_int("index", index, 0)
         out = self._submit(prompts[0], params, request_id, loop, index)
@@ -487,6 +500,11 @@ class LLM:
 
     def __exit__(self, *exc: Any) -> None:
         self.shutdown()
+
+
+def _names(one: str, many: str, count: int, single: bool) -> list[str]:
+    """How errors name each input: ``one`` alone, else ``many[i]``."""
+    return [one] if single else [f"{many}[{i}]" for i in range(count)]
 
 
 class _FinalOnly(RequestOutput):

@@ -38,10 +38,15 @@ def _type_name(value: object) -> str:
     return "None" if value is None else type(value).__name__
 
 
+def _got(value: object) -> str:
+    """A wrong-typed value for a message: its type and repr (``None`` once)."""
+    return "None" if value is None else f"{type(value).__name__} {value!r}"
+
+
 def check_int(name: str, value: object, minimum: int) -> int:
     """``value`` as an ``int`` (numpy integers included; ``bool`` refused), at least ``minimum``."""
     if not isinstance(value, numbers.Integral) or isinstance(value, bool):
-        raise ParamTypeError(f"{name} must be an integer >= {minimum}, got {_type_name(value)} {value!r}")
+        raise ParamTypeError(f"{name} must be an integer >= {minimum}, got {_got(value)}")
     if value < minimum:
         raise ParamValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
     return int(value)
@@ -51,7 +56,7 @@ def check_float(name: str, value: object, rule: str, ok: Any) -> float:
     """``value`` as a finite ``float`` (ints and numpy floats included; ``bool``, nan and inf
     refused) for which ``ok(value)`` holds; ``rule`` describes the range in the message."""
     if not isinstance(value, numbers.Real) or isinstance(value, bool):
-        raise ParamTypeError(f"{name} must be a number{' ' + rule if rule else ''}, got {_type_name(value)} {value!r}")
+        raise ParamTypeError(f"{name} must be a number{' ' + rule if rule else ''}, got {_got(value)}")
     v = float(value)
     if not math.isfinite(v) or not ok(v):
         raise ParamValueError(f"{name} must be a finite number{' ' + rule if rule else ''}, got {v!r}")
@@ -82,6 +87,25 @@ def check_vocab(params: Any, end_id: int, vocab_size: int) -> None:
     if outside:
         raise ParamValueError(f"logit_bias has token id {outside[0]}, outside the engine's vocabulary "
                               f"(0..{vocab_size - 1})")
+
+
+def check_prompt_ids(where: str, ids: Sequence[int], max_tokens: int, limits: Any) -> None:
+    """A request's prompt (``where`` names it: ``prompts[2]``) fits the engine: at least one token,
+    every id in the vocabulary, at most ``max_input_len`` tokens, and room for ``max_tokens`` more
+    within ``max_seq_len`` (the runtime's rules, named by this API's parameters)."""
+    if not ids:
+        raise ParamValueError(f"{where} has no tokens; give a prompt of at least one token")
+    bad = next((t for t in ids if not 0 <= t < limits.vocab_size), None)
+    if bad is not None:
+        raise ParamValueError(f"{where} has token id {bad}, outside the engine's vocabulary "
+                              f"(0..{limits.vocab_size - 1})")
+    if len(ids) > limits.max_input_len:
+        raise ParamValueError(f"{where} has {len(ids)} tokens, more than the engine's max_input_len "
+                              f"{limits.max_input_len}; shorten it (or rebuild the engine with a larger max_input_len)")
+    room = limits.max_seq_len - len(ids)
+    if max_tokens > room:
+        raise ParamValueError(f"{where} ({len(ids)} token{'s' if len(ids) > 1 else ''}) plus max_tokens={max_tokens} "
+                              f"exceeds the engine's max_seq_len {limits.max_seq_len}; pass max_tokens <= {room}")
 
 
 def api_finish_reason(reason: str | None) -> str | None:
@@ -142,14 +166,36 @@ def _is_token_ids(value: object) -> bool:
         isinstance(t, numbers.Integral) and not isinstance(t, bool) for t in value)
 
 
+_PROMPT_KEYS = ("prompt", "prompt_token_ids")  # TextPrompt / TokensPrompt (TensorRT-LLM's, vLLM's)
+
+
+def _prompt_dict(p: Mapping[Any, Any], where: str) -> str | list[int]:
+    """``{"prompt": text}`` or ``{"prompt_token_ids": ids}`` as the text or the ids; any other key
+    (``multi_modal_data``...) is refused, never dropped."""
+    keys = sorted(str(k) for k in p)
+    if len(keys) != 1 or keys[0] not in _PROMPT_KEYS:
+        raise ParamValueError(f"{where}: a prompt dict takes exactly one of 'prompt' (text) or 'prompt_token_ids' "
+                              f"(token ids), got keys {', '.join(keys) or 'none'}")
+    value = p[keys[0]]
+    if keys[0] == "prompt" and isinstance(value, str):
+        return value
+    if keys[0] == "prompt_token_ids" and _is_token_ids(value):
+        return [int(t) for t in value]
+    raise ParamTypeError(f"{where}['{keys[0]}'] must be {'a string' if keys[0] == 'prompt' else 'a non-empty list of token ids'}, "
+                         f"got {_type_name(value)}")
+
+
 def prompt_list(inputs: object) -> tuple[list[str | list[int]], bool]:
-    """``(prompts, single)``: a string or a token-id list is one prompt; a list of those is a
-    batch. Anything else (``None``, a number, a dict, a list mixing other things) is refused."""
-    usage = "a string, a list of token ids, or a list of those"
+    """``(prompts, single)``: a string, a token-id list or a prompt dict (``{"prompt": text}``,
+    ``{"prompt_token_ids": ids}``) is one prompt; a list of those is a batch. Anything else
+    (``None``, a number, a list mixing other things) is refused."""
+    usage = "a string, a list of token ids, a {'prompt': ...} or {'prompt_token_ids': ...} dict, or a list of those"
     if isinstance(inputs, str):
         return [inputs], True
     if _is_token_ids(inputs):
         return [[int(t) for t in inputs]], True  # type: ignore[union-attr]
+    if isinstance(inputs, Mapping):
+        return [_prompt_dict(inputs, "prompts")], True
     if not isinstance(inputs, (list, tuple)):
         raise ParamTypeError(f"prompts (inputs) must be {usage}; got {_type_name(inputs)}")
     out: list[str | list[int]] = []
@@ -158,10 +204,13 @@ def prompt_list(inputs: object) -> tuple[list[str | list[int]], bool]:
             out.append(p)
         elif _is_token_ids(p):
             out.append([int(t) for t in p])
+        elif isinstance(p, Mapping):
+            out.append(_prompt_dict(p, f"prompts[{i}]"))
         elif isinstance(p, (list, tuple)) and not p:
             raise ParamValueError(f"prompts[{i}] is an empty token list; a prompt needs at least one token")
         else:
-            raise ParamTypeError(f"prompts[{i}] must be a string or a list of token ids, got {_type_name(p)}")
+            raise ParamTypeError(f"prompts[{i}] must be a string, a list of token ids or a prompt dict, got "
+                                 f"{_type_name(p)}")
     return out, False
 
 
@@ -229,6 +278,7 @@ __all__ = [
     "check_float",
     "check_int",
     "check_logprobs",
+    "check_prompt_ids",
     "prompt_list",
     "refuse_keywords",
     "sampling_params_list",

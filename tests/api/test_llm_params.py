@@ -91,7 +91,7 @@ def test_generate_takes_a_dict_of_sampling_params(llm):
         llm.generate(PROMPTS, [{"max_tokens": 2}, SamplingParams()])
 
 
-@pytest.mark.parametrize("bad", [None, 3, {"prompt": "hi"}, [None], ["hi", 3.5]])
+@pytest.mark.parametrize("bad", [None, 3, {"prompt": 5}, [None], ["hi", 3.5]])
 def test_bad_prompts_are_a_type_error_naming_prompts(llm, bad):
     with pytest.raises(TypeError) as exc:
         llm.generate(bad)

@@ -1,0 +1,81 @@
+"""promptlookup.hf.generate, audited against transformers' model.generate: settings of a
+GenerationConfig are honoured or refused (never dropped), and bad values are one-line
+ValueErrors/TypeErrors, as Hugging Face raises them."""
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import GenerationConfig
+
+from promptlookup import hf
+from promptlookup.errors import UserError
+from tests.tiny import tiny_llama
+
+IDS = torch.tensor([[5, 6, 7, 8, 5, 6, 7, 8, 5, 6]])
+
+
+@pytest.fixture(scope="module")
+def model():
+    return tiny_llama(seed=11, vocab_size=64)
+
+
+def test_a_passed_generation_config_is_honoured_as_model_generate_does(model):
+    config = GenerationConfig(max_new_tokens=3, do_sample=False, prompt_lookup_num_tokens=4)
+    ours = hf.generate(model, IDS, generation_config=config)
+    assert ours.tolist() == model.generate(IDS, generation_config=config).tolist()
+    assert ours.shape[1] == IDS.shape[1] + 3
+    # a keyword still wins over the config, as in transformers
+    assert hf.generate(model, IDS, generation_config=config, max_new_tokens=5).shape[1] == IDS.shape[1] + 5
+
+
+@pytest.mark.parametrize("name, value", [("no_repeat_ngram_size", 2), ("num_beams", 3), ("suppress_tokens", [48]),
+                                         ("forced_eos_token_id", 3)])
+def test_unsupported_settings_of_model_generation_config_are_refused_not_dropped(model, name, value):
+    old = getattr(model.generation_config, name)
+    setattr(model.generation_config, name, value)
+    try:
+        with pytest.raises(ValueError) as exc:
+            hf.generate(model, IDS, max_new_tokens=4)
+    finally:
+        setattr(model.generation_config, name, old)
+    text = str(exc.value)
+    assert f"model.generation_config.{name} is {value!r}" in text and "\n" not in text
+    assert isinstance(exc.value, UserError)
+
+
+def test_a_neutral_keyword_overrides_an_unsupported_config_setting(model):
+    model.generation_config.no_repeat_ngram_size = 2
+    try:
+        ours = hf.generate(model, IDS, max_new_tokens=6, no_repeat_ngram_size=0)
+    finally:
+        model.generation_config.no_repeat_ngram_size = None
+    assert ours.tolist() == model.generate(IDS, max_new_tokens=6, do_sample=False).tolist()
+
+
+def test_an_unsupported_setting_in_a_passed_generation_config_is_named(model):
+    with pytest.raises(ValueError, match=r"^generation_config.num_beams is 4, .*pass num_beams=1"):
+        hf.generate(model, IDS, generation_config=GenerationConfig(num_beams=4))
+    with pytest.raises(TypeError, match="generation_config must be a transformers GenerationConfig, got dict"):
+        hf.generate(model, IDS, generation_config={"max_new_tokens": 3})
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"eos_token_id": torch.tensor([2, 3])}, r"eos_token_id \[2, 3\]: only one end token"),
+    ({"eos_token_id": -5}, "eos_token_id must be a token id"),
+    ({"max_matching_ngram_size": 0}, "max_matching_ngram_size must be an integer >= 1, got 0"),
+    ({"prompt_lookup_num_tokens": True}, "prompt_lookup_num_tokens must be an integer >= 1, got True"),
+    ({"seed": 1.5, "do_sample": True}, "seed must be an integer >= 0, got 1.5"),
+    ({"attention_mask": [[1] * 10]}, r"attention_mask must be a tensor shaped as input_ids \(1, 10\), got list"),
+    ({"input_ids": torch.tensor([[5, 6, 100]])}, r"token id 100, outside the model's vocabulary \(0..63\)"),
+    ({"input_ids": IDS.float()}, "input_ids must be a 2-D LongTensor"),
+])
+def test_bad_values_are_one_line_value_errors(model, kwargs, message):
+    ids = kwargs.pop("input_ids", IDS)
+    with pytest.raises(ValueError, match=message) as exc:
+        hf.generate(model, ids, max_new_tokens=3, **kwargs)
+    assert isinstance(exc.value, UserError) and "\n" not in str(exc.value)
+
+
+def test_a_one_element_eos_tensor_is_accepted(model):
+    assert hf.generate(model, IDS, max_new_tokens=4, eos_token_id=torch.tensor([2])).tolist() == \
+        model.generate(IDS, max_new_tokens=4, do_sample=False, eos_token_id=2).tolist()
