@@ -33,7 +33,8 @@ def check_model_dir(model_dir: str | Path) -> dict[str, Any]:
     """Validate a HF Llama directory without loading anything heavy; return its raw config.
 
     Checks: it exists, is a directory, has a JSON ``config.json`` with ``model_type``
-    ``llama`` and at least one weight file. O(config size), no torch import.
+    ``llama``, no biases and no ``quantization_config``, and at least one weight file.
+    O(config size), no torch import.
     """
     path = Path(model_dir)
     if not path.exists():
@@ -42,6 +43,10 @@ def check_model_dir(model_dir: str | Path) -> dict[str, Any]:
         raise UserError(f"--model_dir {path} is not a directory (for a GGUF file use --gguf_file)")
     config_file = path / "config.json"
     if not config_file.is_file():
+        ggufs = sorted(path.glob("*.gguf"))
+        if ggufs:
+            raise UserError(f"model directory {path} has no config.json but holds a GGUF file; convert it with "
+                            f"--gguf_file {ggufs[0]} instead of --model_dir")
         what = "is empty" if not any(path.iterdir()) else "has no config.json"
         raise UserError(f"model directory {path} {what}; expected a Hugging Face Llama checkpoint "
                         f"(config.json plus *.safetensors or *.bin weights)")
@@ -55,6 +60,16 @@ def check_model_dir(model_dir: str | Path) -> dict[str, Any]:
     if model_type != "llama":
         raise UserError(f"{config_file} has model_type {model_type!r}; only Llama (model_type 'llama') "
                         f"checkpoints can be converted")
+    biases = [key for key in ("attention_bias", "mlp_bias") if raw.get(key)]
+    if biases:
+        raise UserError(f"{config_file} sets {' and '.join(biases)}; Llama variants with attention or MLP biases "
+                        f"are not supported (the checkpoint layout has no bias tensors)")
+    quantized = raw.get("quantization_config")
+    if quantized:
+        method = quantized.get("quant_method", "unknown") if isinstance(quantized, dict) else "unknown"
+        raise UserError(f"{config_file} describes a pre-quantized model (quantization_config, quant_method "
+                        f"{method!r}), which cannot be converted; convert the float model, with --use_weight_only "
+                        f"for int8/int4 weights")
     if not any(f for pattern in _WEIGHT_PATTERNS for f in path.glob(pattern)):
         raise UserError(f"model directory {path} has no weights (*.safetensors or *.bin)")
     return raw
@@ -79,19 +94,40 @@ def _load_dtype(dtype: str) -> torch.dtype | str:
     return "auto" if dtype == "auto" else torch_dtype(dtype)
 
 
-def _load_hf_dir(model_dir: Path, dtype: str) -> tuple[LlamaForCausalLM, PreTrainedTokenizerBase | None]:
-    from transformers import LlamaForCausalLM
-
-    config = inspect_model_dir(model_dir)
-    try:
-        model, info = LlamaForCausalLM.from_pretrained(
-            model_dir, config=config, dtype=_load_dtype(dtype), local_files_only=True, output_loading_info=True)
-    except Exception as exc:  # corrupt or mismatched weight files
-        raise UserError(f"cannot load the weights in {model_dir}: {one_line(exc)}") from None
+def _check_loading_info(model_dir: Path, config: LlamaConfig, info: dict[str, Any]) -> None:
+    """The weights are exactly the Llama of ``config``: none missing (a tied LM head aside),
+    none of another shape, none left over (transformers would silently drop them)."""
     missing = [k for k in info.get("missing_keys", ()) if not (k == "lm_head.weight" and config.tie_word_embeddings)]
     if missing:
         raise UserError(f"the weights in {model_dir} are incomplete: missing {len(missing)} tensors "
                         f"(e.g. {sorted(missing)[0]})")
+    mismatched = sorted(info.get("mismatched_keys", ()))
+    if mismatched:
+        name, stored, expected = mismatched[0]
+        raise UserError(f"the weights in {model_dir} do not match its config.json: {len(mismatched)} tensors have "
+                        f"another shape (e.g. {name}: {tuple(stored)} stored, {tuple(expected)} expected)")
+    unexpected = sorted(info.get("unexpected_keys", ()))
+    if unexpected:
+        raise UserError(f"the weights in {model_dir} hold {len(unexpected)} tensors a Llama of its config.json does "
+                        f"not have (e.g. {unexpected[0]}), which the conversion would drop; it is not a plain Llama")
+
+
+def _load_hf_dir(model_dir: Path, dtype: str) -> tuple[LlamaForCausalLM, PreTrainedTokenizerBase | None]:
+    from transformers import LlamaForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    config = inspect_model_dir(model_dir)
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # its multi-line load report; _check_loading_info says it in one line
+    try:
+        model, info = LlamaForCausalLM.from_pretrained(
+            model_dir, config=config, dtype=_load_dtype(dtype), local_files_only=True, output_loading_info=True,
+            ignore_mismatched_sizes=True)
+    except Exception as exc:  # corrupt weight files
+        raise UserError(f"cannot load the weights in {model_dir}: {one_line(exc)}") from None
+    finally:
+        hf_logging.set_verbosity(verbosity)
+    _check_loading_info(model_dir, config, info)
     tokenizer = None
     if any((model_dir / name).is_file() for name in _TOKENIZER_FILES):
         from transformers import AutoTokenizer

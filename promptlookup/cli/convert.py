@@ -27,6 +27,14 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _path(text: str) -> str:
+    """A path argument; an empty one (as from an unset shell variable) would mean the working
+    directory, so it is refused."""
+    if not text:
+        raise argparse.ArgumentTypeError("expected a path, got an empty string (an unset shell variable?)")
+    return text
+
+
 def build_parser() -> ArgumentParser:
     parser = ArgumentParser(
         prog="convert_checkpoint.py",
@@ -34,9 +42,11 @@ def build_parser() -> ArgumentParser:
                     "(config.json + rank{N}.safetensors + tokenizer).",
     )
     source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--model_dir", help="Hugging Face Llama directory (config.json + safetensors/.bin weights)")
-    source.add_argument("--gguf_file", help="GGUF file of a Llama model (dequantized on load)")
-    parser.add_argument("--output_dir", default="tllm_checkpoint", help="where to write the checkpoint (default: %(default)s)")
+    source.add_argument("--model_dir", type=_path,
+                        help="Hugging Face Llama directory (config.json + safetensors/.bin weights)")
+    source.add_argument("--gguf_file", type=_path, help="GGUF file of a Llama model (dequantized on load)")
+    parser.add_argument("--output_dir", type=_path, default="tllm_checkpoint",
+                        help="where to write the checkpoint (default: %(default)s)")
     parser.add_argument("--dtype", default="auto", choices=DTYPE_CHOICES,
                         help="storage dtype; auto keeps the source dtype but stores float32 as float16 (default: %(default)s)")
     parser.add_argument("--tp_size", type=_positive_int, default=1, help="tensor parallel size (default: %(default)s)")
@@ -153,3 +163,9 @@ def main(argv: list[str] | None = None) -> int:
         print("saved the tokenizer (and chat template) alongside the weights")
     print(f"checkpoint: {out.resolve()}")
     return 0
+
+
+if __name__ == "__main__":  # python -m promptlookup.cli.convert = python convert_checkpoint.py
+    from ..errors import run_cli
+
+    run_cli(main)
