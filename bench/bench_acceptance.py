@@ -20,6 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 
+from bench.machine import machine_header, machine_info  # noqa: E402
 from promptlookup.runtime.acceptance import fetch_step  # noqa: E402
 from promptlookup.runtime.device import synchronize  # noqa: E402
 from promptlookup.runtime.tree import DraftTree, accept_path, merge_chains  # noqa: E402
@@ -56,7 +57,8 @@ def main(argv: list[str] | None = None) -> int:
         "8 plain rows": [DraftTree.chain([])] * 8,
         "4 trees of 6x8 candidates": [merge_chains([[rng.randrange(3, 6) for _ in range(8)] for _ in range(6)])] * 4,
     }
-    print(f"torch {torch.__version__}, {args.device}, 1 thread; microseconds per step")
+    print(f"{machine_header(machine_info(torch.get_num_threads(), args.device))}; torch {torch.__version__}, "
+          f"{args.device}; microseconds per step")
     print(f"{'step':28} {'device walk':>12} {'host walk':>10}")
     for name, trees in shapes.items():
         rows = sum(len(t) + 1 for t in trees)

@@ -32,7 +32,7 @@ from promptlookup.cli.args import ArgumentParser, add_num_threads_argument  # no
 
 import torch  # noqa: E402
 
-from bench.machine import cpu_model_and_flags  # noqa: E402
+from bench.machine import machine_header, machine_info  # noqa: E402
 from promptlookup.errors import UserError, run_cli  # noqa: E402
 from promptlookup.fsutil import atomic_write_json  # noqa: E402
 from promptlookup.runtime import kernels  # noqa: E402
@@ -40,7 +40,6 @@ from promptlookup.runtime.kernels import step_ops  # noqa: E402
 from promptlookup.threads import configure_threads  # noqa: E402
 
 KV_HEADS, HEADS, HEAD_SIZE = 3, 9, 64
-FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512vbmi")
 
 
 def build_parser() -> ArgumentParser:
@@ -92,8 +91,8 @@ def main(argv: list[str] | None = None) -> int:
             raise UserError(f"{name} must be at least 1, got {value}")
     if min(args.rows) < 1:
         raise UserError(f"--rows must be at least 1, got {min(args.rows)}")
-    model, flags = cpu_model_and_flags(FLAGS)
-    print(f"CPU: {model}; flags: {' '.join(flags)}; {threads} thread(s); torch {torch.__version__}; "
+    info = machine_info(threads)
+    print(f"{machine_header(info)}; torch {torch.__version__}; "
           f"paths: {', '.join(paths)}; {args.layers} layers, {args.context} keys of context")
     flush = torch.empty(args.flush_mib * 2 ** 18)
     g = torch.Generator().manual_seed(0)
@@ -144,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name:<16}" + "".join(f"{by_path[c]:18.2f}" for c in columns) + ratio)
     if args.output_json:
         atomic_write_json(args.output_json, {
-            "cpu": model, "flags": flags, "num_threads": threads, "torch": torch.__version__, "paths": list(paths),
+            **info, "flags": info["cpu_flags"], "torch": torch.__version__, "paths": list(paths),
             "layers": args.layers, "context": args.context, "rounds": args.rounds, "kv_dtypes": args.kv_dtypes,
             "ms": results})
         print(f"wrote {args.output_json}")

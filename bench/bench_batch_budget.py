@@ -16,6 +16,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.machine import machine_header, machine_info  # noqa: E402
+
 
 def main(argv: list[str] | None = None) -> int:
     from promptlookup.cli.args import ArgumentParser  # one-line errors, no abbreviations
@@ -36,6 +38,10 @@ def main(argv: list[str] | None = None) -> int:
     llms = {"plain": LLM(args.engine_dir, kv_cache_config=kv),
             "cost": LLM(args.engine_dir, speculative_config=spec, kv_cache_config=kv, draft_length_policy="cost"),
             "full": LLM(args.engine_dir, speculative_config=spec, kv_cache_config=kv, draft_length_policy="full")}
+    import torch
+
+    # torch's thread count (the LLM API sets none here) and the runner's device (a GPU where one is visible)
+    print(machine_header(machine_info(torch.get_num_threads(), llms["plain"].runner.model.device)), flush=True)
     print("step costs", [round(c, 2) for c in llms["cost"].scheduler.step_costs[1:]])
     reference = None
     try:

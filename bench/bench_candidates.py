@@ -23,6 +23,7 @@ for path in (ROOT, ROOT / "bench"):
         sys.path.insert(0, str(path))
 
 from bench_drafting import stdlib_stream, synthetic_stream  # noqa: E402
+from bench.machine import machine_header, machine_info  # noqa: E402
 
 from promptlookup.drafting import DraftConfig, make_drafter  # noqa: E402
 from promptlookup.drafting.tree import merge_candidates  # noqa: E402
@@ -78,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     source = "Python stdlib source, SmolLM2 tokenizer"
     if stream is None:
         stream, source = synthetic_stream(need), "synthetic (Zipf tokens with copied spans)"
+    print(f"{machine_header(machine_info(1))} (the drafters are single-threaded)")
     print(f"stream: {source}; k={args.k}, n={args.n}, G={args.g}, +{args.extend} tokens per step, "
           f"{args.implementation} classes")
     header = (f"{'context':>8}  {'drafter':<22} {'G':>2} {'step us':>8} {'cand us':>8} {'cand mean':>9} "

@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from bench.machine import machine_header, machine_info  # noqa: E402
 from promptlookup.cli.args import ArgumentParser  # noqa: E402
 
 
@@ -62,6 +63,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     torch.set_num_threads(1)
+    info = machine_info(torch.get_num_threads())
+    print(f"{machine_header(info)}; torch {torch.__version__}; {args.context} tokens of context", flush=True)
     from promptlookup.engine.load import load_runner
     from promptlookup.runtime.kv_cache import SequenceBlocks
 
@@ -92,7 +95,8 @@ def main(argv: list[str] | None = None) -> int:
         results[mode] = row
         del runner
     if args.output_json:
-        Path(args.output_json).write_text(json.dumps(results, indent=1))
+        # the modes' rows at the top level, as before, beside the machine's keys
+        Path(args.output_json).write_text(json.dumps({**info, "torch": torch.__version__, **results}, indent=1))
     return 0
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.machine import machine_header, machine_info  # noqa: E402
 from promptlookup.cli.args import ArgumentParser, add_num_threads_argument  # noqa: E402  (before torch: OpenMP policy)
 
 import torch  # noqa: E402
@@ -90,7 +91,8 @@ def main(argv: list[str] | None = None) -> int:
         print("error: the C kernels are not built; run `make native`", file=sys.stderr)
         return 2
     runners = {route: load(args.engine_dir, route) for route in ("gemv", "onednn")}
-    print(f"C path {kernels.isa()}; {threads} threads; torch {torch.__version__}")
+    info = machine_info(threads)
+    print(f"{machine_header(info)}; C path {kernels.isa()}; torch {torch.__version__}")
     steps = step_ms(runners, args.context, args.repeats)
     print("step ms (median) after", args.context, "cached tokens:")
     for q in STEP_TOKENS:
@@ -117,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     lookup_exact = outputs["gemv", "pld"] == outputs["gemv", "plain"]
     print(f"  routes give the same tokens: {same}; gemv prompt lookup == gemv plain: {lookup_exact}")
     atomic_write_json(Path(args.output_json), {
-        "isa": kernels.isa(), "num_threads": threads, "torch": torch.__version__, "context": args.context,
+        **info, "isa": kernels.isa(), "num_threads": threads, "torch": torch.__version__, "context": args.context,
         "step_ms": {n: {str(q): v for q, v in by_q.items()} for n, by_q in steps.items()},
         "tok_per_s": speed, "same_tokens": same, "gemv_lookup_equals_plain": lookup_exact,
     })

@@ -47,6 +47,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 from promptlookup.cli.args import ArgumentParser, add_num_threads_argument  # noqa: E402  (first: OpenMP wait policy)
+from bench.machine import machine_header, machine_info  # noqa: E402
 from promptlookup.drafting import DraftConfig, make_drafter  # noqa: E402
 from promptlookup.drafting.native import implementation as native_implementation  # noqa: E402
 from promptlookup.fsutil import atomic_write_json  # noqa: E402
@@ -55,17 +56,11 @@ TARGET_US_AT_32K = 20.0
 TARGET_SPEEDUP_AT_8K = 50.0
 
 
-def machine() -> dict:
-    cpu = platform.processor() or ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+def machine(num_threads: int) -> dict:
+    """:func:`bench.machine.machine_info` (CPU model, vector flags, CPUs, ``num_threads``: the torch
+    threads of transformers' drafter; ours are single-threaded) with the platform and versions."""
     info = {
-        "cpu": cpu,
+        **machine_info(num_threads),
         "logical_cpus": os.cpu_count(),
         "platform": platform.platform(),
         "python": platform.python_version(),
@@ -221,10 +216,10 @@ def main(argv: list[str] | None = None) -> int:
     source = "Python stdlib source, SmolLM2 tokenizer"
     if stream is None:
         stream, source = synthetic_stream(need), "synthetic (Zipf tokens with copied spans)"
-    info = machine()  # after torch.set_num_threads, so the thread count is the one used
+    info = machine(args.num_threads)  # after torch.set_num_threads, so torch_threads is the count used
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    print(f"machine: {info['cpu']} ({info['logical_cpus']} logical CPUs), Python {info['python']}, "
-          f"{info['platform']}, torch threads {info.get('torch_threads', '-')}, load average {load:.1f}")
+    print(f"machine: {machine_header(info)} (torch's, for transformers' drafter); Python {info['python']}, "
+          f"{info['platform']}, load average {load:.1f}")
     print(f"stream: {source}, {len(stream)} tokens; k={args.k}, n={args.n}, +{args.extend} tokens per step; "
           f"{args.num_threads} torch thread(s) (transformers' drafter; ours are single-threaded)")
 

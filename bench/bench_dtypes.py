@@ -23,6 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_runtime import ROOT, SHARED, machine, setup  # noqa: E402  (configures threads before torch)
+from bench.machine import machine_info  # noqa: E402  (ROOT on sys.path by bench_runtime)
 
 import torch  # noqa: E402
 
@@ -144,7 +145,8 @@ def main(argv: list[str] | None = None) -> int:
                          for d in s["divergences"] if d["position"] is not None)
         print(f"{name:9} {s['plain_tokens_per_s']:11.1f} {s['lookup_tokens_per_s']:12.1f} {s['speedup']:8.2f} "
               f"{s['identical']:>4}/{s['prompts']:<5}  {divs or '-'}")
-    atomic_write_json(Path(args.output_json), {"machine": machine(device), "num_threads": args.num_threads,
+    atomic_write_json(Path(args.output_json), {**machine_info(args.num_threads, device),
+                                               "machine": machine(device), "num_threads": args.num_threads,
                                                "max_new_tokens": args.max_new_tokens, "results": results})
     return 0
 

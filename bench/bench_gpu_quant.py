@@ -40,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_runtime import ROOT, machine  # noqa: E402  (ROOT on sys.path, HF_HUB_OFFLINE, OpenMP policy before torch)
 from bench_scale import copy_bandwidth  # noqa: E402
+from bench.machine import machine_info  # noqa: E402
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
@@ -223,7 +224,8 @@ def main(argv: list[str] | None = None) -> int:
     for shape, notes in notes_all.items():
         for name, why in notes.items():
             print(f"{shape}: {name} not measured: {why}")
-    atomic_write_json(args.output_json, {"machine": machine("cuda"), "torch": torch.__version__,
+    atomic_write_json(args.output_json, {**machine_info(torch.get_num_threads(), "cuda"),
+                                         "machine": machine("cuda"), "torch": torch.__version__,
                                          "dtype": args.dtype, "copy_bytes_per_s": bandwidth,
                                          "rows": results, "absent": notes_all})
     print(f"wrote {args.output_json}")

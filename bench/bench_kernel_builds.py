@@ -34,6 +34,7 @@ from types import ModuleType
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.machine import machine_header, machine_info  # noqa: E402
 from promptlookup.cli.args import ArgumentParser, add_num_threads_argument  # noqa: E402  (before torch: OpenMP policy)
 
 import torch  # noqa: E402
@@ -171,6 +172,7 @@ def main(argv: list[str] | None = None) -> int:
             spent["lm_head"] += call(module, kind, weights[kind]["lm_head"][0], xs["lm_head"], ys["lm_head"])
             for s, t in spent.items():
                 times[names[i]][s].append(t)
+    print(machine_header(machine_info(threads)))
     print(f"{args.rows} row(s), {threads} thread(s), {args.rounds} rounds, hidden {args.hidden}; per shape: median ms "
           f"of a step's products, speed relative to {names[0]}")
     print(f"{'shape':>8}  " + "  ".join(f"{n[-34:]:>34}" for n in names))

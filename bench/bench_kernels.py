@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import statistics
 import sys
 import time
@@ -39,6 +38,7 @@ from typing import Callable
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.machine import machine_header, machine_info  # noqa: E402
 from promptlookup.cli.args import ArgumentParser, add_num_threads_argument  # noqa: E402  (before torch: OpenMP policy)
 
 import torch  # noqa: E402
@@ -57,25 +57,6 @@ GROUP = 32
 PROBE_MIB = 512
 
 Product = Callable[[torch.Tensor], torch.Tensor]
-
-
-def cpu_flags() -> list[str]:
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return []
-    flags = next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), [])
-    return sorted({f for f in flags if f.startswith("avx") or f == "fma"})
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 class Weights:
@@ -254,7 +235,8 @@ def main(argv: list[str] | None = None) -> int:
     groups = {s: {c: v for c, v in g.items() if c in common} for s, g in groups.items()}
     bw = bandwidth_gbs(3, args.probe_mib)
     limit = max(bw.values())
-    header = (f"{cpu_model()}; flags {' '.join(cpu_flags())}; C path {kernels.isa()}; {threads} threads; "
+    info = machine_info(threads)
+    header = (f"{machine_header(info)}; C path {kernels.isa()}; "
               f"torch {torch.__version__}; bandwidth {limit:.1f} GB/s (C read {bw['c_read']:.1f}, MKL mv {bw['mkl_mv']:.1f})")
     print(header)
     times = measure(groups, rows_list, args.repeats, in_sizes)
@@ -282,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {s} {shapes[s][0]}: " + "; ".join(
             f"{n} " + "/".join(f"{times[n][r][s] / shapes[s][1] * 1e6:.0f}" for r in rows_list) for n in names))
     record = {
-        "cpu": cpu_model(), "flags": cpu_flags(), "isa": kernels.isa(), "isas": isas, "num_threads": threads,
+        **info, "flags": info["cpu_flags"], "isa": kernels.isa(), "isas": isas,
         "torch": torch.__version__, "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
         "bandwidth_gbs": bw, "limit_gbs": limit, "layers": args.layers, "repeats": args.repeats,
         "shapes": {s: list(v[0]) for s, v in shapes.items()}, "rows": list(rows_list),

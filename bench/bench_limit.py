@@ -60,7 +60,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from bench.machine import cpu_model_and_flags  # noqa: E402
+from bench.machine import machine_header, machine_info  # noqa: E402
 from promptlookup.cli.args import ArgumentParser  # noqa: E402  (before torch: OpenMP policy)
 from promptlookup.defaults import KV_CACHE_DTYPES  # noqa: E402
 from promptlookup.errors import UserError  # noqa: E402
@@ -69,14 +69,14 @@ import torch  # noqa: E402
 
 from promptlookup.runtime.options import KvCacheConfig  # noqa: E402
 
-CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "amx_tile", "amx_bf16")
 DRAFT_ROWS = 10  # the verification step feeds 1 + DRAFT_ROWS tokens
 
 
-def cpu_header() -> dict[str, Any]:
-    """CPU model, the vector flags that matter for these kernels, cores and torch version."""
-    model, flags = cpu_model_and_flags(CPU_FLAGS)
-    return {"cpu": model, "flags": flags, "cpus": os.cpu_count(), "torch": torch.__version__}
+def cpu_header(threads: list[int]) -> dict[str, Any]:
+    """:func:`bench.machine.machine_info` (CPU model, vector flags, CPUs, the thread counts measured)
+    with the torch version; ``flags`` repeats ``cpu_flags`` (the key earlier results have)."""
+    info = machine_info(list(threads))
+    return {**info, "flags": info["cpu_flags"], "torch": torch.__version__}
 
 
 def read_bandwidth(matrix_mib: int, repeats: int) -> float:
@@ -304,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
     from promptlookup.runtime.tree import DraftTree
     from promptlookup.threads import configure_threads
 
-    header = cpu_header()
+    header = cpu_header(args.threads)
     weight_bytes = step_weight_bytes(args.engine_dir)
     tokenizer = load_tokenizer(args.engine_dir)
     prompt = context_prompt(tokenizer, args.context)
@@ -321,8 +321,7 @@ def main(argv: list[str] | None = None) -> int:
     plain = lambda: batch.step([0], [[]], -1, greedy)  # noqa: E731  (end_id -1: never finishes)
     verify = lambda: verify_only(batch, draft, greedy)  # noqa: E731  (commits nothing)
 
-    print(f"CPU: {header['cpu']}; flags: {' '.join(header['flags']) or 'none of ' + ','.join(CPU_FLAGS)}; "
-          f"{header['cpus']} CPUs; torch {header['torch']}")
+    print(f"{machine_header(header)}; torch {header['torch']}")
     print(f"engine: {args.engine_dir}; weights read per plain step {weight_bytes / 1e6:.1f} MB "
           f"(+ {kv_bytes / 1e6:.1f} MB of {runner.pool.dtype} K/V at {len(prompt)} tokens, not counted)")
     other_batches: dict[str, Any] = {}

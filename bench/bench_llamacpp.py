@@ -73,6 +73,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from bench.machine import machine_header, machine_info  # noqa: E402
 # promptlookup.cli.args sets the OpenMP wait policy, which must come before torch is imported.
 from promptlookup.cli.args import ArgumentParser, parse_prompt_lookup_config  # noqa: E402
 from promptlookup.errors import UserError  # noqa: E402
@@ -493,17 +494,13 @@ def parse_lookup_config(text: str) -> tuple[int, int]:
 
 
 def cpu_header(threads: int) -> dict[str, Any]:
-    """CPU model, its AVX flags and the thread count, for the table's header."""
-    model, flags = platform.processor() or platform.machine(), []
-    try:
-        info = Path("/proc/cpuinfo").read_text()
-        match = re.search(r"^model name\s*:\s*(.+)$", info, re.M)
-        model = match.group(1).strip() if match else model
-        flags = sorted(set(re.findall(r"\b(avx\S*)", info)))
-    except OSError:
-        pass
+    """:func:`bench.machine.machine_info` (CPU model, vector flags, CPUs, the thread count of every
+    peer) and the load at the start, for the table's header; ``cores``, ``avx_flags`` and ``threads``
+    repeat ``cpus``, ``cpu_flags`` and ``num_threads`` (the keys earlier results have)."""
+    info = machine_info(threads)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
-    return {"cpu": model, "cores": os.cpu_count(), "avx_flags": flags, "threads": threads, "load_1min_at_start": load}
+    return {**info, "cores": info["cpus"], "avx_flags": info["cpu_flags"], "threads": threads,
+            "load_1min_at_start": load}
 
 
 def build_parser() -> ArgumentParser:
@@ -726,8 +723,7 @@ def main(argv: list[str] | None = None) -> int:
                lambda ids: tok.decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=False))
     rows = compare(peers, args.rounds)
 
-    print(f"\nmachine: {header['cpu']}, {header['cores']} cores, {' '.join(header['avx_flags']) or 'no AVX'}; "
-          f"{args.num_threads} thread(s) for every peer; OMP_WAIT_POLICY: ours "
+    print(f"\nmachine: {machine_header(header)} (every peer's); OMP_WAIT_POLICY: ours "
           f"{header['omp_wait_policy']['ours'] or 'unset'}, llama.cpp {header['omp_wait_policy']['llama.cpp'] or 'unset'}; "
           f"1-minute load at start {fmt(header['load_1min_at_start'], '.1f')}")
     used = f"{LLAMACPP_PACKAGE} {llama_info['version']} (llama.cpp {llama_info['commit']})" if llama_info["used"] \

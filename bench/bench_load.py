@@ -55,13 +55,12 @@ from typing import Any, Iterator
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.machine import cpu_model_and_flags  # noqa: E402
+from bench.machine import machine_header, machine_info  # noqa: E402
 from promptlookup.cli.args import ArgumentParser  # noqa: E402  (one-line errors, no abbreviations)
 from promptlookup.errors import UserError  # noqa: E402
 
 ENDPOINTS = ("chat", "completions")
 MODES = ("plain", "lookup")
-CPU_FLAGS = ("avx2", "fma", "avx512f")
 TARGET_AT_ONE = 1.5
 MODEL_NAME = "bench"
 
@@ -479,11 +478,6 @@ def format_run(r: dict[str, Any]) -> str:
             f"{r['requests']} requests, {r['errors']} failed{acc}")
 
 
-def cpu_info() -> tuple[str, list[str]]:
-    """CPU model and which of :data:`CPU_FLAGS` it has."""
-    return cpu_model_and_flags(CPU_FLAGS)
-
-
 def header(args: argparse.Namespace, thread_flag: bool, aiperf_version: str | None) -> dict[str, Any]:
     def version(name: str) -> str | None:
         try:
@@ -493,11 +487,10 @@ def header(args: argparse.Namespace, thread_flag: bool, aiperf_version: str | No
 
     import promptlookup
 
-    model, flags = cpu_info()
     return {
-        "machine": f"{platform.machine()} {os.cpu_count()} CPUs", "cpu": model, "cpu_flags": flags,
+        **machine_info(args.num_threads),  # num_threads: the server's
+        "machine": f"{platform.machine()} {os.cpu_count()} CPUs",
         "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
-        "num_threads": args.num_threads,
         "threads_via": "serve.py --num_threads" if thread_flag else "OMP_NUM_THREADS (serve.py has no --num_threads)",
         "versions": {"python": platform.python_version(), "promptlookup": promptlookup.__version__,
                      "torch": version("torch"), "uvicorn": version("uvicorn"), "starlette": version("starlette"),
@@ -530,8 +523,8 @@ def main(argv: list[str] | None = None) -> int:
     if "completions" in args.endpoints and args.completions_prompt == "templated":
         texts_for["completions"] = templated(prompts, tokenizer)
     head = header(args, thread_flag, version)
-    print(f"{head['machine']}, {head['cpu']} ({' '.join(head['cpu_flags'])}); server threads {args.num_threads} via "
-          f"{head['threads_via']}; load average {' '.join(f'{x:.1f}' for x in head['load_average'] or [])}; "
+    print(f"{machine_header(head)} (the server's, via {head['threads_via']}); {platform.machine()}; "
+          f"load average {' '.join(f'{x:.1f}' for x in head['load_average'] or [])}; "
           + ", ".join(f"{k} {v}" for k, v in head["versions"].items()), flush=True)
     print(f"{per_server} prompts ({args.prompts}) per server, max_tokens {args.max_tokens}, lookup "
           f"{args.prompt_lookup_config}, rounds {args.rounds}", flush=True)

@@ -151,6 +151,7 @@ def main(argv: list[str] | None = None) -> int:
 
     sys.path.insert(0, str(ROOT / "bench"))
     from bench_runtime import machine
+    from bench.machine import machine_info
 
     from promptlookup.engine.config import engine_weight_bytes
 
@@ -163,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
     mib = 1 << 20
     what = "device memory" if args.device.startswith("cuda") else "resident set"
-    print(f"machine: {machine(args.device)}; threads {threads}")
+    print(f"machine: {machine(args.device)}")  # its threads: torch's, set to --threads above
     print(f"engine weight bytes: {engine_bytes / mib:.0f} MiB ({args.engine_dir})")
     unit = rows[0]["step_seconds"]["1"]
     steps = "  ".join(f"{'step ' + str(q):>8s}" for q in STEP_SIZES)
@@ -176,7 +177,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{r['route']:15s} {r['grown_bytes'] / mib:16.0f} MiB {r['ratio']:5.2f}x "
               f"{r['accounted_bytes'] / mib:8.0f} MiB {r['accounted_ratio']:5.2f}x  {rel}")
     print(f"step times are relative to the first route's one-token step ({rows[0]['route']})")
-    atomic_write_json(args.output_json, {"machine": machine(args.device), "num_threads": threads,
+    atomic_write_json(args.output_json, {**machine_info(threads, args.device),
+                                         "machine": machine(args.device), "num_threads": threads,
                                          "torch": torch.__version__, "engine_dir": str(args.engine_dir),
                                          "engine_weight_bytes": engine_bytes, "routes": rows})
     print(f"wrote {args.output_json}")

@@ -36,6 +36,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from bench.machine import machine_header, machine_info  # noqa: E402
 from promptlookup.cli.args import ArgumentParser, add_num_threads_argument  # noqa: E402  (before torch: OpenMP policy)
 
 import torch  # noqa: E402
@@ -59,17 +60,14 @@ SHARED = ROOT.parent / "shared" / "data" / "cnn_dailymail" / "train_sample.jsonl
 
 
 def machine(device: str) -> str:
-    from bench.machine import cpu_model_and_flags
-
-    model, flags = cpu_model_and_flags(("avx2", "fma", "avx512f", "avx512_bf16", "amx_tile"))
-    cpu = f"{platform.machine()} {model} ({' '.join(flags) or 'no avx2'}) {os.cpu_count()} cores"
-    threads = f"{torch.get_num_threads()} torch threads, OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}"
+    """The header line of :func:`bench.machine.machine_header` (CPU, flags, torch's thread count,
+    the GPU on ``device``), with the architecture, torch's version and OpenMP's wait policy."""
+    head = machine_header(machine_info(torch.get_num_threads(), device))
+    policy = f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}"
     if torch.get_num_threads() > 1 and os.environ.get("OMP_WAIT_POLICY", "").upper() == "PASSIVE":
-        threads += (" (HF runs in this process, so its operators' threads sleep between regions too: about half"
-                    " its 2-thread speed here; OMP_WAIT_POLICY=ACTIVE compares with HF at its best)")
-    if device.startswith("cuda"):
-        return f"{torch.cuda.get_device_name(torch.device(device))} (host {cpu}, {threads}), torch {torch.__version__}"
-    return f"{cpu}, torch {torch.__version__}, {threads}"
+        policy += (" (HF runs in this process, so its operators' threads sleep between regions too: about half"
+                   " its 2-thread speed here; OMP_WAIT_POLICY=ACTIVE compares with HF at its best)")
+    return f"{head}; {platform.machine()}, torch {torch.__version__}, {policy}"
 
 
 def setup(args) -> tuple:
@@ -212,7 +210,8 @@ def main(argv: list[str] | None = None) -> int:
     print("\ntargets (mean of per-prompt ratios of time per token):")
     for k, v in targets.items():
         print(f"  {k}: {v:.2f}")
-    atomic_write_json(args.output_json, {"machine": machine(device), "device": device, "num_threads": args.num_threads,
+    atomic_write_json(args.output_json, {**machine_info(args.num_threads, device),
+                                         "machine": machine(device), "device": device, "num_threads": args.num_threads,
                                          "args": vars(args), "summary": summary,
                                          "targets": targets, "prompts": rows})
     print(f"wrote {args.output_json}")

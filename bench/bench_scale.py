@@ -81,6 +81,7 @@ from typing import Any, Callable, Sequence
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_runtime import ROOT, machine  # noqa: E402  (ROOT on sys.path, HF_HUB_OFFLINE, OpenMP policy before torch)
+from bench.machine import machine_info  # noqa: E402
 
 import torch  # noqa: E402
 import transformers  # noqa: E402
@@ -614,6 +615,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {k}: {fmt(v, 0, '.2f')}")
     failed = [r for r in rows + lookup_rows if r["token_check"] == "required" and not r["tokens_identical"]]
     atomic_write_json(args.output_json, {
+        **machine_info(args.num_threads, args.device),
         "machine": host, "device": args.device,
         "gpu": torch.cuda.get_device_name(args.device) if bench.on_gpu else None,
         "torch": torch.__version__, "transformers": transformers.__version__, "num_threads": args.num_threads,

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
 import statistics
 import sys
@@ -28,6 +27,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.machine import machine_header, machine_info  # noqa: E402
 
 
 def run_clients(url: str, prompts: list[str], n_clients: int, requests: int, max_tokens: int,
@@ -124,13 +125,15 @@ def main(argv: list[str] | None = None) -> int:
     clients = [int(c) for c in args.clients.split(",")]
     per_round = sum(clients) * args.requests
     prompts = code_edit_prompts(args.num_prompts or args.rounds * per_round)
-    machine = f"{platform.machine()} {os.cpu_count()} cores, {args.num_threads} torch thread(s)"
-    results = {"machine": machine, "num_threads": args.num_threads, "config": vars(args), "runs": []}
     kv = KvCacheConfig(enable_block_reuse=args.kv_cache_enable_block_reuse)
     modes = {"plain": None, "lookup": NGramDecodingConfig(max_draft_len=k, max_matching_ngram_size=n)}
     llms = {m: LLM(args.engine_dir, speculative_config=spec, kv_cache_config=kv,  # plain takes no draft settings
                    draft_token_budget=None if spec is None else args.draft_token_budget,
                    draft_length_policy=None if spec is None else args.draft_length_policy) for m, spec in modes.items()}
+    info = machine_info(args.num_threads, llms["plain"].runner.model.device)  # the runner's device: a GPU if visible
+    machine = f"{machine_header(info)}; {platform.machine()}"
+    print(f"machine: {machine}", flush=True)
+    results = {**info, "machine": machine, "num_threads": args.num_threads, "config": vars(args), "runs": []}
     servers: dict = {}
     try:
         # reference: each prompt alone, plain greedy

@@ -41,19 +41,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.machine import cpu_model_and_flags  # noqa: E402
+from bench.machine import machine_header, machine_info  # noqa: E402
 from promptlookup.fsutil import atomic_write_json  # noqa: E402
 
 WORDS = ("alpha beta gamma delta river stone cloud paper light north south value index table "
          "green orange window market garden signal bridge number letter winter summer engine").split()
-CPU_FLAGS = ("avx", "avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "amx_tile", "amx_bf16")
 
 
-def machine() -> dict:
-    """The machine, its CPU model and the CPU flags that matter to the kernels."""
-    model, flags = cpu_model_and_flags(CPU_FLAGS)
-    return {"machine": platform.machine(), "system": platform.system(), "cpu": model, "cpus": os.cpu_count(),
-            "cpu_flags": flags, "python": platform.python_version()}
+def machine(num_threads: int) -> dict:
+    """:func:`bench.machine.machine_info` (CPU model, the vector flags that matter to the kernels,
+    CPUs, ``num_threads``: the server's) with the platform and Python version."""
+    return {**machine_info(num_threads), "machine": platform.machine(), "system": platform.system(),
+            "python": platform.python_version()}
 
 
 def make_request(rng: random.Random, most_tokens: int) -> tuple[str, dict, bool]:
@@ -151,6 +150,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.duration <= 0 or args.sample_every <= 0 or args.concurrency < 1 or args.max_tokens < 16:
         p.error("--duration and --sample_every must be > 0, --concurrency >= 1, --max_tokens >= 16")
     warmup = args.duration / 3 if args.warmup is None else args.warmup
+    from promptlookup.threads import default_num_threads
+
+    host = machine(args.num_threads or default_num_threads())  # serve.py's own default when not given
+    print(f"{machine_header(host)} (the server's); {host['machine']}, Python {host['python']}", flush=True)
 
     proc, base = start_server(args)
     done = {"requests": 0, "errors": 0}
@@ -211,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{s['t']:7.1f} {s['rss_mib']:10.1f} {s['metrics_resident_mib']:12.1f} {s['ngram_pool_mib']:9.2f} "
               f"{s['patterns']:9d} {s['evictions']:9d} {s['requests']:8d} {s['generated_tokens']:7d}{mark}")
     result = {
-        "bench": "soak", "machine": machine(), "server_threads": args.num_threads or "serve.py default",
+        "bench": "soak", "machine": host, "server_threads": args.num_threads or "serve.py default",
         "engine_dir": args.engine_dir, "prompt_lookup_config": args.prompt_lookup_config,
         "ngram_pool_max_patterns": args.ngram_pool_max_patterns, "duration_s": args.duration, "warmup_s": warmup,
         "concurrency": args.concurrency, "max_tokens": args.max_tokens,

@@ -37,6 +37,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from promptlookup.cli.args import ArgumentParser, add_num_threads_argument  # noqa: E402  (before torch)
 
 from bench_runtime import SHARED, machine, setup  # noqa: E402
+from bench.machine import machine_info  # noqa: E402
 
 from promptlookup.decoding import generate  # noqa: E402
 from promptlookup.decoding.lookahead import parse_lookahead_config  # noqa: E402
@@ -164,7 +165,8 @@ def main(argv: list[str] | None = None) -> int:
         acc = f"{accepted}/{drafted}" if steps else "-"
         print(f"{m:14} {s['tokens_per_s']:7.1f} {s['speedup']:8.2f} {s['speedup_code']:6.2f} "
               f"{s['speedup_summary']:6.2f} {tps:>9} {acc:>12} {tree_ps:>10} {str(s['all_identical']):>10}")
-    atomic_write_json(args.output_json, {"machine": machine(device), "device": device, "num_threads": args.num_threads,
+    atomic_write_json(args.output_json, {**machine_info(args.num_threads, device),
+                                         "machine": machine(device), "device": device, "num_threads": args.num_threads,
                                          "step_costs": costs, "step_costs_source": source, "args": vars(args),
                                          "summary": summary, "prompts": rows})
     print(f"wrote {args.output_json}")
