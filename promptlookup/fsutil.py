@@ -5,8 +5,9 @@ only when complete; files are written to a sibling temporary file and renamed. A
 at any point removes the temporary and leaves an existing target untouched.
 
 Nothing the toolkit did not write is ever deleted: every output directory carries a small
-manifest (:data:`MANIFEST`, naming its kind), and an existing directory is replaced only
-when it is empty or carries the manifest of the same kind. Outputs that are, contain or
+manifest (:data:`MANIFEST`, naming its kind and the files written), and an existing directory
+is replaced only when it is empty or carries the manifest of the same kind and holds no file
+beyond those it lists (a note a user added to a checkpoint folder is never deleted). Outputs that are, contain or
 lie inside their inputs are refused (:func:`check_output_dir`), before anything is loaded.
 A write that the file system refuses (full, over quota, read-only, not permitted) becomes one
 line naming the path and the fix (:class:`UserError`), after the temporary is removed.
@@ -51,14 +52,23 @@ MANIFEST = ".promptlookup-output.json"
 """Marks a directory this toolkit wrote; only such a directory (or an empty one) is replaced."""
 
 
-def _manifest_kind(directory: Path) -> str | None:
-    """The ``kind`` recorded in ``directory``'s manifest, or None if it has no readable one."""
+def _manifest(directory: Path) -> tuple[str | None, set[str] | None]:
+    """The ``kind`` recorded in ``directory``'s manifest (None if it has no readable one) and
+    the files it lists (None for a manifest from before the list was kept)."""
     try:
         data = json.loads((directory / MANIFEST).read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return None
-    kind = data.get("kind") if isinstance(data, dict) and data.get("tool") == "promptlookup" else None
-    return kind if isinstance(kind, str) else None
+        return None, None
+    if not isinstance(data, dict) or data.get("tool") != "promptlookup" or not isinstance(data.get("kind"), str):
+        return None, None
+    files = data.get("files")
+    return data["kind"], set(files) if isinstance(files, list) else None
+
+
+def _files(directory: Path) -> list[str]:
+    """Every file under ``directory`` (links included, not followed), as sorted relative POSIX paths."""
+    return sorted(p.relative_to(directory).as_posix() for p in directory.rglob("*")
+                  if p.is_file() or p.is_symlink())
 
 
 def _probe_writable(directory: Path, what: str) -> None:
@@ -126,10 +136,11 @@ def check_output_dir(
     - it is not the working directory or one of its ancestors;
     - an existing output is a directory that is empty or carries this toolkit's
       :data:`MANIFEST` for the same ``kind`` (``legacy_names``: file names whose sole
-      presence also marks an output written before manifests existed);
+      presence also marks an output written before manifests existed) and no file beyond
+      those the manifest lists;
     - its location can be written.
 
-    Cost: O(entries of the existing output) plus :func:`ensure_writable`'s probe.
+    Cost: O(files of the existing output) plus :func:`ensure_writable`'s probe.
     """
     resolved = Path(target).resolve()
     for in_flag, in_path in inputs:
@@ -144,7 +155,7 @@ def check_output_dir(
         if not resolved.is_dir():
             raise UserError(f"{flag} {target} exists and is not a directory; remove it or choose another path")
         entries = sorted(p.name for p in resolved.iterdir())
-        found = _manifest_kind(resolved) if MANIFEST in entries else None
+        found, written = _manifest(resolved) if MANIFEST in entries else (None, None)
         if entries and found != kind and not (found is None and legacy_names and set(entries) <= set(legacy_names)):
             if found is not None:
                 raise UserError(f"{flag} {target} holds a {found} written by promptlookup, not the {kind} "
@@ -152,6 +163,12 @@ def check_output_dir(
             shown = ", ".join(entries[:3]) + (", ..." if len(entries) > 3 else "")
             raise UserError(f"{flag} {target} already holds files promptlookup did not write ({shown}); "
                             f"choose a new or empty folder, or delete it yourself")
+        added = [] if written is None else [f for f in _files(resolved) if f != MANIFEST and f not in written]
+        if added:
+            shown = ", ".join(added[:3]) + (", ..." if len(added) > 3 else "")
+            raise UserError(f"{flag} {target} is a {kind} promptlookup wrote, but it now also holds files it did not "
+                            f"write ({shown}), which replacing it would delete; move them out, or choose another "
+                            "folder")
     ensure_writable(resolved, flag, directory=True)
     return resolved
 
@@ -206,7 +223,7 @@ def atomic_output_dir(
     try:
         os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes it private; outputs are not
         yield tmp
-        atomic_write_json(tmp / MANIFEST, {"tool": "promptlookup", "kind": kind, "version": 1})
+        atomic_write_json(tmp / MANIFEST, {"tool": "promptlookup", "kind": kind, "version": 2, "files": _files(tmp)})
         check_output_dir(target, kind, **checks)
         with _deferred_interrupts():
             old = None

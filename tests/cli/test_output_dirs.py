@@ -119,8 +119,35 @@ def test_rebuild_replaces_the_engine_it_wrote_and_marks_it(checkpoint, tmp_path)
         assert r.returncode == 0, r.stderr
         assert json.loads((out / "config.json").read_text())["build_config"]["max_batch_size"] == int(max_batch)
     manifest = json.loads((out / MANIFEST).read_text())
-    assert manifest == {"tool": "promptlookup", "kind": "engine", "version": 1}
+    assert {k: manifest[k] for k in ("tool", "kind", "version")} == {"tool": "promptlookup", "kind": "engine",
+                                                                     "version": 2}
+    assert manifest["files"] == sorted(p.relative_to(out).as_posix() for p in out.rglob("*")
+                                       if p.is_file() and p.name != MANIFEST)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["engine"]
+
+
+def test_a_file_added_to_an_output_it_wrote_is_never_deleted(checkpoint, hf_dir, tmp_path):
+    """Replacing an output of the same kind is refused once it holds a file the tool did not
+    write (a user's notes): the replacement would delete it. An output from before the
+    manifest listed its files is still replaced as before."""
+    out = tmp_path / "engine"
+    assert build("--checkpoint_dir", str(checkpoint), "--output_dir", str(out)).returncode == 0
+    (out / "NOTES.txt").write_text("mine")
+    before = snapshot(out)
+    one_error_line(build("--checkpoint_dir", str(checkpoint), "--output_dir", str(out)),
+                   "also holds files it did not write (NOTES.txt)", "move them out")
+    assert snapshot(out) == before
+    ckpt = tmp_path / "ckpt"
+    assert run_convert("--model_dir", str(hf_dir), "--output_dir", str(ckpt)).returncode == 0
+    (ckpt / "sub").mkdir()
+    (ckpt / "sub" / "x.txt").write_text("mine")
+    one_error_line(run_convert("--model_dir", str(hf_dir), "--output_dir", str(ckpt)), "(sub/x.txt)")
+    assert (ckpt / "sub" / "x.txt").read_text() == "mine"
+    (out / "NOTES.txt").unlink()
+    old = json.loads((out / MANIFEST).read_text())
+    (out / MANIFEST).write_text(json.dumps({"tool": "promptlookup", "kind": "engine", "version": 1}))
+    assert build("--checkpoint_dir", str(checkpoint), "--output_dir", str(out)).returncode == 0
+    assert json.loads((out / MANIFEST).read_text())["files"] == old["files"]
 
 
 def test_build_refuses_to_replace_a_checkpoint_it_converted(checkpoint, tmp_path):
