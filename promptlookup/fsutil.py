@@ -166,7 +166,7 @@ def check_output_dir(
         added = [] if written is None else [f for f in _files(resolved) if f != MANIFEST and f not in written]
         if added:
             shown = ", ".join(added[:3]) + (", ..." if len(added) > 3 else "")
-            raise UserError(f"{flag} {target} is a {kind} promptlookup wrote, but it now also holds files it did not "
+            raise UserError(f"{flag} {target} holds the {kind} promptlookup wrote, but it now also holds files it did not "
                             f"write ({shown}), which replacing it would delete; move them out, or choose another "
                             "folder")
     ensure_writable(resolved, flag, directory=True)
