@@ -204,18 +204,22 @@ class _StreamerSink:
             self.streamer.put(torch.tensor([list(event.tokens)], dtype=torch.long))
 
 
-def _single(value: Any, name: str) -> int | None:
+def _token_ids(value: Any, name: str, many: bool) -> list[int]:
+    """``value`` (an id, a list of ids or a tensor of them; ``None``: none) as a list of token
+    ids; more than one only where ``many`` (``eos_token_id``: every one ends a row, as in
+    transformers)."""
     if value is None:
-        return None
+        return []
     if isinstance(value, torch.Tensor):
         value = value.tolist()
-    if isinstance(value, (list, tuple)):
-        if len(value) != 1:
-            raise HFValueError(f"{name} {list(value)}: only one end token is supported; pass {name}=<one id>")
-        value = value[0]
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise HFValueError(f"{name} must be a token id (an integer >= 0), got {value!r}")
-    return value
+    ids = list(value) if isinstance(value, (list, tuple)) else [value]
+    if not ids or (len(ids) > 1 and not many):
+        raise HFValueError(f"{name} must be one token id, got {value!r}")
+    for t in ids:
+        if isinstance(t, bool) or not isinstance(t, int) or t < 0:
+            raise HFValueError(f"{name} must be a token id (an integer >= 0){' or a list of them' if many else ''}, "
+                               f"got {value!r}")
+    return list(dict.fromkeys(ids))
 
 
 def generate(
@@ -293,10 +297,10 @@ def generate(
         least = 0 if name == "seed" else 1
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
             raise HFValueError(f"{name} must be an integer >= {least}, got {value!r}")
-    end_id = _single(default(eos_token_id, "eos_token_id", None), "eos_token_id")
-    pad_id = _single(default(pad_token_id, "pad_token_id", None), "pad_token_id")
-    if pad_id is None:
-        pad_id = end_id if end_id is not None else 0
+    end_ids = _token_ids(default(eos_token_id, "eos_token_id", None), "eos_token_id", many=True)
+    end_id, more_ends = (end_ids[0], tuple(end_ids[1:])) if end_ids else (None, ())
+    pads = _token_ids(default(pad_token_id, "pad_token_id", None), "pad_token_id", many=False)
+    pad_id = pads[0] if pads else end_id if end_id is not None else 0  # transformers: the first end token
     do_sample = bool(default(do_sample, "do_sample", False))
     penalty = default(repetition_penalty, "repetition_penalty", 1.0)
     if isinstance(penalty, bool) or not isinstance(penalty, (int, float)) or not (math.isfinite(penalty)
@@ -308,14 +312,15 @@ def generate(
         warnings.warn(f"do_sample is False, so {', '.join(f'{k}={v!r}' for k, v in explicit.items())} "
                       f"{'has' if len(explicit) == 1 else 'have'} no effect: greedy decoding; pass do_sample=True to "
                       "sample", UserWarning, stacklevel=2)
-    sampling = SamplingConfig(repetition_penalty=float(penalty))
+    sampling = SamplingConfig(repetition_penalty=float(penalty), stop_token_ids=more_ends)
     if do_sample:
         t = float(default(temperature, "temperature", 1.0))
         if t <= 0:
             raise HFValueError(f"temperature has to be a strictly positive float with do_sample=True, got {t}; "
                                "pass do_sample=False for greedy decoding")
         sampling = SamplingConfig(t, int(default(top_k, "top_k", 50)),
-                                  float(default(top_p, "top_p", 1.0)), int(seed), repetition_penalty=float(penalty))
+                                  float(default(top_p, "top_p", 1.0)), int(seed), repetition_penalty=float(penalty),
+                                  stop_token_ids=more_ends)
     sink = None
     if streamer is not None:
         if input_ids.shape[0] != 1:

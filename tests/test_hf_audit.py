@@ -60,7 +60,8 @@ def test_an_unsupported_setting_in_a_passed_generation_config_is_named(model):
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    ({"eos_token_id": torch.tensor([2, 3])}, r"eos_token_id \[2, 3\]: only one end token"),
+    ({"eos_token_id": [2, "3"]}, "eos_token_id must be a token id"),
+    ({"pad_token_id": [2, 3]}, "pad_token_id must be one token id"),
     ({"eos_token_id": -5}, "eos_token_id must be a token id"),
     ({"max_matching_ngram_size": 0}, "max_matching_ngram_size must be an integer >= 1, got 0"),
     ({"prompt_lookup_num_tokens": True}, "prompt_lookup_num_tokens must be an integer >= 1, got True"),
@@ -79,3 +80,19 @@ def test_bad_values_are_one_line_value_errors(model, kwargs, message):
 def test_a_one_element_eos_tensor_is_accepted(model):
     assert hf.generate(model, IDS, max_new_tokens=4, eos_token_id=torch.tensor([2])).tolist() == \
         model.generate(IDS, max_new_tokens=4, do_sample=False, eos_token_id=2).tolist()
+
+
+def test_several_end_tokens_end_a_row_as_in_model_generate(model):
+    """eos_token_id as a list (Llama 3's generation configs hold two): any of them ends a row,
+    kept in the output and padded after, as model.generate does; the second one really ends
+    a row here (its first greedy token), under prompt lookup and on a padded batch."""
+    plain = model.generate(IDS, max_new_tokens=12, do_sample=False, eos_token_id=63, pad_token_id=0)
+    stop = int(plain[0, IDS.shape[1] + 3])  # the fourth new token: the row must end there
+    for eos in ([63, stop], torch.tensor([63, stop]), [stop, 63]):
+        want = model.generate(IDS, max_new_tokens=12, do_sample=False, eos_token_id=eos, pad_token_id=0)
+        got = hf.generate(model, IDS, max_new_tokens=12, eos_token_id=eos, pad_token_id=0)
+        assert got.tolist() == want.tolist()
+        assert got[0, IDS.shape[1]:].tolist().index(stop) <= 3
+    config = GenerationConfig(eos_token_id=[63, stop], max_new_tokens=12)
+    assert hf.generate(model, IDS, generation_config=config, pad_token_id=0).tolist() == \
+        model.generate(IDS, generation_config=config, do_sample=False, pad_token_id=0).tolist()

@@ -132,7 +132,9 @@ class SamplingParams:
     ``n``: samples of each prompt (``generate``/``chat``), each its own request with its own
     request id and the same seed, so each is reproducible alone (:mod:`.samples`); greedy
     ``n > 1`` gives ``n`` identical outputs, as vLLM.
-    ``ignore_eos``: no end token (vLLM's). ``logprobs`` (0..20): each output token's
+    ``ignore_eos``: no end token (vLLM's). ``stop_token_ids``: more end tokens (vLLM's and
+    TensorRT-LLM's), each kept in ``token_ids`` as ``end_id`` is and named by ``stop_reason``;
+    they end the request even with ``ignore_eos``, and ``min_tokens`` holds them back too. ``logprobs`` (0..20): each output token's
     log-probability and that many most likely alternatives, the raw model's
     (:mod:`promptlookup.runtime.logprobs`), as ``CompletionOutput.logprobs``.
     Bad values raise :class:`~.validation.ParamTypeError` / :class:`~.validation.ParamValueError`
@@ -157,6 +159,8 @@ class SamplingParams:
     n: int = 1  # samples of each prompt (.samples)
     logprobs: int | None = None  # each token's log-probability and this many top alternatives (None: none)
     ignore_eos: bool = False  # vLLM's: no end token at all (generate max_tokens unless a stop string ends it)
+    # vLLM's and TensorRT-LLM's: more end tokens (kept in token_ids, as end_id is); with ignore_eos they still end
+    stop_token_ids: tuple[int, ...] | list[int] | None = None
 
     def __post_init__(self) -> None:
         def put(name: str, value: object) -> None:
@@ -203,9 +207,14 @@ class SamplingParams:
         put("min_tokens", check_int("min_tokens", self.min_tokens, 0))
         if self.min_tokens > self.max_tokens:
             raise ParamValueError(f"min_tokens ({self.min_tokens}) must not exceed max_tokens ({self.max_tokens})")
+        stops = self.stop_token_ids
+        if stops is not None and (isinstance(stops, (str, bytes)) or not isinstance(stops, (list, tuple))):
+            raise ParamTypeError(f"stop_token_ids must be a list of token ids, got {type(stops).__name__}")
+        put("stop_token_ids", tuple(dict.fromkeys(check_int("stop_token_ids", t, 0) for t in stops or ())) or None)
 
     def sampling_config(self) -> SamplingConfig:
         return SamplingConfig(self.temperature, self.top_k, self.top_p, self.seed,
                               repetition_penalty=self.repetition_penalty, presence_penalty=self.presence_penalty,
                               frequency_penalty=self.frequency_penalty, logit_bias=self.logit_bias or (),
-                              min_tokens=self.min_tokens, logprobs=self.logprobs)
+                              min_tokens=self.min_tokens, logprobs=self.logprobs,
+                              stop_token_ids=self.stop_token_ids or ())

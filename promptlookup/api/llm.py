@@ -21,6 +21,7 @@ from typing import Any, AsyncIterator, Iterator, Mapping, Sequence
 
 from ..defaults import BACKENDS, DEFAULT_BACKEND, DEFAULT_DRAFT_LENGTH_POLICY, DRAFT_LENGTH_POLICIES
 from ..errors import UserError
+from ..decoding.request import FINISH_STOP
 from ..decoding.scheduler import FINISH_ERROR, GenerationRequest, RequestHandle, Scheduler, TokenEvent
 from ..runtime.results import SequenceResult
 from ..text import REPLACEMENT, IncrementalDetokenizer, decode_text, encode_text, find_stop, stop_hold, stop_token_count
@@ -73,7 +74,7 @@ class CompletionOutput(SequenceResult):
     index: int = 0
     text: str = ""
     finish_reason: str | None = None  # "stop" (end_id or a stop string), "length", "abort" (abort())
-    stop_reason: str | None = None  # the stop string that ended it
+    stop_reason: str | int | None = None  # the stop string or stop token id that ended it (vLLM's; None for end_id)
     text_diff: str = ""  # text added by the latest update (streaming)
     token_ids_diff: list[int] = field(default_factory=list)
 
@@ -182,6 +183,8 @@ class RequestOutput:
             self.handle.stop()
         elif self.finished:
             out.text = full.rstrip(REPLACEMENT)  # a character cut by the end never completes: drop it
+            if event.finish_reason == FINISH_STOP and ids and ids[-1] in (self.params.stop_token_ids or ()):
+                out.stop_reason = ids[-1]
         else:
             hold = stop_hold(full, stops)
             out.text = full[: len(full) - hold] if hold else full

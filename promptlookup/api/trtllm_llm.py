@@ -9,7 +9,7 @@ TensorRT-engine LLM, whichever the installed release has; see docs/trtllm.md).
 Only :meth:`TrtllmGeneration.generate` is offered: streaming and the asynchronous calls are
 TensorRT-LLM's own (use its ``LLM.generate_async``). Everything else the PyTorch path takes
 that has no TensorRT-LLM equivalent here is refused in one line, never ignored: stop
-strings, block reuse off, the cost-aware draft length, a draft token budget, ``device``,
+strings and stop token ids, block reuse off, the cost-aware draft length, a draft token budget, ``device``,
 ``cache_dir``/``build``.
 """
 from __future__ import annotations
@@ -86,6 +86,9 @@ class TrtllmGeneration:
         if any(p.logprobs is not None for p in params):
             raise UserError("logprobs are not passed to TensorRT-LLM by this path; drop SamplingParams.logprobs or "
                             "use backend='torch'")
+        if any(p.stop_token_ids for p in params):
+            raise UserError("stop_token_ids are not passed to TensorRT-LLM by this path; drop them or use "
+                            "backend='torch'")
         if any(p.ignore_eos for p in params):
             raise UserError("ignore_eos is not passed to TensorRT-LLM by this path; drop it or use backend='torch'")
         if any(p.sampling_config().has_logits_processors for p in params):

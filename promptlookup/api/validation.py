@@ -79,10 +79,15 @@ def check_logprobs(value: object) -> int | None:
 
 def check_vocab(params: Any, end_id: int, vocab_size: int) -> None:
     """The token ids of a request's settings lie in the engine's vocabulary: ``end_id`` (else
-    generation could never stop on it; not checked with ``ignore_eos``) and ``logit_bias``'s keys."""
+    generation could never stop on it; not checked with ``ignore_eos``), ``stop_token_ids`` and
+    ``logit_bias``'s keys."""
     if not params.ignore_eos and not 0 <= end_id < vocab_size:
         raise ParamValueError(f"end_id {end_id} is outside the engine's vocabulary (0..{vocab_size - 1}); pass a "
                               "token id in that range, or end_id=None for the tokenizer's end-of-sequence token")
+    outside = [t for t in params.stop_token_ids or () if t >= vocab_size]
+    if outside:
+        raise ParamValueError(f"stop_token_ids has token id {outside[0]}, outside the engine's vocabulary "
+                              f"(0..{vocab_size - 1})")
     outside = [t for t, _ in params.logit_bias or () if t >= vocab_size]
     if outside:
         raise ParamValueError(f"logit_bias has token id {outside[0]}, outside the engine's vocabulary "

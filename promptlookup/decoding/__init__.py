@@ -57,6 +57,8 @@ def _single_call(runner: Any, prompts: Any, **kw: Any) -> list[SequenceResult]:
 
 def _own_speculation(runner: Any, prompts: Any, *, draft: DraftConfig | None, drafter: Drafter | None,
                      lookahead: LookaheadConfig | None, sampling: SamplingConfig, **kw: Any) -> list[SequenceResult]:
+    if sampling.stop_token_ids:
+        raise UserError("stop token ids are not passed to TensorRT-LLM's own speculation; use --workflow v1")
     if lookahead is None and sampling.stop_words:
         raise UserError("stop words need the orchestrator loop on this backend; use --workflow v1")
     for k in ("trees", "step_costs", "max_candidates"):

@@ -87,8 +87,9 @@ class RequestState:
         max_tree_nodes: int | None = None,
         slot: int | None = None,
     ) -> None:
-        """Stop words (``sampling.stop_words``) end the request and stay in its output, as
-        ``end_id`` does; whatever a step produced after one is dropped."""
+        """Stop words (``sampling.stop_words``) and stop tokens (``sampling.stop_token_ids``)
+        end the request and stay in its output, as ``end_id`` does; whatever a step produced
+        after one is dropped."""
         self.index = index
         self.prompt = list(prompt)
         self.proposer = proposer
@@ -96,7 +97,7 @@ class RequestState:
         self.end_id = end_id
         self.max_seq_len = max_seq_len
         self.sampling = sampling
-        self.stop_words = [list(w) for w in sampling.stop_words if w]
+        self.stop_words = [list(w) for w in sampling.stop_words if w] + [[t] for t in sampling.stop_token_ids]
         self.max_tree_nodes = max_tree_nodes
         self.slot = slot
         self.result = SequenceResult()
@@ -133,7 +134,7 @@ class RequestState:
     def commit(self, tokens: Sequence[int], accepted: int, choices: Sequence[int] = (),
                logprobs: Sequence[TokenLogprob] | None = None) -> StepEvent:
         """Append one step's tokens (``accepted`` draft tokens, then the target's own), cut
-        at ``max_new_tokens`` and after the first stop word; returns the step's event.
+        at ``max_new_tokens`` and after the first stop word or stop token; returns the step's event.
         ``logprobs`` (one per token, where the request asked) are cut with the tokens."""
         r = self.result
         tokens = list(tokens)[: self.max_new_tokens - len(r.output_ids)]

@@ -40,8 +40,11 @@ class SamplingConfig:
     frequency_penalty: float = 0.0  # subtracted per occurrence of a seen token
     bad_words: tuple[tuple[int, ...], ...] = ()  # token sequences never produced
     stop_words: tuple[tuple[int, ...], ...] = ()  # a sequence ends once its text ends with one
+    # More end tokens (vLLM's and TensorRT-LLM's stop_token_ids): a sequence ends after the first,
+    # kept in its output as end_id is; banned with end_id before min_tokens
+    stop_token_ids: tuple[int, ...] = ()
     logit_bias: tuple[tuple[int, float], ...] = ()  # (token, bias) added to the raw logits (OpenAI's logit_bias)
-    min_tokens: int = 0  # end_id is banned until the sequence has this many output tokens
+    min_tokens: int = 0  # end_id (and stop_token_ids) banned until the sequence has this many output tokens
     # Log-probabilities of the emitted tokens (:mod:`.logprobs`: the raw logits', before every
     # setting above): None for none, else this many top alternatives per token (0: the token's only).
     # Changes no token; the step groups requests without it, so it never splits a forward pass.

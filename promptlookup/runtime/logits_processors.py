@@ -21,7 +21,8 @@ Semantics follow TensorRT-LLM's kernels (``penaltyKernels.cu``, ``banBadWords.cu
   token and ``+100`` all but forces it, at any temperature.
 - Minimum tokens (``min_tokens``, vLLM's and TensorRT-LLM's ``min_tokens``): while a row's
   prefix holds fewer than ``min_tokens`` output tokens (its length minus the prompt's),
-  ``end_id`` is banned in that row, so the sequence cannot end early. The count comes
+  ``end_id`` and the ``stop_token_ids`` are banned in that row (vLLM's rule), so the
+  sequence cannot end early. The count comes
   from the row's own prefix, so it is exact under speculation like the penalties.
 - Bad words: a one-token bad word is never produced; for a longer one, its last token is
   banned (logit ``-inf``) whenever the prefix ends with its other tokens. (TensorRT-LLM
@@ -108,10 +109,12 @@ def apply_logits_processors(
         ids = torch.tensor([t for t, _ in params.logit_bias if 0 <= t < vocab], dtype=torch.long, device=x.device)
         bias = torch.tensor([b for t, b in params.logit_bias if 0 <= t < vocab], dtype=x.dtype, device=x.device)
         x[:, ids] += bias  # token ids are distinct (one entry per token)
-    if params.min_tokens > 0 and prompt_lens is not None and end_id is not None and 0 <= end_id < vocab:
+    ends = [t for t in (end_id, *params.stop_token_ids) if t is not None and 0 <= t < vocab]
+    if params.min_tokens > 0 and prompt_lens is not None and ends:
         early = [i for i, (p, n) in enumerate(zip(prefixes, prompt_lens)) if len(p) - n < params.min_tokens]
         if early:
-            x[torch.tensor(early, device=x.device), end_id] = float("-inf")
+            rows = torch.tensor(early, device=x.device)
+            x[rows[:, None], torch.tensor(ends, device=x.device)[None, :]] = float("-inf")
     if params.bad_words:
         rows, cols = [], []
         for i, prefix in enumerate(prefixes):

@@ -5,7 +5,7 @@ vocabulary, the engine limits): :func:`parse_request` runs on a worker thread, s
 body never stalls the event loop that streams other requests.
 
 Honoured: ``max_tokens`` / ``max_completion_tokens`` (chat; a 400 where both differ), ``temperature``, ``top_p``, ``top_k``
-(vLLM's; -1 is "none"), ``seed``, ``stop``, ``ignore_eos`` (vLLM's), ``n`` (with
+(vLLM's; -1 is "none"), ``seed``, ``stop``, ``stop_token_ids`` (vLLM's: more end tokens), ``ignore_eos`` (vLLM's), ``n`` (with
 ``best_of`` equal to it or absent), ``presence_penalty`` and ``frequency_penalty`` (in
 [-2, 2], OpenAI's range), ``repetition_penalty`` (> 0, vLLM's), ``logit_bias`` ({token id:
 bias in [-100, 100]}), ``min_tokens`` (vLLM's), ``echo`` (completions), ``logprobs`` (completions: an
@@ -92,7 +92,6 @@ _UNSUPPORTED: dict[str, tuple[Callable[[Any], bool], str]] = {
     "guided_regex": (lambda v: v is None, "guided decoding is not supported"),
     "guided_choice": (lambda v: v is None, "guided decoding is not supported"),
     "guided_grammar": (lambda v: v is None, "guided decoding is not supported"),
-    "stop_token_ids": (lambda v: v in (None, []), "stop_token_ids are not supported; use 'stop' strings"),
     "include_stop_str_in_output": (lambda v: v in (None, False), "the stop string is always cut from the text"),
     "store": (lambda v: v in (None, False), "stored completions are not supported: nothing is stored"),
     "skip_special_tokens": (lambda v: v in (None, True), "special tokens are always skipped in the text"),
@@ -101,7 +100,8 @@ _UNSUPPORTED: dict[str, tuple[Callable[[Any], bool], str]] = {
 
 # The fields read above (honoured, checked, or metadata), beside those of _UNSUPPORTED.
 _READ = frozenset({
-    "model", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "seed", "stop", "ignore_eos",
+    "model", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "seed", "stop", "stop_token_ids",
+    "ignore_eos",
     "n", "best_of", "presence_penalty", "frequency_penalty", "repetition_penalty", "logit_bias", "min_tokens",
     "logprobs", "top_logprobs", "echo", "stream", "stream_options",
     "user", "metadata", "store", "service_tier", "parallel_tool_calls",
@@ -270,6 +270,11 @@ def sampling_from_body(body: dict, max_seq_len: int, vocab_size: int, chat: bool
         raise ApiError("'stop' must be a string or a list of strings", "stop", "invalid_type")
     stops = [stop] if isinstance(stop, str) else list(stop or [])
     stops = [check_text(s, "stop") for s in stops if s]
+    stop_ids = _get(body, "stop_token_ids", (list,), [], "a list of token ids")
+    for t in stop_ids:
+        if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < vocab_size:
+            raise ApiError(f"'stop_token_ids' must hold token ids in [0, {vocab_size}), got {json.dumps(t)[:40]}",
+                           "stop_token_ids", "invalid_value")
     ignore_eos = _get(body, "ignore_eos", (bool,), False, "a boolean")
     echo = _get(body, "echo", (bool,), False, "a boolean")
     if not 0 <= temperature <= 2:
@@ -296,7 +301,8 @@ def sampling_from_body(body: dict, max_seq_len: int, vocab_size: int, chat: bool
         params = SamplingParams(max_tokens=max_tokens, temperature=float(temperature), top_k=top_k, top_p=float(top_p),
                                 seed=seed if seed is not None else 0, stop=stops or None,
                                 ignore_eos=ignore_eos, logit_bias=_logit_bias(body, vocab_size),
-                                min_tokens=min_tokens, logprobs=logprobs, **penalties)
+                                min_tokens=min_tokens, logprobs=logprobs, stop_token_ids=stop_ids or None,
+                                **penalties)
     except UserError as exc:  # every field was checked above; this is a rule SamplingParams adds
         raise ApiError(str(exc), None, "invalid_value") from None
     ids = tuple(range(n)) if seed is not None else tuple(secrets.randbits(62) for _ in range(n))

@@ -79,7 +79,8 @@ def test_sampling_flags_reach_the_runtime_and_lookup_keeps_the_tokens(tiny_engin
     assert plain["config"]["sampling"] == {"temperature": 0.7, "top_k": 3, "top_p": 0.9, "random_seed": 1,
                                            "repetition_penalty": 1.0, "presence_penalty": 0.0,
                                            "frequency_penalty": 0.0, "bad_words": [], "stop_words": [],
-                                           "logit_bias": [], "min_tokens": 0, "logprobs": None}
+                                           "logit_bias": [], "min_tokens": 0, "logprobs": None,
+                                           "stop_token_ids": []}
     assert ids(v1) == ids(plain) and ids(v2) == ids(plain)  # same seed: the same tokens
     assert v1["stats"]["drafted"] > 0 and v1["stats"]["accepted"] > 0  # drafts were checked, some kept
     other_seed = run_here(tiny_engine_dir, tmp_path, *SAMPLED[:-1], "2")

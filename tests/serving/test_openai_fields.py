@@ -248,6 +248,23 @@ def test_several_prompts_in_one_request(client, llm, server, stream):
     assert idle_without_leaks(llm)
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_stop_token_ids_end_a_choice(client, llm, server, stream):
+    """vLLM's stop_token_ids: the choice ends after the first one, as SamplingParams(stop_token_ids)."""
+    free = llm.generate(PROMPT, SamplingParams(max_tokens=12, ignore_eos=True)).outputs[0].token_ids
+    stop = free[4]
+    want = llm.generate(PROMPT, SamplingParams(max_tokens=12, ignore_eos=True, stop_token_ids=[stop])).outputs[0]
+    r = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=12, temperature=0, stream=stream,
+                                  extra_body={"stop_token_ids": [stop], "ignore_eos": True})
+    chunks = list(r) if stream else [r]
+    assert "".join(c.choices[0].text for c in chunks if c.choices) == want.text
+    assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["stop"]
+    for bad in ([-1], [10**7], "5", [True]):
+        status, body, _ = raw_post(server, "/v1/completions", json.dumps(
+            {"prompt": PROMPT, "stop_token_ids": bad}).encode())
+        assert status == 400 and body["error"]["param"] == "stop_token_ids", bad
+
+
 # ----------------------------------------------------------------------------- echo, content parts
 @pytest.mark.parametrize("stream", [False, True])
 def test_echo_prepends_the_prompt(client, stream):
