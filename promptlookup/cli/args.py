@@ -329,9 +329,9 @@ def require_lookup_config(args: argparse.Namespace, given: Collection[str], allo
         allowed = {*allowed, *WITH_LOOKAHEAD}
     stray = [flag for dest, flag in LOOKUP_ONLY_FLAGS.items() if dest in given and dest not in allowed]
     if stray:
-        verb = "applies" if len(stray) == 1 else "apply"
+        verb, them = ("applies", "it") if len(stray) == 1 else ("apply", "them")
         raise UserError(f"{', '.join(stray)} {verb} only to prompt lookup, which is off; add --prompt_lookup_config "
-                        '"[k, n]" or "[k, n, [devices]]" (e.g. "[10,2,[0]]") or drop them')
+                        f'"[k, n]" or "[k, n, [devices]]" (e.g. "[10,2,[0]]") or drop {them}')
 
 
 def require_pool_mode_flags(args: argparse.Namespace, given: Collection[str]) -> None:
