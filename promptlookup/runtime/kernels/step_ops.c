@@ -362,9 +362,12 @@ typedef struct {
 } Attention;
 
 /* p[g * K + c] = scale * (q0[g] . key c) for the n keys at `slots`, the G heads of one KV head
- * (kh: its pool [S, D]; each function reads one element type: the *_h ones float16). */
-typedef void (*ScoresFn)(const float *q0, Py_ssize_t G, Py_ssize_t D, const void *kh, const int64_t *slots,
-                         Py_ssize_t n, float *p, Py_ssize_t K, float scale);
+ * (kh: its pool [S, D]; each function reads one element type: the *_h ones float16). `vh`, when
+ * not NULL, is the KV head's V pool, whose rows of the same keys the SIMD paths prefetch as they
+ * go (values() reads them next: the scores, bound by their operations, leave memory idle, where
+ * values() would wait on it); it changes no value. */
+typedef void (*ScoresFn)(const float *q0, Py_ssize_t G, Py_ssize_t D, const void *kh, const void *vh,
+                         const int64_t *slots, Py_ssize_t n, float *p, Py_ssize_t K, float scale);
 
 ALWAYS_INLINE void scores_generic(const float *q0, Py_ssize_t G, Py_ssize_t D, const void *kh, const int64_t *slots,
                                   Py_ssize_t n, float *p, Py_ssize_t K, float scale, int half) {
@@ -385,6 +388,22 @@ ALWAYS_INLINE void scores_generic(const float *q0, Py_ssize_t G, Py_ssize_t D, c
 static inline void prefetch_kv(const void *head, int64_t slot, Py_ssize_t D, Py_ssize_t d0, Py_ssize_t d1, int half) {
     const char *from = (const char *)kv_row(head, slot, D, half) + d0 * KV_BYTES(half);
     for (Py_ssize_t i = 0; i < (d1 - d0) * KV_BYTES(half); i += 64) _mm_prefetch(from + i, _MM_HINT_T0);
+}
+
+/* The V row at `slot` of the V pool `vh` (NULL: none) into the caches, for the values pass
+ * after the scores. Nothing reads the V pool while the scores run, so its pages are not in the
+ * TLB, and this CPU (Zen 3) drops a prefetch whose page is not: the row that starts a page is
+ * read instead (one load per 32 float16 keys), which brings the page in for the prefetches that
+ * follow. Without that read the prefetches did nothing; with it a one-row step's attention over
+ * a pool read from memory took 0.73-0.76x the time (docs/benchmarks.md). */
+static inline void prefetch_v(const void *vh, int64_t slot, Py_ssize_t D, int half) {
+    if (vh == NULL) return;
+    const char *from = (const char *)kv_row(vh, slot, D, half);
+    if (((uintptr_t)from & 4095) < (uintptr_t)(D * KV_BYTES(half))) {
+        volatile char first = *from; /* a load, not a prefetch: it walks the page table */
+        (void)first;
+    }
+    for (Py_ssize_t i = 0; i < D * KV_BYTES(half); i += 64) _mm_prefetch(from + i, _MM_HINT_T1);
 }
 
 /* 8 (AVX2) or 16 (AVX-512) elements of a K/V row from element i, as float32. */
@@ -421,8 +440,8 @@ T_AVX2 static inline __m128 tree16x4_avx2(const __m256 *lo, const __m256 *hi) {
 /* dot() for D a multiple of 16: the same lanes, products and tree, in AVX2 registers; four
  * keys at a time share one reduction. */
 T_AVX2 ALWAYS_INLINE void scores_avx2_of(const float *q0, Py_ssize_t G, Py_ssize_t D, const void *kh,
-                                         const int64_t *slots, Py_ssize_t n, float *p, Py_ssize_t K, float scale,
-                                         const int half) {
+                                         const void *vh, const int64_t *slots, Py_ssize_t n, float *p, Py_ssize_t K,
+                                         float scale, const int half) {
     if (D % LANES) {
         scores_generic(q0, G, D, kh, slots, n, p, K, scale, half);
         return;
@@ -433,7 +452,10 @@ T_AVX2 ALWAYS_INLINE void scores_avx2_of(const float *q0, Py_ssize_t G, Py_ssize
         const void *k[4];
         for (int j = 0; j < 4; j++) {
             k[j] = kv_row(kh, slots[c + j], D, half);
-            if (c + PF_KEYS + j < n) prefetch_kv(kh, slots[c + PF_KEYS + j], D, 0, D, half);
+            if (c + PF_KEYS + j < n) {
+                prefetch_kv(kh, slots[c + PF_KEYS + j], D, 0, D, half);
+                prefetch_v(vh, slots[c + PF_KEYS + j], D, half);
+            }
         }
         for (Py_ssize_t g = 0; g < G; g++) {
             const float *qg = q0 + g * D;
@@ -475,8 +497,8 @@ T_512 static inline __m128 tree16x4_avx512(__m512 a, __m512 b, __m512 c, __m512 
 }
 
 T_512 ALWAYS_INLINE void scores_avx512_of(const float *q0, Py_ssize_t G, Py_ssize_t D, const void *kh,
-                                          const int64_t *slots, Py_ssize_t n, float *p, Py_ssize_t K, float scale,
-                                          const int half) {
+                                          const void *vh, const int64_t *slots, Py_ssize_t n, float *p, Py_ssize_t K,
+                                          float scale, const int half) {
     if (D % LANES) {
         scores_generic(q0, G, D, kh, slots, n, p, K, scale, half);
         return;
@@ -486,7 +508,10 @@ T_512 ALWAYS_INLINE void scores_avx512_of(const float *q0, Py_ssize_t G, Py_ssiz
     for (; c + 4 <= n; c += 4) { /* four keys at a time: one joint reduction */
         const void *k0 = kv_row(kh, slots[c], D, half), *k1 = kv_row(kh, slots[c + 1], D, half),
                    *k2 = kv_row(kh, slots[c + 2], D, half), *k3 = kv_row(kh, slots[c + 3], D, half);
-        for (int j = 0; j < 4 && c + PF_KEYS + j < n; j++) prefetch_kv(kh, slots[c + PF_KEYS + j], D, 0, D, half);
+        for (int j = 0; j < 4 && c + PF_KEYS + j < n; j++) {
+            prefetch_kv(kh, slots[c + PF_KEYS + j], D, 0, D, half);
+            prefetch_v(vh, slots[c + PF_KEYS + j], D, half);
+        }
         for (Py_ssize_t g = 0; g < G; g++) {
             const float *qg = q0 + g * D;
             __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
@@ -742,7 +767,7 @@ ALWAYS_INLINE void attend_heads(const Attention *a, Py_ssize_t row, Py_ssize_t k
                                 ValuesFn values, ExpFn exp_block, MaxFn max_fn, SumFn sum_fn) {
     Py_ssize_t D = a->D, K = a->K;
     const void *kh = kv_row(a->k, kvh * a->S, D, a->half), *vh = kv_row(a->v, kvh * a->S, D, a->half);
-    scores(a->q + (row * a->H + h0) * D, gn, D, kh, slots, n, p, K, a->scale);
+    scores(a->q + (row * a->H + h0) * D, gn, D, kh, vh, slots, n, p, K, a->scale);
     for (Py_ssize_t g = 0; g < gn; g++) exp_minus_max(p + g * K, n, max_fn, exp_block);
     values(p, gn, D, vh, slots, n, K, acc, 0, D);
     for (Py_ssize_t g = 0; g < gn; g++) {
@@ -817,8 +842,8 @@ ALWAYS_INLINE int attention_row_split(const Attention *a, float *p, Barrier *bar
     const Py_ssize_t k0 = 4 * r0, k1 = (r0 < r1 && r1 == n / 4) || (n < 4 && t == 0) ? n : 4 * r1;
     if (k0 < k1)
         for (Py_ssize_t kvh = 0; kvh < a->KVH; kvh++)
-            scores(a->q + kvh * G * D, G, D, kv_row(a->k, kvh * S, D, a->half), slots + k0, k1 - k0, p + kvh * G * K + k0,
-                   K, a->scale);
+            scores(a->q + kvh * G * D, G, D, kv_row(a->k, kvh * S, D, a->half), kv_row(a->v, kvh * S, D, a->half),
+                   slots + k0, k1 - k0, p + kvh * G * K + k0, K, a->scale);
     team_wait(bar, nt);
     share(H, t, nt, &r0, &r1);
     for (Py_ssize_t h = r0; h < r1 && n; h++) {
@@ -847,12 +872,14 @@ ALWAYS_INLINE int attention_row_split(const Attention *a, float *p, Barrier *bar
 /* The attention functions of one path for each pool element type: NAME (float32), NAME_h (float16). */
 #define KV_TWINS(SUFFIX, TARGET)                                                                              \
     TARGET static void scores_##SUFFIX(const float *q0, Py_ssize_t G, Py_ssize_t D, const void *kh,           \
-                                       const int64_t *slots, Py_ssize_t n, float *p, Py_ssize_t K, float scale) { \
-        scores_##SUFFIX##_of(q0, G, D, kh, slots, n, p, K, scale, 0);                                         \
+                                       const void *vh, const int64_t *slots, Py_ssize_t n, float *p, Py_ssize_t K, \
+                                       float scale) {                                                         \
+        scores_##SUFFIX##_of(q0, G, D, kh, vh, slots, n, p, K, scale, 0);                                     \
     }                                                                                                         \
     TARGET static void scores_##SUFFIX##_h(const float *q0, Py_ssize_t G, Py_ssize_t D, const void *kh,       \
-                                           const int64_t *slots, Py_ssize_t n, float *p, Py_ssize_t K, float scale) { \
-        scores_##SUFFIX##_of(q0, G, D, kh, slots, n, p, K, scale, 1);                                         \
+                                           const void *vh, const int64_t *slots, Py_ssize_t n, float *p,      \
+                                           Py_ssize_t K, float scale) {                                       \
+        scores_##SUFFIX##_of(q0, G, D, kh, vh, slots, n, p, K, scale, 1);                                     \
     }                                                                                                         \
     TARGET static void values_##SUFFIX(const float *p, Py_ssize_t G, Py_ssize_t D, const void *vh,            \
                                        const int64_t *slots, Py_ssize_t n, Py_ssize_t K, float *acc, Py_ssize_t d0, \
@@ -889,9 +916,9 @@ ALWAYS_INLINE int attention_row_split(const Attention *a, float *p, Barrier *bar
                                              exp_block_##SUFFIX, max_##SUFFIX, sum_##SUFFIX);               \
     }
 
-static void scores_generic_of(const float *q0, Py_ssize_t G, Py_ssize_t D, const void *kh, const int64_t *slots,
-                              Py_ssize_t n, float *p, Py_ssize_t K, float scale, int half) {
-    scores_generic(q0, G, D, kh, slots, n, p, K, scale, half);
+static void scores_generic_of(const float *q0, Py_ssize_t G, Py_ssize_t D, const void *kh, const void *vh,
+                              const int64_t *slots, Py_ssize_t n, float *p, Py_ssize_t K, float scale, int half) {
+    scores_generic(q0, G, D, kh, slots, n, p, K, scale, half); /* no prefetching here: vh unused */
 }
 static void values_generic_of(const float *p, Py_ssize_t G, Py_ssize_t D, const void *vh, const int64_t *slots,
                               Py_ssize_t n, Py_ssize_t K, float *acc, Py_ssize_t d0, Py_ssize_t d1, int half) {
