@@ -293,6 +293,9 @@ class LLM:
         if draft_length_policy not in DRAFT_LENGTH_POLICIES:
             raise UserError(f"unknown draft length policy {draft_length_policy!r}; choose cost or full")
         runtime = RuntimeConfig.resolve(runtime_config, device)
+        from ..runtime.device import resolve_device
+
+        resolve_device(runtime.device, "device" if runtime_config is None else "runtime_config.device")  # named here
         kv = kv_cache_config or KvCacheConfig()
         if not isinstance(kv, KvCacheConfig):
             raise UserError(f"kv_cache_config must be a KvCacheConfig, got {type(kv).__name__}")

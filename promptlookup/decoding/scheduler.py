@@ -236,7 +236,8 @@ class Scheduler:
         need = self._blocks_needed(request)
         if need > self._capacity:
             raise UserError(f"the request needs {need} KV blocks but the cache has {self._capacity}; "
-                            "lower max_tokens or raise --max_tokens_in_paged_kv_cache")
+                            "lower max_tokens or give the cache more tokens (KvCacheConfig(max_tokens=...), "
+                            "serve.py --max_tokens_in_paged_kv_cache)")
         if loop is None:
             q: queue.Queue[TokenEvent] = queue.Queue()
             handle = RequestHandle(self, request, q.put, sync_queue=q)

@@ -71,3 +71,12 @@ def test_a_missing_tokenizer_folder_names_the_tokenizer_argument(tiny_engine_dir
     with pytest.raises(UserError, match=r"^tokenizer='/nonexistent' is not a directory") as exc:
         LLM(tiny_engine_dir, tokenizer="/nonexistent")
     assert "--" not in str(exc.value)
+
+
+def test_a_bad_device_is_named_by_the_argument_not_a_flag(tiny_engine_dir):
+    from promptlookup.api import RuntimeConfig
+
+    with pytest.raises(UserError, match=r"^device 'tpu' is not a device; use auto, cpu, cuda or cuda:N$"):
+        LLM(tiny_engine_dir, device="tpu")
+    with pytest.raises(UserError, match=r"^runtime_config.device 'npu' is not a device"):
+        LLM(tiny_engine_dir, runtime_config=RuntimeConfig(device="npu"))
