@@ -108,6 +108,9 @@ torch.set_num_threads(1)
 # 1 s there belongs here. Tests that use the real SmolLM2 engine are slow automatically.
 SLOW_TESTS = (
     # each a second or more, or a dozen interpreters started (make test runs them; test-fast stays under 2 minutes)
+    "tests/cli/test_output_dirs.py::test_a_file_added_to_an_output_it_wrote_is_never_deleted",
+    "tests/cli/test_convert_refusals.py::test_weights_that_are_not_the_configs_llama_are_refused_in_one_line",
+    "tests/evaluation/test_summarize_unread_flags.py::test_sweep_lookahead_points_run_the_workflow_asked",
     "tests/cli/test_build_refusals.py::test_lookahead_engine_with_the_default_seq_len_at_the_model_limit",
     "tests/cli/test_build_refusals.py::test_a_missing_device_is_refused_before_the_weights_load",
     "tests/evaluation/test_summarize_unread_flags.py::test_sweep_reads_the_pool_options_without_prompt_lookup_config",
