@@ -90,8 +90,11 @@ INERT_CONFIG_FIELDS = frozenset({
     "num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold", "assistant_lookbehind",
     "target_lookbehind", "assistant_early_exit", "early_stopping", "low_memory", "cache_implementation",
     "cache_config", "max_cache_len", "compile_config", "disable_compile", "prefill_chunk_size",
+    "return_legacy_cache",  # the type of a returned cache (with return_dict_in_generate, checked)
 })
-CONFIG_NEUTRAL: dict[str, Any] = {"encoder_no_repeat_ngram_size": 0, "remove_invalid_values": False}
+# Their defaults, which a config saved whole (transformers 4.x, use_diff=False) holds
+CONFIG_NEUTRAL: dict[str, Any] = {"encoder_no_repeat_ngram_size": 0, "remove_invalid_values": False,
+                                  "token_healing": False}
 
 DEFAULT_NEW_TOKENS = 20  # transformers' default when no length is set anywhere
 _ATTR = "_promptlookup_runner"  # the runner rides on the model: freed with it (a plain reference cycle)
@@ -164,7 +167,7 @@ def check_configs(configs: list[tuple[str, Any]], passed: set[str]) -> None:
     seen: set[str] = set()
     for where, config in configs:
         for name, value in config.to_dict().items():
-            if name in seen or value is None:
+            if name in seen or value is None or (name == "generation_kwargs" and value == {}):  # {}: its default
                 continue
             seen.add(name)
             if name in passed or name in SUPPORTED_KEYWORDS or name in INERT_CONFIG_FIELDS:
@@ -173,7 +176,9 @@ def check_configs(configs: list[tuple[str, Any]], passed: set[str]) -> None:
             if (neutral is not None and _same(value, neutral)) or (name in ALSO_NEUTRAL
                                                                   and _same(value, ALSO_NEUTRAL[name])):
                 continue
-            fix = f"pass {name}={neutral!r} to override it" if neutral is not None else f"set {where}.{name} = None"
+            # a keyword overrides it only where generate takes one (CONFIG_NEUTRAL's are config-only)
+            fix = (f"pass {name}={neutral!r} to override it" if neutral is not None and name in NEUTRAL_KEYWORDS
+                   else f"set {where}.{name} = {neutral!r}")
             raise HFValueError(f"{where}.{name} is {_short(value)}, which promptlookup.hf.generate does not support; "
                                f"{fix}")
 

@@ -96,3 +96,39 @@ def test_several_end_tokens_end_a_row_as_in_model_generate(model):
     config = GenerationConfig(eos_token_id=[63, stop], max_new_tokens=12)
     assert hf.generate(model, IDS, generation_config=config, pad_token_id=0).tolist() == \
         model.generate(IDS, generation_config=config, do_sample=False, pad_token_id=0).tolist()
+
+
+# A generation_config.json saved whole (transformers 4.x, to_json_file(use_diff=False)): every field
+# at its default, token_healing, return_legacy_cache and generation_kwargs among them
+SAVED_WHOLE = {
+    "max_length": 20, "min_length": 0, "early_stopping": False, "do_sample": False, "num_beams": 1,
+    "num_beam_groups": 1, "use_cache": True, "return_legacy_cache": True, "temperature": 1.0, "top_k": 50,
+    "top_p": 1.0, "typical_p": 1.0, "epsilon_cutoff": 0.0, "eta_cutoff": 0.0, "diversity_penalty": 0.0,
+    "repetition_penalty": 1.0, "encoder_repetition_penalty": 1.0, "length_penalty": 1.0, "no_repeat_ngram_size": 0,
+    "renormalize_logits": False, "remove_invalid_values": False, "token_healing": False, "num_return_sequences": 1,
+    "output_attentions": False, "output_hidden_states": False, "output_scores": False,
+    "return_dict_in_generate": False, "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 2,
+    "encoder_no_repeat_ngram_size": 0, "is_assistant": False, "num_assistant_tokens": 5,
+    "num_assistant_tokens_schedule": "heuristic", "assistant_confidence_threshold": 0.4, "generation_kwargs": {},
+    "_from_model_config": False, "transformers_version": "4.46.0",
+}
+
+
+def test_a_generation_config_saved_whole_is_honoured_not_refused(model):
+    config = GenerationConfig.from_dict(dict(SAVED_WHOLE))
+    assert hf.generate(model, IDS, generation_config=config).tolist() == \
+        model.generate(IDS, generation_config=config).tolist()
+
+
+@pytest.mark.parametrize("name, value, neutral", [("token_healing", True, False),
+                                                  ("remove_invalid_values", True, False),
+                                                  ("generation_kwargs", {"top_k": 3}, None)])
+def test_a_config_only_setting_names_a_fix_that_works(model, name, value, neutral):
+    """Settings generate takes no keyword for: the message says to set the config's field (a
+    keyword would be refused), and doing so is accepted."""
+    config = GenerationConfig.from_dict({name: value, "max_new_tokens": 3})
+    with pytest.raises(ValueError, match=rf"generation_config.{name} is .*; set generation_config.{name} = "
+                                         rf"{neutral!r}$"):
+        hf.generate(model, IDS, generation_config=config)
+    setattr(config, name, neutral)
+    assert hf.generate(model, IDS, generation_config=config).shape[1] == IDS.shape[1] + 3

@@ -133,7 +133,8 @@ class SamplingParams:
     request id and the same seed, so each is reproducible alone (:mod:`.samples`); greedy
     ``n > 1`` gives ``n`` identical outputs, as vLLM.
     ``ignore_eos``: no end token (vLLM's). ``stop_token_ids``: more end tokens (vLLM's and
-    TensorRT-LLM's), each kept in ``token_ids`` as ``end_id`` is and named by ``stop_reason``;
+    TensorRT-LLM's), each kept in ``token_ids`` (its text not in ``text``) as ``end_id`` is and named by
+    ``stop_reason`` (``None`` where it is the end token);
     they end the request even with ``ignore_eos``, and ``min_tokens`` holds them back too. ``logprobs`` (0..20): each output token's
     log-probability and that many most likely alternatives, the raw model's
     (:mod:`promptlookup.runtime.logprobs`), as ``CompletionOutput.logprobs``.

@@ -21,7 +21,6 @@ from typing import Any, AsyncIterator, Iterator, Mapping, Sequence
 
 from ..defaults import BACKENDS, DEFAULT_BACKEND, DEFAULT_DRAFT_LENGTH_POLICY, DRAFT_LENGTH_POLICIES
 from ..errors import UserError
-from ..decoding.request import FINISH_STOP
 from ..decoding.scheduler import FINISH_ERROR, GenerationRequest, RequestHandle, Scheduler, TokenEvent
 from ..runtime.results import SequenceResult
 from ..text import REPLACEMENT, IncrementalDetokenizer, decode_text, encode_text, find_stop, stop_hold, stop_token_count
@@ -135,6 +134,7 @@ class RequestOutput:
         self.finished = False
         self.error: str | None = None
         self._text = IncrementalDetokenizer(llm.tokenizer)  # the text of the output ids, O(new tokens) per event
+        self._stop_id: int | None = None  # the stop token (stop_token_ids) that ended it, once one has
 
     def __repr__(self) -> str:
         """vLLM's and TensorRT-LLM's shape: the request id, the prompt and its outputs (text, ids,
@@ -157,7 +157,11 @@ class RequestOutput:
             out.token_logprobs = list(out.token_logprobs)
         if event.tokens:
             out.add(event)
-            self._text.push(event.tokens)
+            stop_token = event.tokens[-1] in (self.params.stop_token_ids or ())  # it ended the request (commit)
+            # vLLM's: a stop token stays in token_ids, its text is not added (as the end token's is not)
+            self._text.push(event.tokens[:-1] if stop_token else event.tokens)
+            if stop_token:
+                self._stop_id = None if event.tokens[-1] == self._end_id() else event.tokens[-1]
         if event.finish_reason is not None:
             self.finished = True
             out.finish_reason = api_finish_reason(event.finish_reason)
@@ -183,8 +187,7 @@ class RequestOutput:
             self.handle.stop()
         elif self.finished:
             out.text = full.rstrip(REPLACEMENT)  # a character cut by the end never completes: drop it
-            if event.finish_reason == FINISH_STOP and ids and ids[-1] in (self.params.stop_token_ids or ()):
-                out.stop_reason = ids[-1]
+            out.stop_reason = self._stop_id
         else:
             hold = stop_hold(full, stops)
             out.text = full[: len(full) - hold] if hold else full
@@ -194,6 +197,13 @@ class RequestOutput:
         out.text_diff = out.text[len(before_text):]
         out.token_ids_diff = out.token_ids[before_ids:]
         return self.finished or bool(out.text_diff) or bool(out.token_ids_diff)
+
+    def _end_id(self) -> int | None:
+        """The request's end token (None with ``ignore_eos``): a stop token equal to it ends the
+        request as the end token, with no ``stop_reason`` (vLLM's)."""
+        if self.params.ignore_eos:
+            return None
+        return self.params.end_id if self.params.end_id is not None else self.llm.default_end_id
 
     def _check(self) -> "RequestOutput":
         if self.error is not None:

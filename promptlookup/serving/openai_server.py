@@ -296,9 +296,9 @@ class OpenAIServer:
             raise ApiError(f"too many requests are waiting (limit {self.max_waiting_requests}); retry shortly",
                            None, "rate_limit_exceeded", 429)
         outs: list[RequestOutput] = []
-        try:  # prompt i's choice j: index i * n + j, request id j (as the prompt alone would sample)
+        try:  # prompt i's choice j: index i * n + j, request id j when seeded (as the prompt alone would sample)
             for i, ids in enumerate(p.prompt_ids):
-                for j, rid in enumerate(p.sampling.request_ids):
+                for j, rid in enumerate(p.sampling.ids_of_prompt(i)):
                     outs.append(self.llm.generate_async(ids, p.sampling.params, streaming=True, request_id=rid,
                                                         index=i * n + j))
         except UserError as exc:  # a rule of the library's that the checks above did not foresee

@@ -170,10 +170,18 @@ class Sampling:
     request_ids: tuple[int, ...]
     echo: bool
     logprobs: int | None = None  # top alternatives per token's log-probability (None: none asked)
+    seeded: bool = True  # False: request_ids are random (no 'seed'), so each prompt draws its own
 
     @property
     def n(self) -> int:
         return len(self.request_ids)
+
+    def ids_of_prompt(self, i: int) -> tuple[int, ...]:
+        """The request ids of prompt ``i``'s choices: with a seed, ``request_ids`` for every
+        prompt (each what the prompt alone gives); without, fresh random ones for each prompt
+        after the first, so that repeated prompts are sampled independently, as separate
+        requests are."""
+        return self.request_ids if self.seeded or i == 0 else tuple(secrets.randbits(62) for _ in range(self.n))
 
 
 def _penalty(body: dict, name: str, neutral: float) -> float:
@@ -306,7 +314,7 @@ def sampling_from_body(body: dict, max_seq_len: int, vocab_size: int, chat: bool
     except UserError as exc:  # every field was checked above; this is a rule SamplingParams adds
         raise ApiError(str(exc), None, "invalid_value") from None
     ids = tuple(range(n)) if seed is not None else tuple(secrets.randbits(62) for _ in range(n))
-    return Sampling(params, ids, echo, logprobs)
+    return Sampling(params, ids, echo, logprobs, seeded=seed is not None)
 
 
 def completion_prompts(body: dict) -> list[str | list[int]]:

@@ -73,3 +73,27 @@ def test_bad_stop_token_ids_are_refused(value, kind, message):
 def test_a_stop_token_outside_the_vocabulary_is_refused(llm):
     with pytest.raises(ValueError, match="stop_token_ids has token id 100000, outside the engine's vocabulary"):
         llm.generate(PROMPT, SamplingParams(stop_token_ids=[100000]))
+
+
+def test_the_stop_tokens_text_is_left_out_of_the_text(llm):
+    """vLLM's: the stop token stays in token_ids, but its text is not added to the output's
+    text (as the end token's is not; include_stop_str_in_output is refused), streamed or not."""
+    plain = plain_ids(llm)
+    stop = next(t for t in plain[2:] if llm.decode([t]).strip())  # a token with visible text
+    want_ids = plain[: plain.index(stop) + 1]
+    params = SamplingParams(max_tokens=16, ignore_eos=True, stop_token_ids=[stop])
+    out = llm.generate(PROMPT, params).outputs[0]
+    assert out.token_ids == want_ids and out.text == llm.decode(want_ids[:-1])
+    streamed = "".join(o.outputs[0].text_diff for o in llm.generate_async(PROMPT, params, streaming=True))
+    assert streamed == out.text
+
+
+def test_a_stop_token_that_is_the_end_token_has_no_stop_reason(llm):
+    """vLLM's: the end token ends a request as the end token (stop_reason None) even when
+    stop_token_ids lists it; with ignore_eos it is a stop token like any other."""
+    plain = plain_ids(llm)
+    stop = plain[3]
+    for ends, reason in (({"end_id": stop}, None), ({"ignore_eos": True}, stop)):
+        out = llm.generate(PROMPT, SamplingParams(max_tokens=16, stop_token_ids=[stop], **ends)).outputs[0]
+        assert out.token_ids == plain[: plain.index(stop) + 1]
+        assert (out.finish_reason, out.stop_reason) == ("stop", reason), ends

@@ -191,6 +191,14 @@ def test_unseeded_sampling_differs_per_request(client):
         assert len(texts) > 1
 
 
+def test_unseeded_repeated_prompts_in_one_request_are_sampled_independently(client):
+    """The same prompt listed several times without a seed: each is sampled as its own
+    request would be (they all drew prompt 0's request ids: identical texts)."""
+    r = client.completions.create(model=MODEL, prompt=[PROMPT] * 3, max_tokens=24, temperature=1.0)
+    assert [c.index for c in r.choices] == [0, 1, 2]
+    assert len({c.text for c in r.choices}) > 1
+
+
 def test_seeded_sampling_is_reproducible_and_equals_run_py(client, llm, runner):
     ids = llm.encode(PROMPT)[1]
     expected = llm.decode(plain(runner, llm, ids, 20, temperature=1.0, random_seed=5))
