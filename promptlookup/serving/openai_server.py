@@ -28,7 +28,8 @@ type or range, a field the server cannot honour, invalid Unicode, or a prompt ov
 engine's limits (``context_length_exceeded``); 404 ``model_not_found``; 401, 413, 429, 503
 as above. A :class:`~promptlookup.errors.UserError` from the library is a 400, anything
 else a 500: statuses follow the error's type, never its text. Extensions: ``top_k``,
-``ignore_eos``, ``min_tokens``, ``repetition_penalty`` (vLLM's), and
+``ignore_eos``, ``min_tokens``, ``repetition_penalty``, ``stop_token_ids`` (vLLM's), each
+choice's ``stop_reason`` (vLLM's: the stop string or stop token that ended it, else null), and
 ``usage.prompt_lookup`` (drafted/accepted/steps). ``logprobs`` (and chat's ``top_logprobs``)
 are the raw model's, in OpenAI's two shapes (:mod:`.logprob_format`), streamed or not.
 """
@@ -334,7 +335,8 @@ class OpenAIServer:
         for i, final in enumerate(finals):
             c = final.outputs[0]
             logprobs = self._writer(prepared, chat, i).take(c.token_logprobs, len(c.token_ids))
-            choice: dict[str, Any] = {"index": i, "finish_reason": _finish(c.finish_reason), "logprobs": logprobs}
+            choice: dict[str, Any] = {"index": i, "finish_reason": _finish(c.finish_reason), "logprobs": logprobs,
+                                      "stop_reason": c.stop_reason}
             if chat:
                 choice["message"] = {"role": "assistant", "content": c.text}
             else:
@@ -364,6 +366,7 @@ class OpenAIServer:
                                           "logprobs": logprobs}
             else:
                 choice = {"index": index, "text": text or "", "finish_reason": finish, "logprobs": logprobs}
+            choice["stop_reason"] = outs[index].outputs[0].stop_reason if finish else None
             payload = {"id": rid, "object": kind, "created": created, "model": self.model_name, "choices": [choice]}
             return f"data: {json.dumps(payload)}\n\n"
 

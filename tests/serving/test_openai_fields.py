@@ -267,6 +267,11 @@ def test_stop_token_ids_end_a_choice(client, llm, server, stream):
     chunks = list(r) if stream else [r]
     assert "".join(c.choices[0].text for c in chunks if c.choices) == want.text
     assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["stop"]
+    assert [c.choices[0].stop_reason for c in chunks if c.choices and c.choices[0].finish_reason] == [stop]  # vLLM's
+    stopped = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=12, temperature=0, stop=[want.text[-2:]],
+                                        extra_body={"ignore_eos": True}) if want.text[-2:].strip() else None
+    assert stopped is None or stopped.choices[0].stop_reason == want.text[-2:]
+    assert client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=2, temperature=0).choices[0].stop_reason is None
     for bad in ([-1], [10**7], "5", [True]):
         status, body, _ = raw_post(server, "/v1/completions", json.dumps(
             {"prompt": PROMPT, "stop_token_ids": bad}).encode())
