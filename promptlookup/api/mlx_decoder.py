@@ -64,22 +64,17 @@ class PromptLookupDecoder:
         """Generate up to ``max_tokens`` tokens for ``prompt``, printing them as they come.
         Cost: one encode, then V2 single-call decoding with a private n-gram pool."""
         from ..stream_output import StreamPrinter
-        from ..text import encode_text
         from ..decoding import generate
         from ..drafting import DraftConfig
         from ..runtime.base import SamplingConfig
 
-        check_arguments(prompt, max_tokens=max_tokens, n_draft=n_draft, ngram_max=ngram_max, ngram_min=ngram_min,
-                        temp=temp, seed=seed, max_draft_len=self.runner.limits.max_draft_len, name=_name or _param)
+        ids = self.check(prompt, max_tokens=max_tokens, n_draft=n_draft, ngram_max=ngram_max, ngram_min=ngram_min,
+                         temp=temp, seed=seed, _name=_name)
         draft = DraftConfig(prompt_lookup_num_tokens=n_draft, max_matching_ngram_size=ngram_max,
                             min_matching_ngram_size=ngram_min, is_use_oldest=False, is_public_pool=False)
         end_id = self.tokenizer.eos_token_id
-        if end_id is None:
-            raise UserError("the tokenizer defines no end-of-sequence token")
         out = stream if stream is not None else sys.stdout
         printer = StreamPrinter(self.tokenizer, out, color=color, num_sequences=1)
-        ids = encode_text(self.tokenizer, prompt, use_chat_template=False)
-        check_length(len(ids), max_tokens, self.runner.limits, _name or _param)
         result = generate(self.runner, [ids], max_new_tokens=max_tokens, end_id=end_id,
                           sampling=SamplingConfig(float(temp), 0, 1.0, int(seed)), draft=draft, workflow="v2",
                           on_step=printer.on_step, draft_length_policy="full")[0]
@@ -89,6 +84,22 @@ class PromptLookupDecoder:
                   f"({100 * result.acceptance_rate:.1f}%) ===\n")
         self.last_result = result
         return text
+
+
+    def check(self, prompt: str, *, max_tokens: int = 100, n_draft: int = 10, ngram_max: int = 3, ngram_min: int = 1,
+              temp: float = 0.0, seed: int = 0, _name: Callable[[str], str] | None = None) -> list[int]:
+        """Refuse what :meth:`prompt_lookup` would refuse (every value, the engine's limits, a
+        tokenizer without an end token), printing nothing; return the prompt's token ids.
+        Cost: one encode."""
+        from ..text import encode_text
+
+        check_arguments(prompt, max_tokens=max_tokens, n_draft=n_draft, ngram_max=ngram_max, ngram_min=ngram_min,
+                        temp=temp, seed=seed, max_draft_len=self.runner.limits.max_draft_len, name=_name or _param)
+        if self.tokenizer.eos_token_id is None:
+            raise UserError("the tokenizer defines no end-of-sequence token")
+        ids = encode_text(self.tokenizer, prompt, use_chat_template=False)
+        check_length(len(ids), max_tokens, self.runner.limits, _name or _param)
+        return ids
 
 
 def _param(name: str) -> str:

@@ -37,7 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Parse, check every value (before loading the model), print the prompt, then generate."""
+    """Parse, check every value (before loading the model, then against it), print the prompt,
+    then generate."""
     from ..threads import configure_threads
 
     args = build_parser().parse_args(argv)
@@ -48,9 +49,11 @@ def main(argv: list[str] | None = None) -> int:
     if model is None:
         model = str(smollm2_gguf_path())
     decoder = PromptLookupDecoder(model, device=args.device)
+    options = dict(max_tokens=args.max_tokens, n_draft=args.n_draft, ngram_max=args.ngram_max,
+                   ngram_min=args.ngram_min, temp=args.temp, seed=args.seed, _name=flag_name)
+    decoder.check(args.prompt, **options)  # nothing is printed before a refusal
     print(args.prompt, flush=True)
-    decoder.prompt_lookup(args.prompt, max_tokens=args.max_tokens, n_draft=args.n_draft, ngram_max=args.ngram_max,
-                          ngram_min=args.ngram_min, temp=args.temp, seed=args.seed, color=args.color, _name=flag_name)
+    decoder.prompt_lookup(args.prompt, color=args.color, **options)
     return 0
 
 

@@ -102,3 +102,11 @@ def test_cli_n_draft_above_the_engine_names_the_flag(tiny_engine_dir):
 
     with pytest.raises(UserError, match="--n-draft 100000 exceeds the engine's max_draft_len"):
         main(["--model-name", str(tiny_engine_dir), "--prompt", PROMPT, "--n-draft", "100000", "--num-threads", "1"])
+
+
+def test_cli_prints_nothing_before_refusing_a_length_the_engine_cannot_hold(tiny_engine_dir, capsys):
+    from promptlookup.cli.mlx_decoder import main
+
+    with pytest.raises(UserError, match="--max-tokens"):
+        main(["--model-name", str(tiny_engine_dir), "--prompt", PROMPT, "--max-tokens", "100000", "--num-threads", "1"])
+    assert capsys.readouterr().out == ""
