@@ -284,8 +284,9 @@ def generate(
             raise HFValueError(f"{name} must be an integer, got {value!r:.40}")
     batch, width = input_ids.shape
     if max_new_tokens is None:  # transformers' rule: max_new_tokens, else max_length, else 20 new tokens
-        if max_length is None and default(None, "max_new_tokens", None) is not None:
-            max_new_tokens = int(default(None, "max_new_tokens", None))
+        configured = default(None, "max_new_tokens", None)
+        if max_length is None and configured is not None:
+            max_new_tokens = int(configured)
         elif default(max_length, "max_length", None) is not None:
             max_new_tokens = int(default(max_length, "max_length", None)) - width
             if max_new_tokens < 1:

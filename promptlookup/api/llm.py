@@ -160,8 +160,8 @@ class RequestOutput:
             stop_token = event.tokens[-1] in (self.params.stop_token_ids or ())  # it ended the request (commit)
             # vLLM's: a stop token stays in token_ids, its text is not added (as the end token's is not)
             self._text.push(event.tokens[:-1] if stop_token else event.tokens)
-            if stop_token:
-                self._stop_id = None if event.tokens[-1] == self._end_id() else event.tokens[-1]
+            if stop_token:  # one that is also the end token ends it as the end token, with no stop_reason (vLLM's)
+                self._stop_id = None if event.tokens[-1] == self.handle.request.end_id else event.tokens[-1]
         if event.finish_reason is not None:
             self.finished = True
             out.finish_reason = api_finish_reason(event.finish_reason)
@@ -197,13 +197,6 @@ class RequestOutput:
         out.text_diff = out.text[len(before_text):]
         out.token_ids_diff = out.token_ids[before_ids:]
         return self.finished or bool(out.text_diff) or bool(out.token_ids_diff)
-
-    def _end_id(self) -> int | None:
-        """The request's end token (None with ``ignore_eos``): a stop token equal to it ends the
-        request as the end token, with no ``stop_reason`` (vLLM's)."""
-        if self.params.ignore_eos:
-            return None
-        return self.params.end_id if self.params.end_id is not None else self.llm.default_end_id
 
     def _check(self) -> "RequestOutput":
         if self.error is not None:

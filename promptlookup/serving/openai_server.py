@@ -106,6 +106,10 @@ class Prepared:
     def choices(self) -> int:
         return len(self.prompt_ids) * self.sampling.n
 
+    def echo(self, choice: int) -> str:
+        """The echoed text before choice ``choice`` (index ``i * n + j``: prompt ``i``'s)."""
+        return self.echo_texts[choice // self.sampling.n]
+
 
 # ----------------------------------------------------------------------------- app
 class OpenAIServer:
@@ -340,7 +344,7 @@ class OpenAIServer:
             if chat:
                 choice["message"] = {"role": "assistant", "content": c.text}
             else:
-                choice["text"] = prepared.echo_texts[i // prepared.sampling.n] + c.text
+                choice["text"] = prepared.echo(i) + c.text
             choices.append(choice)
         return JSONResponse({
             "id": rid, "object": "chat.completion" if chat else "text_completion", "created": int(time.time()),
@@ -348,8 +352,7 @@ class OpenAIServer:
 
     def _writer(self, p: Prepared, chat: bool, index: int) -> LogprobWriter:
         """Choice ``index``'s log-probabilities in the endpoint's shape (:mod:`.logprob_format`)."""
-        echo = p.echo_texts[index // p.sampling.n]
-        return LogprobWriter(self.token_texts, chat, p.sampling.logprobs or 0, len(echo))
+        return LogprobWriter(self.token_texts, chat, p.sampling.logprobs or 0, len(p.echo(index)))
 
     async def _sse(self, outs: list[RequestOutput], p: Prepared, rid: str, chat: bool) -> AsyncIterator[str]:
         created = int(time.time())
@@ -390,8 +393,8 @@ class OpenAIServer:
             for i in range(len(outs)):
                 if chat:
                     yield chunk(i, None, None, first=True)
-                elif p.echo_texts[i // p.sampling.n]:
-                    yield chunk(i, p.echo_texts[i // p.sampling.n], None)
+                elif p.echo(i):
+                    yield chunk(i, p.echo(i), None)
             done = 0
             while done < len(outs):
                 index, text, finish, ended, logprobs = await updates.get()

@@ -392,10 +392,10 @@ static inline void prefetch_kv(const void *head, int64_t slot, Py_ssize_t D, Py_
 
 /* The V row at `slot` of the V pool `vh` (NULL: none) into the caches, for the values pass
  * after the scores. Nothing reads the V pool while the scores run, so its pages are not in the
- * TLB, and this CPU (Zen 3) drops a prefetch whose page is not: the row that starts a page is
+ * TLB, and a prefetch whose page is not was dropped on Zen 3: the row that starts a page is
  * read instead (one load per 32 float16 keys), which brings the page in for the prefetches that
- * follow. Without that read the prefetches did nothing; with it a one-row step's attention over
- * a pool read from memory took 0.73-0.76x the time (docs/benchmarks.md). */
+ * follow (without that read these prefetches did nothing: docs/benchmarks.md, "Issue 21,
+ * sixteenth pass"). */
 static inline void prefetch_v(const void *vh, int64_t slot, Py_ssize_t D, int half) {
     if (vh == NULL) return;
     const char *from = (const char *)kv_row(vh, slot, D, half);
